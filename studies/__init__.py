@@ -1,0 +1,1 @@
+"""The study database through Optuna's public API: inspection, recommender, import, REST service."""

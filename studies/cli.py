@@ -1,0 +1,153 @@
+"""Subcommands of the study side: inspect, recommend, import, serve.
+
+Heavy imports (optuna, pandas, matplotlib, fastapi) happen inside the handlers, so that
+`weightsearch recommend --train-size N` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from studies.storage import ENV_STORAGE, default_storage_url
+from weightsearch.errors import ConfigError
+
+_STORAGE_HELP = f"study database URL (default: ${ENV_STORAGE} or sqlite:///weightsearch.db)"
+TASK_TYPES = ("classification", "regression", "ranking")  # = studies.recommend.TASK_TYPES
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("inspect", help="progress of every study, or the cells of one",
+                              description="Without STUDY: every study with its progress. With "
+                              "STUDY (base name or <study>/<central>): every cell and the best "
+                              "central weight per central task.")
+    p.add_argument("study", nargs="?", help="a study name, e.g. glue or glue/rte")
+    p.add_argument("--storage", default=None, help=_STORAGE_HELP)
+    p.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    p.add_argument("--plot", metavar="FILE.png", help="metric vs central weight per central task")
+    p.set_defaults(handler=run_inspect)
+
+    p = subparsers.add_parser("recommend", help="a central weight for a training-set size",
+                              description="Recommend a central weight from the training-set "
+                              "size, using the SIWLM paper's results and the finished studies.")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--train-size", type=int, metavar="N", help="training examples")
+    what.add_argument("--data", metavar="FILE",
+                      help="count the rows of a CSV/TSV (with a header)/JSONL/Parquet file")
+    what.add_argument("--task", metavar="PRESET",
+                      help="a task preset (e.g. rte); its train file is counted in --data-dir")
+    what.add_argument("--evaluate", action="store_true",
+                      help="leave-one-task-out check over the finished central tasks")
+    p.add_argument("--data-dir", metavar="DIR", help="data folder of --task")
+    p.add_argument("--task-type", choices=TASK_TYPES, help="upweights tasks of the same type")
+    p.add_argument("--storage", default=None, help=_STORAGE_HELP)
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="best weight vs training size, with the curve")
+    p.set_defaults(handler=run_recommend)
+
+    p = subparsers.add_parser("import", help="external results (e.g. a paper's table) as a study",
+                              description="Import a CSV/TSV/JSONL with the columns central_task, "
+                              "task_type, train_size, central_weight, seed, metric as one study "
+                              "per central task (<study>/<central_task>).")
+    p.add_argument("file")
+    p.add_argument("--study", required=True, help="base name of the imported studies")
+    p.add_argument("--storage", default=None, help=_STORAGE_HELP)
+    p.set_defaults(handler=run_import)
+
+    p = subparsers.add_parser("serve", help="the REST service (studies, recommend, launch)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--storage", default=None, help=_STORAGE_HELP)
+    p.set_defaults(handler=run_serve)
+
+
+def _storage(args) -> str:
+    return args.storage or default_storage_url()
+
+
+def run_inspect(args) -> int:
+    from studies.inspection import inspect
+
+    print(inspect(_storage(args), args.study, args.format, args.plot))
+    if args.plot:
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _train_size(args) -> int:
+    if args.train_size is not None:
+        if args.train_size <= 0:
+            raise ConfigError(f"--train-size must be a positive number of examples, got "
+                              f"{args.train_size}")
+        return args.train_size
+    if args.data:
+        from studies.tables import count_rows
+
+        return count_rows(args.data)
+    from trainer.data import count_train_examples
+    from trainer.tasks import PRESETS, preset_key
+
+    spec = PRESETS.get(preset_key(args.task))
+    if spec is None:
+        raise ConfigError(f"--task {args.task!r} is not a preset; presets: {', '.join(PRESETS)}")
+    if not args.data_dir:
+        raise ConfigError(f"--task {args.task} needs --data-dir, the folder that holds "
+                          f"{spec.train_file}")
+    if args.task_type is None:
+        args.task_type = spec.type
+    return count_train_examples(spec, args.data_dir)
+
+
+def run_recommend(args) -> int:
+    from studies.recommend import leave_one_task_out, load_evidence, recommend_from
+    from studies.recommend_report import evaluation_text, plot_recommendation, recommendation_text
+
+    if args.data_dir and not args.task:
+        raise ConfigError("--data-dir goes with --task PRESET")
+    evidence = load_evidence(_storage(args))
+    if args.evaluate:
+        rows, rate, over = leave_one_task_out(evidence)
+        if args.format == "json":
+            print(json.dumps({"evaluated": over, "hit_rate": rate, "tasks": rows}, indent=2))
+        else:
+            print(evaluation_text(rows, rate, over))
+        rec = None
+    else:
+        rec = recommend_from(evidence, _train_size(args), args.task_type)
+        print(json.dumps(rec.to_dict(), indent=2) if args.format == "json"
+              else recommendation_text(rec))
+    if args.plot:
+        plot_recommendation(evidence, rec, args.plot, args.task_type)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def run_import(args) -> int:
+    from studies.importer import import_file
+
+    names = import_file(args.file, args.study, _storage(args))
+    print(f"imported {len(names)} central task(s) into {_storage(args)}: {', '.join(names)}")
+    return 0
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+TOKEN_ENV = "WEIGHTSEARCH_TOKEN"
+
+
+def run_serve(args) -> int:
+    import uvicorn
+
+    from studies.service import create_app
+
+    exposed = args.host not in LOOPBACK and not args.host.startswith("127.")
+    if exposed and not os.environ.get(TOKEN_ENV):
+        raise ConfigError(
+            f"--host {args.host} exposes the service beyond this machine, and its POST routes "
+            f"start training runs; set {TOKEN_ENV} to a secret token (clients send "
+            f"'Authorization: Bearer <token>'), or bind to 127.0.0.1"
+        )
+    app = create_app(_storage(args), token_env=TOKEN_ENV, require_token=exposed)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    return 0

@@ -1,0 +1,221 @@
+"""Read weight-search studies through Optuna's public API (never its tables, whose schema migrates).
+
+One Optuna study holds one central task (`<study>/<central_task>`); a *cell* is one trial
+(central weight, seed). A task's *curve* is the mean value over seeds per central weight, from
+COMPLETE trials only; its best weight is the weight with the best mean (ties: the smaller weight,
+i.e. the one closer to equal weighting).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from studies import schema
+from weightsearch.errors import StorageError
+
+STATE_KEYS = {"COMPLETE": "complete", "RUNNING": "running", "FAIL": "failed",
+              "WAITING": "pending", "PRUNED": "pruned"}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One trial of a central-task study."""
+
+    study: str
+    central_task: str
+    number: int
+    weight: float | None
+    seed: int | None
+    state: str  # complete | running | failed | pending | pruned
+    value: float | None
+    metrics: dict[str, float]  # flattened "<task>.<metric>"
+
+
+@dataclass(frozen=True)
+class WeightStats:
+    weight: float
+    mean: float
+    sd: float | None  # sample standard deviation over seeds; None with a single seed
+    n: int  # seeds (COMPLETE trials) at this weight
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class CentralStudy:
+    """One Optuna study, i.e. one central task of a weight-search study."""
+
+    name: str  # the Optuna study name, `<study>/<central_task>`
+    study: str
+    central_task: str
+    task_type: str | None
+    train_size: int | None
+    primary_metric: str | None
+    source: str  # "sweep" | "imported"
+    maximize: bool
+    counts: dict[str, int]
+    curve: tuple[WeightStats, ...]  # sorted by weight
+    cells: tuple[Cell, ...] = field(default=(), repr=False)
+
+    @property
+    def best(self) -> WeightStats | None:
+        if not self.curve:
+            return None
+        sign = 1.0 if self.maximize else -1.0
+        return max(self.curve, key=lambda s: (sign * s.mean, -s.weight))
+
+    def top_weights(self, k: int = 2) -> list[float]:
+        sign = 1.0 if self.maximize else -1.0
+        ranked = sorted(self.curve, key=lambda s: (-sign * s.mean, s.weight))
+        return [s.weight for s in ranked[:k]]
+
+    def summary(self) -> dict:
+        best = self.best
+        return {
+            "name": self.name, "study": self.study, "central_task": self.central_task,
+            "task_type": self.task_type, "train_size": self.train_size,
+            "primary_metric": self.primary_metric, "source": self.source, **self.counts,
+            "best_weight": best.weight if best else None,
+            "best_mean": best.mean if best else None,
+            "best_sd": best.sd if best else None,
+            "best_seeds": best.n if best else 0,
+        }
+
+
+def open_quiet(url: str):
+    """`studies.storage.open_storage` without Optuna's chatter on the console (the
+    experimental-feature warning about heartbeats, INFO lines per created study): the output of
+    `inspect` and `recommend` is meant to be read or parsed."""
+    import warnings
+
+    import optuna
+
+    from studies.storage import open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        return open_storage(url)
+
+
+def sqlite_file_missing(url: str) -> bool:
+    """True for a SQLite URL whose file does not exist (reading it would create an empty one)."""
+    if not url.startswith("sqlite"):
+        return False
+    from sqlalchemy.engine import make_url
+
+    db = make_url(url).database
+    return db not in (None, "", ":memory:") and not Path(db).expanduser().exists()
+
+
+def _flatten(metrics) -> dict[str, float]:
+    flat: dict[str, float] = {}
+    if not isinstance(metrics, dict):
+        return flat
+    for task, values in metrics.items():
+        if isinstance(values, dict):
+            for metric, v in values.items():
+                if isinstance(v, int | float):
+                    flat[f"{task}.{metric}"] = float(v)
+        elif isinstance(values, int | float):
+            flat[str(task)] = float(values)
+    return flat
+
+
+def _curve(cells: list[Cell]) -> tuple[WeightStats, ...]:
+    by_weight: dict[float, list[float]] = {}
+    for c in cells:
+        if c.state == "complete" and c.weight is not None and c.value is not None \
+                and math.isfinite(c.value):
+            by_weight.setdefault(c.weight, []).append(c.value)
+    return tuple(
+        WeightStats(weight=w, mean=statistics.fmean(v),
+                    sd=statistics.stdev(v) if len(v) > 1 else None, n=len(v),
+                    low=min(v), high=max(v))
+        for w, v in sorted(by_weight.items())
+    )
+
+
+def _as_int(v) -> int | None:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def read_central(storage, name: str, user_attrs: dict | None = None) -> CentralStudy:
+    """Load one `<study>/<central>` Optuna study with its cells and curve."""
+    import optuna
+
+    study = optuna.load_study(study_name=name, storage=storage)
+    attrs = study.user_attrs if user_attrs is None else user_attrs
+    base, central = schema.split_study_name(name)
+    cells = []
+    for t in study.get_trials(deepcopy=False):
+        weight = t.params.get(schema.PARAM)
+        cells.append(Cell(
+            study=name, central_task=attrs.get(schema.A_CENTRAL, central), number=t.number,
+            weight=float(weight) if weight is not None else None,
+            seed=_as_int(t.user_attrs.get(schema.T_SEED)),
+            state=STATE_KEYS.get(t.state.name, t.state.name.lower()),
+            value=t.value if t.state.name == "COMPLETE" else None,
+            metrics=_flatten(t.user_attrs.get(schema.T_METRICS)),
+        ))
+    counts = {k: 0 for k in STATE_KEYS.values()}
+    for c in cells:
+        counts[c.state] = counts.get(c.state, 0) + 1
+    return CentralStudy(
+        name=name, study=attrs.get(schema.A_STUDY, base),
+        central_task=attrs.get(schema.A_CENTRAL, central or name),
+        task_type=attrs.get(schema.A_TASK_TYPE), train_size=_as_int(attrs.get(schema.A_TRAIN_SIZE)),
+        primary_metric=attrs.get(schema.A_PRIMARY),
+        source=attrs.get(schema.A_SOURCE, schema.SOURCE_SWEEP),
+        maximize=study.direction.name != "MINIMIZE",
+        counts=counts, curve=_curve(cells), cells=tuple(cells),
+    )
+
+
+def study_names(storage) -> list[str]:
+    import optuna
+
+    return sorted(s.study_name for s in optuna.get_all_study_summaries(storage, False))
+
+
+def read_all(storage) -> list[CentralStudy]:
+    import optuna
+
+    summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
+    return [read_central(storage, s.study_name, s.user_attrs)
+            for s in sorted(summaries, key=lambda s: s.study_name)]
+
+
+def resolve(storage, url: str, name: str) -> list[str]:
+    """Optuna study names for `name`: a full `<study>/<central>` name or a base study name."""
+    names = study_names(storage)
+    if name in names:
+        return [name]
+    matches = [n for n in names if schema.split_study_name(n)[0] == name]
+    if not matches:
+        raise StorageError(
+            f"no study named {name!r} in {url}; `weightsearch inspect --storage {url}` lists them"
+        )
+    return matches
+
+
+def fingerprint(storage) -> tuple:
+    """A cheap token that changes when a study or a finished trial is added.
+
+    Finished trials never change their value, so (study, n trials, n complete) per study is
+    enough to know that cached evidence is stale.
+    """
+    from optuna.trial import TrialState
+
+    out = []
+    for s in storage.get_all_studies():
+        sid = storage.get_study_id_from_name(s.study_name)
+        out.append((s.study_name, storage.get_n_trials(sid),
+                    storage.get_n_trials(sid, state=TrialState.COMPLETE)))
+    return tuple(sorted(out))

@@ -1,0 +1,57 @@
+"""Conventions of the study database, shared by the sweep (writer) and studies/ (readers).
+
+One Optuna study per (study name, central task), named `<study>/<central_task>`. Everything is
+stored as study or trial user attributes and read back through Optuna's public API only.
+"""
+
+from __future__ import annotations
+
+SEPARATOR = "/"
+PARAM = "central_weight"  # the one Optuna param of every trial
+WEIGHT_LOW, WEIGHT_HIGH = 1.0, 15.0  # the SIWLM paper's range for the central weight
+DEFAULT_GRID = (1.0, 3.0, 6.0, 9.0, 12.0, 15.0)  # the paper's grid (Son et al. 2021, sec. 4.2.2)
+
+# Study user attributes.
+A_STUDY = "study"  # the base study name
+A_CENTRAL = "central_task"
+A_TASK_TYPE = "task_type"  # classification | regression | ranking
+A_TRAIN_SIZE = "train_size"  # training examples of the central task
+A_AUX_TASKS = "aux_tasks"  # list of auxiliary task names, config order
+A_AUX_SIZES = "aux_sizes"  # {aux task: training examples}
+A_PRIMARY = "primary_metric"  # name of the central task's primary metric
+A_ENCODER = "encoder"
+A_VARIANT = "variant"  # siwlm variant: reference | paper
+A_DIGEST = "config_digest"  # sha256 of the canonical study config
+A_SPEC = "spec"  # the study file as a dict, so `resume NAME` needs nothing else
+A_SOURCE = "source"  # "sweep" for launched studies, "imported" for `weightsearch import`
+A_CREATED = "created_at"
+
+SOURCE_SWEEP = "sweep"
+SOURCE_IMPORTED = "imported"
+
+# Trial user attributes.
+T_SEED = "seed"
+T_CELL = "cell"  # "<weight>|<seed>", unique among a study's COMPLETE trials
+T_METRICS = "metrics"  # {task: {metric: value}} at the epoch that gave the trial's value
+T_FINAL_METRICS = "final_metrics"  # {task: {metric: value}} at the last epoch
+T_HISTORY = "history"  # [{"epoch": e, "metrics": {task: {metric: value}}}, ...]
+T_BEST_EPOCH = "best_epoch"
+T_WALL_TIME = "wall_time_s"  # the trial's own training time, evaluation included
+T_EXAMPLES_PER_S = "examples_per_s"
+T_ATTEMPT = "attempt"  # 0 for the first try of a cell, +1 per retry or resume
+
+
+def study_name(study: str, central_task: str) -> str:
+    return f"{study}{SEPARATOR}{central_task}"
+
+
+def split_study_name(name: str) -> tuple[str, str]:
+    """`"glue/rte"` -> `("glue", "rte")`; the central task is the part after the last separator."""
+    base, sep, central = name.rpartition(SEPARATOR)
+    if not sep:
+        return name, ""
+    return base, central
+
+
+def cell_key(weight: float, seed: int) -> str:
+    return f"{float(weight):g}|{int(seed)}"

@@ -1,0 +1,112 @@
+"""Shared fixtures: offline mode, a private cache, a tiny random-init encoder, the sample."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Tokenized-data cache private to this test session, never the user's.
+os.environ["WEIGHTSEARCH_CACHE"] = tempfile.mkdtemp(prefix="weightsearch-test-cache-")
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data" / "glue_sample"
+SHARED_GLUE = ROOT.parent / "shared" / "data" / "glue"
+
+
+@pytest.fixture(scope="session")
+def sample_data_dir() -> Path:
+    return SAMPLE
+
+
+@pytest.fixture(scope="session")
+def shared_glue_dir() -> Path:
+    if not SHARED_GLUE.is_dir():
+        pytest.skip(
+            f"full GLUE data not found at {SHARED_GLUE}; place ../shared/data/glue beside the clone"
+        )
+    return SHARED_GLUE
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> str:
+    from trainer.encoders import default_encoder_path
+
+    return default_encoder_path()
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str:
+    """A random-init BERT (hidden 32, 2 layers, 4 heads) with MiniLM's tokenizer, saved to disk."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    path = tmp_path_factory.mktemp("tiny-encoder")
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+PG_ADMIN_URL = os.environ.get(
+    "WEIGHTSEARCH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+REQUIRE_PG = os.environ.get("CI", "").lower() == "true" or bool(
+    os.environ.get("WEIGHTSEARCH_REQUIRE_PG")
+)
+
+
+def _pg_admin():
+    from sqlalchemy import create_engine
+
+    return create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+
+
+@pytest.fixture
+def postgres_url() -> str:
+    """A fresh PostgreSQL database for one test, dropped afterwards.
+
+    Skips with the fix when no server answers; in CI (CI=true) a missing server fails instead.
+    """
+    import uuid
+
+    from sqlalchemy import text
+    from sqlalchemy.exc import OperationalError
+
+    try:
+        admin = _pg_admin()
+        with admin.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        reason = (
+            f"PostgreSQL not reachable at {PG_ADMIN_URL} ({str(exc).splitlines()[0]}); start it "
+            "with `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` or "
+            "set WEIGHTSEARCH_TEST_PG to a server's admin URL"
+        )
+        if REQUIRE_PG:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    name = f"ws_test_{uuid.uuid4().hex[:12]}"
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    yield url
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()

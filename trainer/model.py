@@ -1,0 +1,46 @@
+"""The MT-DNN: one shared pretrained encoder, one small head per task. Pure nn."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from trainer.heads import Head, build_head
+from trainer.tasks import TaskSpec
+
+
+class MTDNN(nn.Module):
+    def __init__(self, encoder: nn.Module, tasks: tuple[TaskSpec, ...]) -> None:
+        super().__init__()
+        self.encoder = encoder
+        hidden = encoder.config.hidden_size
+        self.heads = nn.ModuleDict({t.name: build_head(t, hidden) for t in tasks})
+        # MT-DNN feeds the heads BERT's pooled [CLS] vector; encoders without a pooler give
+        # the raw [CLS] hidden state instead.
+        self.uses_pooler = getattr(encoder, "pooler", None) is not None
+
+    def head(self, task: str) -> Head:
+        return self.heads[task]  # type: ignore[return-value]
+
+    def forward(self, task: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        out = self.encoder(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            token_type_ids=batch.get("token_type_ids"),
+        )
+        if self.uses_pooler and out.pooler_output is not None:
+            pooled = out.pooler_output
+        else:
+            pooled = out.last_hidden_state[:, 0]
+        return self.heads[task](pooled)
+
+
+def load_encoder(name_or_path: str, seed: int) -> nn.Module:
+    """Load a pretrained encoder offline-capable, with PyTorch SDPA attention where supported."""
+    from transformers import AutoModel
+
+    torch.manual_seed(seed)  # a pooler missing from a checkpoint is initialised reproducibly
+    try:
+        return AutoModel.from_pretrained(name_or_path, attn_implementation="sdpa")
+    except (ValueError, ImportError):
+        return AutoModel.from_pretrained(name_or_path)

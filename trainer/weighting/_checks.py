@@ -1,0 +1,70 @@
+"""Small validators shared by the schemes' settings; each appends a message naming the field."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+
+PREFIX = "weighting"
+
+
+def is_number(value: object) -> bool:
+    """A real, finite number. Booleans are rejected: YAML turns `yes`/`no` into them silently."""
+    return (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
+def check_weight(value: object, field: str, problems: list[str]) -> None:
+    """A loss weight: finite and >= 0. Zero is a real weight (it switches the task's loss off)."""
+    if not is_number(value) or float(value) < 0:  # type: ignore[arg-type]
+        problems.append(f"{PREFIX}.{field}: must be a finite number >= 0, got {value!r}")
+
+
+def check_weight_map(value: object, field: str, problems: list[str]) -> None:
+    """A mapping task name -> weight."""
+    if not isinstance(value, Mapping):
+        problems.append(
+            f"{PREFIX}.{field}: must be a mapping of task name to weight, e.g. {{mrpc: 2}}, "
+            f"got {type(value).__name__}"
+        )
+        return
+    for task, weight in value.items():
+        if not isinstance(task, str):
+            problems.append(f"{PREFIX}.{field}: task names must be strings, got {task!r}")
+            continue
+        check_weight(weight, f"{field}.{task}", problems)
+
+
+def check_unknown_tasks(
+    weights: Mapping[str, object], field: str, tasks: Iterable[str], problems: list[str]
+) -> None:
+    known = list(tasks)
+    for task in weights:
+        if task not in known:
+            problems.append(
+                f"{PREFIX}.{field}.{task}: not one of the run's tasks ({', '.join(known)})"
+                f"{_did_you_mean(str(task), known)}"
+            )
+
+
+def check_keys(
+    raw: Mapping[str, object], allowed: Iterable[str], scheme: str, problems: list[str]
+) -> None:
+    """Every key must be a setting of the chosen scheme: a typo must not be silently ignored."""
+    allowed = ["scheme", *allowed]
+    for key in raw:
+        if key not in allowed:
+            problems.append(
+                f"{PREFIX}.{key}: not a setting of scheme {scheme!r}"
+                f"{_did_you_mean(str(key), allowed)}; its settings are {', '.join(allowed)}"
+            )
+
+
+def _did_you_mean(word: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,129 @@
+"""What a weighting scheme is, and the base class of the built-in ones."""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from trainer.weighting._checks import PREFIX, check_keys
+
+
+@runtime_checkable
+class WeightingScheme(Protocol):
+    """Gives each training batch the factor its loss is multiplied by."""
+
+    def weight(self, task: str, epoch: int, step: int) -> float: ...
+
+    def stage(self, epoch: int) -> str | None: ...
+
+    def focus(self, epoch: int, step: int) -> str | None: ...
+
+
+class Scheme(abc.ABC):
+    """Base class of the built-in schemes.
+
+    Lifecycle, as the training loop uses it:
+
+    - `__init__(settings, tasks, central_task)` once per run, through `build_scheme`, after the
+      settings were validated. `tasks` are the run's task names, central task first, then the
+      auxiliary tasks in config order.
+    - `stage(epoch)` at the start of every epoch, to log and report what the epoch trains
+      ("swl" / "iwl" for SIWLM; None for schemes without stages).
+    - `weight(task, epoch, step)` before every backward pass, with the batch's task; the batch
+      loss (a plain mean over its examples) is multiplied by the returned value.
+    - `focus(epoch, step)` alongside `weight`, for logs only: the task the scheme favours at that
+      update, or None.
+
+    `epoch` counts from 1; `step` is the update index within the epoch, from 0, counting every
+    batch of every task. All three are pure functions of their arguments: no state changes
+    between calls, so the loop may call them in any order and a resumed run gets the weights
+    of an uninterrupted one.
+    """
+
+    name: ClassVar[str]
+    settings_type: ClassVar[type]
+
+    def __init__(self, settings: Any, tasks: Sequence[str], central_task: str | None) -> None:
+        self.settings = settings
+        self.tasks = tuple(tasks)
+        self.central_task = central_task
+
+    @abc.abstractmethod
+    def weight(self, task: str, epoch: int, step: int) -> float:
+        """Loss factor of a batch of `task` at update `step` of `epoch`: finite, >= 0."""
+
+    def stage(self, epoch: int) -> str | None:
+        """Name of the stage that `epoch` trains, or None."""
+        self._check_position(epoch, 0)
+        return None
+
+    def focus(self, epoch: int, step: int) -> str | None:
+        """The task favoured at this update, or None."""
+        self._check_position(epoch, step)
+        return None
+
+    def _check_position(self, epoch: int, step: int, task: str | None = None) -> None:
+        # Programming errors of the caller, not user input: ValueError, not ConfigError.
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 1:
+            raise ValueError(f"epoch counts from 1, got {epoch!r}")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ValueError(f"step counts from 0, got {step!r}")
+        if task is not None and task not in self.tasks:
+            raise ValueError(f"unknown task {task!r}; this scheme knows {', '.join(self.tasks)}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.settings!r}, tasks={self.tasks!r})"
+
+
+class Settings:
+    """Mixin of the frozen settings dataclasses: building from YAML and validating.
+
+    Each subclass is a frozen dataclass with a `scheme` field (init=False) naming its scheme, so
+    `dataclasses.asdict(settings)` is a complete record of the weighting.
+    """
+
+    KEYS: ClassVar[tuple[str, ...]]
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], problems: list[str]) -> Any:
+        """Settings from the YAML mapping, or None after appending what is wrong with it."""
+        found: list[str] = []
+        check_keys(raw, cls.KEYS, cls.scheme_name(), found)
+        # Mappings are copied so the settings do not alias the caller's (mutable) YAML tree.
+        kwargs = {
+            key: dict(raw[key]) if isinstance(raw[key], Mapping) else raw[key]
+            for key in cls.KEYS
+            if key in raw
+        }
+        missing = [key for key in cls.required() if key not in raw]
+        for key in missing:
+            found.append(f"{PREFIX}.{key}: required for scheme {cls.scheme_name()!r}")
+        if not missing:
+            settings = cls(**kwargs)
+            found.extend(settings.problems())
+        problems.extend(found)
+        return None if found else settings
+
+    @classmethod
+    def scheme_name(cls) -> str:
+        return cls.__dataclass_fields__["scheme"].default  # type: ignore[attr-defined]
+
+    @classmethod
+    def required(cls) -> tuple[str, ...]:
+        return tuple(
+            f.name
+            for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+            if f.init
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        )
+
+    def problems(self) -> list[str]:
+        """What is wrong with the values themselves (types, ranges)."""
+        return []
+
+    def task_problems(self, tasks: Sequence[str], central_task: str | None) -> list[str]:
+        """What does not fit the run's tasks (unknown task names, missing central task)."""
+        return []

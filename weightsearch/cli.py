@@ -1,0 +1,59 @@
+"""The `weightsearch` console script: a thin dispatcher over the packages' own subcommands.
+
+Each package registers its subcommands in its `cli` module and imports its heavy dependencies
+only inside the handler, so `weightsearch train` never imports ray and `recommend` never
+imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from weightsearch.errors import WeightsearchError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse exits with 2 on usage errors already; keep its message to one clear line."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from studies import cli as studies_cli
+    from sweep import cli as sweep_cli
+    from trainer import cli as trainer_cli
+
+    parser = _Parser(prog="weightsearch", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    trainer_cli.register(sub)
+    sweep_cli.register(sub)
+    studies_cli.register(sub)
+    return parser
+
+
+def _version() -> str:
+    from weightsearch import __version__
+
+    return f"weightsearch {__version__}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except WeightsearchError as exc:
+        print(f"weightsearch {args.command}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print(f"weightsearch {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

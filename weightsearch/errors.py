@@ -1,0 +1,36 @@
+"""The project's one exception root.
+
+Every error caused by user input derives from `WeightsearchError`; the CLI turns it into a
+message on stderr and exit code 2 (usage) without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class WeightsearchError(Exception):
+    """Root of every error the project raises on purpose."""
+
+    exit_code = 2
+
+
+class ConfigError(WeightsearchError):
+    """One or more invalid settings; `problems` lists every one of them at once."""
+
+    def __init__(self, problems: list[str] | str, source: str | None = None) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        self.source = source
+        head = f"invalid configuration in {source}" if source else "invalid configuration"
+        body = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{head}:\n{body}")
+
+
+class DataError(WeightsearchError):
+    """A data file is missing, unreadable, or does not match its task definition."""
+
+
+class StorageError(WeightsearchError):
+    """The study database cannot be reached or does not hold what was asked for."""
+
+
+class ClusterError(WeightsearchError):
+    """Ray cannot be started or the given cluster address does not answer."""
