@@ -70,7 +70,8 @@ def _storage(args) -> str:
 def run_inspect(args) -> int:
     from studies.inspection import inspect
 
-    print(inspect(_storage(args), args.study, args.format, args.plot))
+    text = inspect(_storage(args), args.study, args.format, args.plot)
+    print(text, end="" if text.endswith("\n") else "\n")
     if args.plot:
         print(f"plot written to {args.plot}", file=sys.stderr)
     return 0
@@ -106,6 +107,7 @@ def run_recommend(args) -> int:
 
     if args.data_dir and not args.task:
         raise ConfigError("--data-dir goes with --task PRESET")
+    size = None if args.evaluate else _train_size(args)  # user errors before any DB access
     evidence = load_evidence(_storage(args))
     if args.evaluate:
         rows, rate, over = leave_one_task_out(evidence)
@@ -115,7 +117,7 @@ def run_recommend(args) -> int:
             print(evaluation_text(rows, rate, over))
         rec = None
     else:
-        rec = recommend_from(evidence, _train_size(args), args.task_type)
+        rec = recommend_from(evidence, size, args.task_type)
         print(json.dumps(rec.to_dict(), indent=2) if args.format == "json"
               else recommendation_text(rec))
     if args.plot:

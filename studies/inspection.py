@@ -67,7 +67,7 @@ def _table(rows: list[dict]) -> str:
             df[col] = df[col].map(_compact)
     df = df.astype(object).where(df.notna(), "-")
     return df.to_string(index=False, formatters={
-        c: (lambda v: v if isinstance(v, str) else f"{v:.4g}") for c in df.columns
+        c: (lambda v: v if isinstance(v, str) else f"{v:.6g}") for c in df.columns
         if c not in ("central_weight", "seed", "train_size")})
 
 

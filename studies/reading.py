@@ -146,18 +146,15 @@ def _as_int(v) -> int | None:
         return None
 
 
-def read_central(storage, name: str, user_attrs: dict | None = None) -> CentralStudy:
-    """Load one `<study>/<central>` Optuna study with its cells and curve."""
-    import optuna
-
-    study = optuna.load_study(study_name=name, storage=storage)
-    attrs = study.user_attrs if user_attrs is None else user_attrs
+def build_central(name: str, attrs: dict, maximize: bool, trials) -> CentralStudy:
+    """A CentralStudy from a study's user attributes and its FrozenTrials."""
     base, central = schema.split_study_name(name)
+    central = attrs.get(schema.A_CENTRAL, central or name)
     cells = []
-    for t in study.get_trials(deepcopy=False):
+    for t in trials:
         weight = t.params.get(schema.PARAM)
         cells.append(Cell(
-            study=name, central_task=attrs.get(schema.A_CENTRAL, central), number=t.number,
+            study=name, central_task=central, number=t.number,
             weight=float(weight) if weight is not None else None,
             seed=_as_int(t.user_attrs.get(schema.T_SEED)),
             state=STATE_KEYS.get(t.state.name, t.state.name.lower()),
@@ -168,28 +165,70 @@ def read_central(storage, name: str, user_attrs: dict | None = None) -> CentralS
     for c in cells:
         counts[c.state] = counts.get(c.state, 0) + 1
     return CentralStudy(
-        name=name, study=attrs.get(schema.A_STUDY, base),
-        central_task=attrs.get(schema.A_CENTRAL, central or name),
+        name=name, study=attrs.get(schema.A_STUDY, base), central_task=central,
         task_type=attrs.get(schema.A_TASK_TYPE), train_size=_as_int(attrs.get(schema.A_TRAIN_SIZE)),
         primary_metric=attrs.get(schema.A_PRIMARY),
-        source=attrs.get(schema.A_SOURCE, schema.SOURCE_SWEEP),
-        maximize=study.direction.name != "MINIMIZE",
+        source=attrs.get(schema.A_SOURCE, schema.SOURCE_SWEEP), maximize=maximize,
         counts=counts, curve=_curve(cells), cells=tuple(cells),
     )
 
 
-def study_names(storage) -> list[str]:
+def read_central(storage, name: str) -> CentralStudy:
+    """Load one `<study>/<central>` Optuna study with its cells and curve."""
     import optuna
 
-    return sorted(s.study_name for s in optuna.get_all_study_summaries(storage, False))
+    study = optuna.load_study(study_name=name, storage=storage)
+    return build_central(name, study.user_attrs, study.direction.name != "MINIMIZE",
+                         study.get_trials(deepcopy=False))
+
+
+def study_names(storage) -> list[str]:
+    # storage.get_all_studies, not optuna.get_all_study_summaries: the latter loads every trial
+    # of every study (seconds for 10,000 trials) to count them.
+    return sorted(s.study_name for s in storage.get_all_studies())
 
 
 def read_all(storage) -> list[CentralStudy]:
-    import optuna
+    return StudyCache(storage).refresh()[1]
 
-    summaries = optuna.get_all_study_summaries(storage, include_best_trial=False)
-    return [read_central(storage, s.study_name, s.user_attrs)
-            for s in sorted(summaries, key=lambda s: s.study_name)]
+
+class StudyCache:
+    """Every study of a storage, kept loaded: a refresh reads only new and unfinished trials.
+
+    Each `optuna.Study` keeps Optuna's own trial cache (finished trials never change), so after
+    the first read a refresh costs a few small queries, however many trials there are.
+    """
+
+    def __init__(self, storage) -> None:
+        self.storage = storage
+        self._studies: dict[str, object] = {}
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._built: dict[str, CentralStudy] = {}
+
+    def refresh(self) -> tuple[bool, list[CentralStudy]]:
+        """(whether anything changed since the last refresh, every study, sorted by name)."""
+        import optuna
+
+        frozen = {s.study_name: s for s in self.storage.get_all_studies()}
+        changed = set(frozen) != set(self._built)
+        for name in list(self._built):
+            if name not in frozen:  # deleted
+                self._built.pop(name)
+                self._studies.pop(name, None)
+                self._seen.pop(name, None)
+        for name, fs in frozen.items():
+            study = self._studies.get(name)
+            if study is None:
+                study = self._studies[name] = optuna.load_study(study_name=name,
+                                                                storage=self.storage)
+            trials = study.get_trials(deepcopy=False)
+            seen = (len(trials), sum(t.state.name == "COMPLETE" for t in trials))
+            if seen != self._seen.get(name) or name not in self._built:
+                maximize = fs.direction.name != "MINIMIZE"
+                self._built[name] = build_central(name, fs.user_attrs, maximize, trials)
+                self._seen[name] = seen
+                changed = True
+        return changed, [self._built[n] for n in sorted(self._built)]
 
 
 def resolve(storage, url: str, name: str) -> list[str]:
@@ -203,19 +242,3 @@ def resolve(storage, url: str, name: str) -> list[str]:
             f"no study named {name!r} in {url}; `weightsearch inspect --storage {url}` lists them"
         )
     return matches
-
-
-def fingerprint(storage) -> tuple:
-    """A cheap token that changes when a study or a finished trial is added.
-
-    Finished trials never change their value, so (study, n trials, n complete) per study is
-    enough to know that cached evidence is stale.
-    """
-    from optuna.trial import TrialState
-
-    out = []
-    for s in storage.get_all_studies():
-        sid = storage.get_study_id_from_name(s.study_name)
-        out.append((s.study_name, storage.get_n_trials(sid),
-                    storage.get_n_trials(sid, state=TrialState.COMPLETE)))
-    return tuple(sorted(out))

@@ -2,12 +2,12 @@
 
 Launch and resume run `weightsearch launch|resume` as background subprocesses, so the server
 process never imports ray (or torch) and a crashed sweep cannot take the server down.
-GET /recommend answers from evidence cached in memory; a background refresh re-reads the
-database when a cheap fingerprint (studies and trial counts) changed, at most every `refresh_s`.
+GET /recommend answers from evidence cached in memory; a background refresh, at most every
+`refresh_s`, reads only new and unfinished trials (Optuna caches finished ones per study).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: FastAPI reads the route signatures at runtime,
+# and their types (Request, ...) are imported inside create_app, out of reach of string lookups.
 import datetime as dt
 import hmac
 import json
@@ -30,16 +30,18 @@ TaskType = Literal["classification", "regression", "ranking"]
 
 
 class _Database:
-    """The storage opened once (opening checks the schema: too slow per request), and the
-    recommender's evidence, cached and refreshed in the background."""
+    """The storage, opened once (opening checks the schema: too slow per request); every study,
+    kept loaded (`StudyCache`: a refresh reads only new and unfinished trials); and the
+    recommender's evidence, refreshed in the background when older than `refresh_s`."""
 
     def __init__(self, url: str, refresh_s: float) -> None:
         self.url = url
         self.refresh_s = refresh_s
         self._storage = None
-        self._lock = threading.Lock()
+        self._cache = None
+        self._open_lock = threading.Lock()
+        self._lock = threading.Lock()  # the StudyCache is not thread-safe
         self._evidence = None
-        self._fingerprint: tuple | None = None
         self._checked = 0.0
         self._refreshing = False
 
@@ -48,32 +50,40 @@ class _Database:
         from studies.reading import open_quiet, sqlite_file_missing
 
         if self._storage is None:
-            with self._lock:
+            with self._open_lock:
                 if self._storage is None and not sqlite_file_missing(self.url):
                     self._storage = open_quiet(self.url)
         return self._storage
 
+    def studies(self):
+        """Every study, up to date (a cheap refresh); updates the evidence when they changed."""
+        from studies.reading import StudyCache
+
+        storage = self.storage()
+        if storage is None:
+            if self._evidence is None:
+                self._evidence = load_evidence(None)
+            return []
+        with self._lock:
+            if self._cache is None:
+                self._cache = StudyCache(storage)
+            changed, studies = self._cache.refresh()
+            if changed or self._evidence is None:
+                self._evidence = merge_evidence(prior_evidence(), study_evidence(studies))
+            self._checked = time.monotonic()
+        return studies
+
     def evidence(self):
         if self._evidence is None:
-            self._refresh()
+            self.refresh()
         elif time.monotonic() - self._checked > self.refresh_s and not self._refreshing:
             self._refreshing = True
-            threading.Thread(target=self._refresh, daemon=True).start()
+            threading.Thread(target=self.refresh, daemon=True).start()
         return self._evidence
 
-    def _refresh(self) -> None:
-        from studies.reading import fingerprint, read_all
-
+    def refresh(self) -> None:
         try:
-            storage = self.storage()
-            if storage is None:
-                self._evidence = load_evidence(None)
-            else:
-                fp = fingerprint(storage)
-                if fp != self._fingerprint or self._evidence is None:
-                    measured = study_evidence(read_all(storage))
-                    self._evidence = merge_evidence(prior_evidence(), measured)
-                    self._fingerprint = fp
+            self.studies()
         except Exception:  # keep serving the last good evidence; the log says why
             log.exception("refreshing the recommender's evidence from %s failed", self.url)
             if self._evidence is None:
@@ -94,9 +104,14 @@ def _redacted(url: str) -> str:
 
 def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
                require_token: bool = False, refresh_s: float = 5.0,
-               log_dir: str | os.PathLike | None = None):
-    """The FastAPI app. `require_token`: POST routes need `Authorization: Bearer $<token_env>`
-    (set it whenever the server listens beyond loopback)."""
+               log_dir: str | os.PathLike | None = None, command: list[str] | None = None):
+    """The FastAPI app.
+
+    require_token: POST routes need `Authorization: Bearer $<token_env>` (set it whenever the
+    server listens beyond loopback). refresh_s: how stale the recommender's evidence may get.
+    log_dir: where launched runs write their study file and log. command: the program that
+    launch/resume run, `weightsearch` by default (the same interpreter, `-m weightsearch.cli`).
+    """
     from fastapi import Depends, FastAPI, HTTPException, Query, Request
     from fastapi.responses import JSONResponse
 
@@ -107,6 +122,8 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
         raise ConfigError(f"the service requires a bearer token but ${token_env} is not set; "
                           f"export {token_env}=<secret>")
     db = _Database(storage_url, refresh_s)
+    threading.Thread(target=db.refresh, daemon=True).start()  # warm up before the first request
+    program = list(command or [sys.executable, "-m", "weightsearch.cli"])
     runs = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "weightsearch-service"
     app = FastAPI(title="weightsearch", version=__version__,
                   description="Weight-search studies of the central task (MT-DNN + SIWLM).")
@@ -129,12 +146,6 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
         if not hmac.compare_digest(header[7:].strip().encode(), token.encode()):
             raise HTTPException(403, "wrong bearer token")
 
-    def read_studies():
-        from studies.reading import read_all
-
-        storage = db.storage()
-        return [] if storage is None else read_all(storage)
-
     def base_exists(name: str) -> list[str]:
         from studies.reading import study_names
 
@@ -150,18 +161,17 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
     def list_studies() -> dict:
         from studies.inspection import overview
 
-        return {"studies": overview(read_studies())}
+        return {"studies": overview(db.studies())}
 
     @app.get("/studies/{name:path}")
     def get_study(name: str) -> dict:
         from studies.inspection import cell_rows
-        from studies.reading import read_central
 
-        names = base_exists(name)
-        if not names:
+        every = db.studies()
+        studies = [s for s in every if s.name == name] or \
+            [s for s in every if schema.split_study_name(s.name)[0] == name]
+        if not studies:
             raise HTTPException(404, f"no study named {name!r}; GET /studies lists them")
-        storage = db.storage()
-        studies = [read_central(storage, n) for n in (names if name not in names else [name])]
         cells = cell_rows(studies)
         return {"study": name, "central_tasks": [
             {**s.summary(), "curve": [vars(w) for w in s.curve],
@@ -181,7 +191,7 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
         log_path = runs / f"{label}-{stamp}.log"
         with open(log_path, "w") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "weightsearch.cli", *argv],
+                [*program, *argv],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # survives the server's Ctrl-C
             )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
+import time
 from pathlib import Path
 
 from weightsearch.errors import StorageError
@@ -24,6 +27,11 @@ def engine_kwargs(url: str) -> dict:
     """
     if url.startswith("sqlite"):
         return {"connect_args": {"timeout": 120}}
+    if url.startswith("postgresql"):
+        # Robustness (faults work): fail within seconds on an unreachable host instead of
+        # waiting for the OS's TCP timeout (minutes).
+        return {"pool_pre_ping": True, "pool_recycle": 1800,
+                "connect_args": {"connect_timeout": 10}}
     return {"pool_pre_ping": True, "pool_recycle": 1800}
 
 
@@ -53,13 +61,12 @@ def open_storage(url: str | None = None):
 
     Raises StorageError with the URL and the fix when the database cannot be reached.
     """
-    import optuna
     import sqlalchemy.exc
 
     url = url or default_storage_url()
     check_url(url)
     try:
-        return optuna.storages.RDBStorage(
+        storage = _resilient_class()(
             url,
             engine_kwargs=engine_kwargs(url),
             # A trial whose process died (SIGKILL, lost node) stops heartbeating; the next
@@ -73,3 +80,108 @@ def open_storage(url: str | None = None):
             f"cannot open study storage {url!r}: {first}. Check that the database server is "
             "running and the URL (driver, host, port, database name) is right"
         ) from None
+    if storage.engine.dialect.name == "sqlite":
+        _use_sqlite_wal(storage)
+    return storage
+
+
+# --- Robustness additions (faults work, issue 5) --------------------------------------------
+# 1. SQLite in WAL mode: readers (inspect, serve) no longer block the sweep's writes, and
+#    concurrent writers queue on one lock instead of failing.
+# 2. Transient database errors are retried: a PostgreSQL restart or failover drops every
+#    connection and refuses new ones for a few seconds. pool_pre_ping only replaces connections
+#    that are dead at checkout; an operation that meets the outage itself would otherwise raise
+#    and kill the sweep's driver.
+
+RETRY_DEADLINE_S = 90.0  # longer than a PostgreSQL restart; shorter than anyone waits for a hang
+_log = logging.getLogger("weightsearch.storage")
+
+# RDBStorage methods that talk to the database (those Optuna's cached wrapper calls included).
+# A retry after an error on commit could in principle repeat a write that did land (a new trial,
+# a state change); the window is the instant of the commit itself, and each of these either
+# tolerates a repeat or fails loudly instead of silently corrupting the study.
+_RETRIED = (
+    "create_new_study", "delete_study", "set_study_user_attr", "set_study_system_attr",
+    "get_study_id_from_name", "get_study_name_from_id", "get_study_directions",
+    "get_study_user_attrs", "get_study_system_attrs", "get_trial_user_attrs",
+    "get_trial_system_attrs", "get_all_studies", "create_new_trial", "_create_new_trial",
+    "set_trial_param", "_set_trial_param", "get_trial_param", "set_trial_state_values",
+    "set_trial_intermediate_value", "set_trial_user_attr", "set_trial_system_attr",
+    "get_trial_id_from_study_id_trial_number", "get_trial", "get_all_trials", "_get_trials",
+    "get_best_trial", "_get_best_trial_id", "record_heartbeat", "_get_stale_trial_ids",
+)
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """A lost or refused connection (OperationalError), possibly wrapped by Optuna."""
+    import sqlalchemy.exc
+
+    seen = 0
+    while exc is not None and seen < 5:
+        if isinstance(exc, sqlalchemy.exc.OperationalError):
+            # SQLite reports lasting problems ("no such table", "unable to open") as
+            # OperationalError too: only its lock contention is worth waiting out.
+            if type(exc.orig).__module__.startswith("sqlite3"):
+                return "locked" in str(exc.orig) or "busy" in str(exc.orig)
+            return True
+        if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
+            return True
+        exc, seen = exc.__cause__, seen + 1
+    return False
+
+
+def _retrying(method):
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        deadline = time.monotonic() + RETRY_DEADLINE_S
+        delay = 0.5
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except Exception as exc:
+                if not _is_transient(exc) or time.monotonic() + delay > deadline:
+                    raise
+                cause = exc.__cause__ or exc
+                first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+                _log.warning("study storage: %s failed (%s); retrying in %.1fs",
+                             method.__name__, first, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 8.0)
+
+    return call
+
+
+@functools.cache
+def _resilient_class() -> type:
+    import optuna
+
+    namespace = {name: _retrying(getattr(optuna.storages.RDBStorage, name)) for name in _RETRIED}
+    namespace["__module__"] = __name__
+    namespace["__doc__"] = "Optuna's RDBStorage whose operations retry transient connection loss."
+    return type("_ResilientRDBStorage", (optuna.storages.RDBStorage,), namespace)
+
+
+def __getattr__(name: str):
+    # Built on first use so that importing this module does not import Optuna; reachable by
+    # name so that pickle (Ray, multiprocessing) finds the class.
+    if name == "_ResilientRDBStorage":
+        return _resilient_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _set_wal(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+    finally:
+        cursor.close()
+
+
+def _use_sqlite_wal(storage) -> None:
+    from sqlalchemy import event
+
+    if storage.engine.url.database in (None, "", ":memory:"):
+        return
+    event.listen(storage.engine, "connect", _set_wal)
+    # Connections opened while Optuna created the tables predate the listener: drop them.
+    storage.engine.dispose()

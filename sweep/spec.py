@@ -8,7 +8,8 @@
     seeds: [1]                        # replicates of every weight
     resources: {cpu: 1, gpu: 0}       # per trial; fractional GPUs share one device
     max_concurrent: null              # default: what the cluster's CPUs/GPUs allow
-    scheduler: fifo                   # or asha, or {name: asha, grace_period: 1, reduction_factor: 3}
+    scheduler: fifo                   # or asha, or {name: asha, grace_period: 1,
+                                      #                reduction_factor: 3}
     max_failures: 1                   # Ray retries per trial; a retry resumes its checkpoint
     workdir: ./weightsearch_runs      # trial outputs and checkpoints; every node must reach it
     warm_start: [9]                   # guided search only: weights tried first
@@ -171,7 +172,7 @@ def _read(source: str | os.PathLike | Mapping[str, Any]) -> tuple[str | None, An
     if isinstance(source, Mapping):
         return None, dict(source)
     text_given = isinstance(source, str) and (
-        "\n" in source or ":" in source and not Path(source).is_file()
+        "\n" in source or (":" in source and not Path(source).is_file())
     )
     if text_given:
         label, text = None, str(source)
@@ -202,10 +203,11 @@ def _is_real(value: Any) -> bool:
 
 
 def _weight_problem(where: str, value: Any) -> str | None:
+    fix = f"use a weight from {WEIGHT_LOW:g} to {WEIGHT_HIGH:g}"
     if not _is_real(value):
-        return f"{where}: {value!r} is not a number; use a weight from {WEIGHT_LOW:g} to {WEIGHT_HIGH:g}"
+        return f"{where}: {value!r} is not a number; {fix}"
     if not WEIGHT_LOW <= value <= WEIGHT_HIGH:
-        return f"{where}: {value!r} is out of range; use a weight from {WEIGHT_LOW:g} to {WEIGHT_HIGH:g}"
+        return f"{where}: {value!r} is out of range; {fix}"
     return None
 
 
@@ -235,7 +237,9 @@ def _parse(raw: Mapping[str, Any], label: str | None) -> StudySpec:
 
     max_concurrent = raw.get("max_concurrent")
     if max_concurrent is not None and (not _is_int(max_concurrent) or max_concurrent < 1):
-        problems.append(f"max_concurrent: expected a whole number >= 1 or null, got {max_concurrent!r}")
+        problems.append(
+            f"max_concurrent: expected a whole number >= 1 or null, got {max_concurrent!r}"
+        )
     max_failures = raw.get("max_failures", 1)
     if not _is_int(max_failures) or max_failures < 0:
         problems.append(f"max_failures: expected a whole number >= 0, got {max_failures!r}")
@@ -303,9 +307,10 @@ def _parse_train(raw: Any, problems: list[str]) -> tuple[dict[str, Any], tuple[s
         if isinstance(train.get(key), str) and train[key].strip():
             train[key] = _absolute(train[key])
     encoder = train.get("encoder")
-    if isinstance(encoder, str) and encoder.startswith((".", "~")):
-        train["encoder"] = _absolute(encoder)
-    elif isinstance(encoder, str) and "/" in encoder and Path(encoder).expanduser().exists():
+    # A hub id looks like "org/name"; a local folder is made absolute.
+    if isinstance(encoder, str) and (
+        encoder.startswith((".", "~")) or Path(encoder).expanduser().is_dir()
+    ):
         train["encoder"] = _absolute(encoder)
 
     probe = {**train, "weighting": {**(train.get("weighting") or {}),
@@ -437,7 +442,9 @@ def _parse_resources(raw: Any, problems: list[str]) -> Resources:
         problems.append(f"resources.cpu: expected a number > 0, got {cpu!r}")
         cpu = 1
     if not _is_real(gpu) or gpu < 0:
-        problems.append(f"resources.gpu: expected a number >= 0 (fractions share a GPU), got {gpu!r}")
+        problems.append(
+            f"resources.gpu: expected a number >= 0 (fractions share a GPU), got {gpu!r}"
+        )
         gpu = 0
     elif gpu > 1 and gpu != int(gpu):
         problems.append(f"resources.gpu: {gpu!r}: above 1, ask for whole GPUs")
@@ -448,7 +455,9 @@ def _parse_scheduler(raw: Any, problems: list[str]) -> Scheduler:
     if isinstance(raw, str):
         raw = {"name": raw}
     if not isinstance(raw, Mapping):
-        problems.append(f"scheduler: expected fifo, asha or a mapping {{name: asha, ...}}, got {raw!r}")
+        problems.append(
+            f"scheduler: expected fifo, asha or a mapping {{name: asha, ...}}, got {raw!r}"
+        )
         return Scheduler()
     for key in sorted(set(raw) - {"name", "grace_period", "reduction_factor"}):
         problems.append(f"scheduler.{key}: unknown setting; known: name, grace_period, "

@@ -91,9 +91,10 @@ def _load_split(spec: TaskSpec, split: str, path: Path, tokenizer: Any, max_seq_
                                              "source": str(path), "key": key}))
         try:
             os.rename(tmp, entry)  # atomic; fails if a concurrent trial published it first
-        except OSError:
+        except OSError as err:
             if not (entry / _META).is_file():
-                raise
+                raise DataError(f"{entry}: cannot publish the tokenized cache ({err}); if that "
+                                "folder is a leftover, delete it and run again") from err
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return _read_entry(entry)
@@ -161,8 +162,7 @@ def _tokenize_rows(spec: TaskSpec, rows: TaskRows, tokenizer: Any,
     }
     if rows.groups is not None:
         columns["group"] = pa.array(rows.groups)
-    table = pa.table(columns)
-    return datasets.Dataset(datasets.table.InMemoryTable(table)), len(too_long)
+    return datasets.Dataset.from_dict(columns), len(too_long)
 
 
 def _list_array(seqs: list[list[int]], lengths: np.ndarray, value_type: pa.DataType) -> pa.Array:

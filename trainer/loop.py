@@ -197,10 +197,10 @@ def train(
                 epoch_losses.append(pending[-1][1])
                 global_step += 1
                 examples_seen += len(indices)
+                bar.update(1)
                 if len(pending) >= cfg.log_every or step == len(plan) - 1:
                     last = _flush_steps(pending, steps_log)
-                    bar.set_postfix(epoch=epoch, loss=f"{last:.4f}", refresh=False)
-                    bar.update(len(pending))
+                    bar.set_postfix(epoch=epoch, loss=f"{last:.4f}")
                     pending = []
         if runtime.device.type == "cuda":
             torch.cuda.synchronize()

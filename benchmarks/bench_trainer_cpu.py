@@ -1,0 +1,142 @@
+"""Trainer throughput against a plain transformers loop, in one invocation, interleaved.
+
+The baseline pads each batch to its longest sequence and never sorts by length, as the
+reference MT-DNN code does; both sides train the same examples (the first N of each task) in
+the same number of updates, with the same encoder, batch size and optimizer. Speed on a shared
+machine drifts, so the runs alternate (trainer, plain, trainer, plain, ...) and the ratio of
+medians is the figure to quote.
+
+    python benchmarks/bench_trainer_cpu.py --data-dir ../shared/data/glue --tasks rte,mrpc
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int,
+               max_len: int, encoder_path: str, seed: int) -> dict:
+    """A straightforward MT-DNN epoch: random batches, padded to their longest, no caching tricks."""
+    import numpy as np
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from trainer.readers import read_task_file, resolve_path
+    from trainer.tasks import PRESETS
+
+    tok = AutoTokenizer.from_pretrained(encoder_path)
+    torch.manual_seed(seed)
+    model = AutoModel.from_pretrained(encoder_path)
+    heads = torch.nn.ModuleDict()
+    encoded = {}
+    for name in tasks:
+        spec = PRESETS[name]
+        rows = read_task_file(spec, resolve_path(data_dir, spec.train_file))
+        n = min(n_examples, len(rows.labels))
+        pair = (rows.text_a[:n], rows.text_b[:n]) if rows.text_b is not None else (rows.text_a[:n],)
+        enc = tok(*pair, truncation=True, max_length=max_len)
+        labels = torch.tensor(np.asarray(rows.labels[:n]))
+        encoded[name] = (enc, labels)
+        out = 1 if spec.type != "classification" else spec.num_labels
+        heads[name] = torch.nn.Sequential(torch.nn.Dropout(0.1),
+                                          torch.nn.Linear(model.config.hidden_size, out))
+    params = list(model.parameters()) + list(heads.parameters())
+    opt = torch.optim.Adamax(params, lr=5e-5)
+    rng = np.random.default_rng(seed)
+    batches = []
+    for name, (enc, _) in encoded.items():
+        order = rng.permutation(len(enc["input_ids"]))
+        batches += [(name, order[i:i + batch_size]) for i in range(0, len(order), batch_size)]
+    rng.shuffle(batches)
+    model.train()
+    examples, start = 0, time.perf_counter()
+    for name, idx in batches:
+        enc, labels = encoded[name]
+        feats = tok.pad({k: [enc[k][i] for i in idx] for k in enc}, return_tensors="pt")
+        pooled = model(**feats).pooler_output
+        logits = heads[name](pooled)
+        y = labels[idx]
+        if logits.shape[-1] == 1:
+            loss = torch.nn.functional.mse_loss(logits.squeeze(-1), y.float())
+        else:
+            loss = torch.nn.functional.cross_entropy(logits, y.long())
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        examples += len(idx)
+    elapsed = time.perf_counter() - start
+    return {"examples_per_s": examples / elapsed, "updates": len(batches), "examples": examples}
+
+
+def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: int, max_len: int,
+                encoder: str, seed: int, cache_dir: str, bucketing: bool) -> dict:
+    from trainer import load_config, train
+
+    with tempfile.TemporaryDirectory() as out:
+        cfg = load_config({
+            "encoder": encoder, "data_dir": data_dir, "tasks": tasks,
+            "weighting": {"scheme": "equal"}, "epochs": 1, "batch_size": batch_size,
+            "max_seq_len": max_len, "max_train_examples": n_examples, "max_eval_examples": 64,
+            "seed": seed, "output_dir": os.path.join(out, "run"), "cache_dir": cache_dir,
+            "length_bucketing": bucketing,
+        })
+        result = train(cfg, quiet=True)
+        steps = sum(1 for _ in open(os.path.join(out, "run", "steps.jsonl")))
+    return {"examples_per_s": result.train_examples_per_s, "updates": steps,
+            "examples": sum(result.train_sizes.values())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", default="../shared/data/glue")
+    parser.add_argument("--tasks", default="rte,mrpc")
+    parser.add_argument("--examples", type=int, default=320, help="training examples per task")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-seq-len", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--encoder", default="all-MiniLM-L6-v2")
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+
+    import torch
+
+    from trainer.encoders import resolve_encoder
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tasks = args.tasks.split(",")
+    encoder_path = resolve_encoder(args.encoder)
+    cache = tempfile.mkdtemp(prefix="bench-cache-")
+    # Warm the tokenization cache: the trainer tokenizes once per study, not once per run.
+    trainer_run(args.data_dir, tasks, 32, args.batch_size, args.max_seq_len, args.encoder, 0,
+                cache, True)
+    runs: dict[str, list[dict]] = {"trainer": [], "plain": []}
+    for rep in range(args.repeats):
+        runs["trainer"].append(trainer_run(args.data_dir, tasks, args.examples, args.batch_size,
+                                           args.max_seq_len, args.encoder, rep + 1, cache, True))
+        runs["plain"].append(plain_loop(args.data_dir, tasks, args.examples, args.batch_size,
+                                        args.max_seq_len, encoder_path, rep + 1))
+        print(f"repeat {rep + 1}: trainer {runs['trainer'][-1]['examples_per_s']:.1f} ex/s, "
+              f"plain {runs['plain'][-1]['examples_per_s']:.1f} ex/s", flush=True)
+    med = {k: statistics.median(r["examples_per_s"] for r in v) for k, v in runs.items()}
+    summary = {
+        "tasks": tasks, "examples_per_task": args.examples, "batch_size": args.batch_size,
+        "max_seq_len": args.max_seq_len, "threads": torch.get_num_threads(),
+        "updates": {k: v[0]["updates"] for k, v in runs.items()},
+        "trainer_examples_per_s": round(med["trainer"], 1),
+        "plain_examples_per_s": round(med["plain"], 1),
+        "ratio": round(med["trainer"] / med["plain"], 2),
+    }
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

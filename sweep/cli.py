@@ -1,0 +1,74 @@
+"""`weightsearch launch` and `weightsearch resume`; ray is imported only inside the handlers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from studies.storage import default_storage_url
+
+if TYPE_CHECKING:
+    from sweep.launch import SweepSummary
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "launch", help="run a weight-search study (only the cells not finished yet)",
+        description="Run every pending cell (central task, weight, seed) of a study file on Ray; "
+        "results go to the Optuna study database.",
+    )
+    p.add_argument("study_file", metavar="STUDY.yaml", help="the study file")
+    _common(p)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a study setting, e.g. --set train.epochs=1 (repeatable)")
+    p.set_defaults(handler=_launch)
+
+    r = sub.add_parser(
+        "resume", help="continue a study with the configuration stored in the database",
+        description="Run the cells of study STUDY that have not finished, e.g. after the "
+        "driver was killed; trials continue from their last epoch checkpoint.",
+    )
+    r.add_argument("study", metavar="STUDY", help="the study name (without /<central task>)")
+    _common(r)
+    r.set_defaults(handler=_resume)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--storage", metavar="URL", default=None,
+                   help="SQLAlchemy URL of the study database (default: the study file's "
+                   f"storage, else $WEIGHTSEARCH_STORAGE or {default_storage_url()})")
+    p.add_argument("--ray-address", metavar="ADDR", default=None,
+                   help="join a running Ray cluster (host:port of the head node) instead of "
+                   "starting one on this machine")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _launch(args: argparse.Namespace) -> int:
+    from sweep.launch import launch
+    from sweep.spec import load_study_spec
+
+    spec = load_study_spec(args.study_file, overrides=args.overrides)
+    summary = launch(spec, storage_url=args.storage, ray_address=args.ray_address,
+                     progress=not args.quiet)
+    return _report(summary)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from sweep.launch import resume
+
+    summary = resume(args.study, storage_url=args.storage, ray_address=args.ray_address,
+                     progress=not args.quiet)
+    return _report(summary)
+
+
+def _report(summary: SweepSummary) -> int:
+    for line in summary.lines():
+        print(line)
+    print(f"details: weightsearch inspect {summary.study} --storage {summary.storage_url}")
+    if not summary.finished:
+        print(f"{summary.total - summary.complete} cells did not finish; "
+              f"`weightsearch resume {summary.study} --storage {summary.storage_url}` "
+              "runs them again", file=sys.stderr)
+        return 1
+    return 0

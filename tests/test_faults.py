@@ -1,0 +1,425 @@
+"""Faults on a real multi-node Ray cluster with the PostgreSQL study database.
+
+The cluster runs on this machine: a head node that offers no CPUs (the driver attaches to it)
+and two 1-CPU worker nodes, all started with `ray start` and token authentication. The nodes
+share the filesystem, as the nodes of a real cluster share the workdir. Every process the test
+starts carries a marker in its environment; teardown SIGKILLs exactly those processes.
+
+- a worker node dies (its raylet SIGKILLed) mid-epoch: the trial moves to the other node and
+  continues from its last epoch checkpoint; the study completes;
+- the driver is SIGKILLed mid-study: `weightsearch resume` completes it, every cell once;
+- PostgreSQL restarts while trials run: the study completes, no finished trial is lost.
+
+Each test prints a FAULT line with what happened and the seconds of training lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from studies import schema as S
+
+pytestmark = [pytest.mark.integration, pytest.mark.postgres]
+
+RAY = str(Path(sys.executable).with_name("ray"))
+MARKER = "WEIGHTSEARCH_FAULT_CLUSTER"
+NODE = "WEIGHTSEARCH_FAULT_NODE"
+WORKERS = ("node_b", "node_c")
+DRIVER_TIMEOUT_S = 420
+
+
+# --- processes ---------------------------------------------------------------------------
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class Cluster:
+    """A Ray cluster of this machine's processes, each marked so teardown finds only ours."""
+
+    temp_dir: str
+    env: dict[str, str]
+    port: int = field(default_factory=_free_port)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def pids(self, **match: str) -> list[int]:
+        """Live processes of this cluster (and its drivers), optionally filtered by env vars."""
+        marker = self.env[MARKER]
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                env = _environ(int(entry.name))
+                if env.get(MARKER) == marker and all(env.get(k) == v for k, v in match.items()):
+                    found.append(int(entry.name))
+        return found
+
+    def _ray_start(self, node: str, *args: str) -> None:
+        ports = [f"--{name}={_free_port()}" for name in (
+            "node-manager-port", "object-manager-port", "metrics-export-port",
+            "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
+        )]
+        subprocess.run(
+            [RAY, "start", "--node-ip-address=127.0.0.1", f"--temp-dir={self.temp_dir}",
+             "--object-store-memory=100000000", "--include-log-monitor=false",
+             "--disable-usage-stats", *ports, *args],
+            env={**self.env, NODE: node}, check=True, capture_output=True, timeout=120,
+        )
+
+    def start(self) -> None:
+        # The head offers no CPUs: it runs GCS and the driver, never a trial, so a worker node
+        # can die without taking the driver with it.
+        self._ray_start("head", "--head", f"--port={self.port}", "--num-cpus=0",
+                        "--include-dashboard=false")
+        for name in WORKERS:
+            self._ray_start(name, f"--address={self.address}", "--num-cpus=1",
+                            f"--resources={json.dumps({name: 1})}")
+
+    def trial_nodes(self) -> dict[int, str]:
+        """pid -> node of the Ray worker processes that are running a trial right now."""
+        out = {}
+        for pid in self.pids():
+            title = _cmdline(pid)
+            if title.startswith("ray::") and "IDLE" not in title and _comm(pid) != "raylet":
+                parent = _ppid(pid)
+                if parent and _comm(parent) == "raylet":
+                    out[pid] = _environ(pid).get(NODE, "?")
+        return out
+
+    def raylet(self, node: str) -> int:
+        pids = [p for p in self.pids(**{NODE: node}) if _comm(p) == "raylet"]
+        assert len(pids) == 1, f"expected one raylet for {node}, found {pids}"
+        return pids[0]
+
+    def stop(self) -> None:
+        for _ in range(20):
+            pids = self.pids()
+            if not pids:
+                return
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.5)
+        raise AssertionError(f"cluster processes survived SIGKILL: {self.pids()}")
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    # A short temp dir: Ray's unix socket paths must stay under ~107 characters.
+    temp_dir = tempfile.mkdtemp(prefix="wsray", dir="/tmp")
+    env = {
+        **os.environ,
+        MARKER: uuid.uuid4().hex,
+        # Token authentication on every node and client, with a token private to this test.
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),
+        # Declare a silent node dead after ~3 s instead of Ray's default ~30 s.
+        "RAY_health_check_initial_delay_ms": "1000",
+        "RAY_health_check_period_ms": "1000",
+        "RAY_health_check_timeout_ms": "1000",
+        "RAY_health_check_failure_threshold": "3",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+    }
+    env.pop("RAY_ADDRESS", None)
+    c = Cluster(temp_dir, env)
+    try:
+        c.start()
+        yield c
+    finally:
+        c.stop()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+# --- studies -----------------------------------------------------------------------------
+def _study_file(tmp_path: Path, name: str, url: str, encoder: str, data: Path, weights: list,
+                concurrent: int, epochs: int = 3, examples: int = 192) -> Path:
+    spec = {
+        "study": name,
+        "storage": url,
+        "train": {
+            "encoder": encoder, "data_dir": str(data), "tasks": ["rte", "mrpc"],
+            "epochs": epochs, "batch_size": 8, "max_train_examples": examples,
+            "max_eval_examples": 64, "max_seq_len": 64, "num_threads": 1,
+            "keep_checkpoints": epochs,  # every epoch's checkpoint stays, as evidence
+            "cache_dir": str(tmp_path / "cache"),
+        },
+        "central_tasks": ["rte"],
+        "weights": weights,
+        "seeds": [1],
+        "resources": {"cpu": 1, "gpu": 0},
+        "max_concurrent": concurrent,
+        "max_failures": 2,
+        "workdir": str(tmp_path / "runs"),
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _driver(cluster: Cluster, tmp_path: Path, *args: str) -> tuple[subprocess.Popen, Path]:
+    log = tmp_path / f"driver-{int(time.time() * 1000)}.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "weightsearch.cli", *args, "--ray-address", cluster.address,
+         "--quiet"],
+        env={**cluster.env, NODE: "driver"}, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        cwd=tmp_path,
+    )
+    return proc, log
+
+
+def _wait(proc: subprocess.Popen, log: Path) -> str:
+    try:
+        proc.wait(timeout=DRIVER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"driver still running after {DRIVER_TIMEOUT_S}s:\n"
+                             f"{log.read_text()[-3000:]}") from None
+    text = log.read_text()
+    assert proc.returncode == 0, f"driver exited {proc.returncode}:\n{text[-3000:]}"
+    return text
+
+
+def _trials(url: str, name: str) -> list:
+    import optuna
+
+    return optuna.load_study(study_name=S.study_name(name, "rte"), storage=url).get_trials()
+
+
+def _complete(url: str, name: str) -> list:
+    from optuna.trial import TrialState
+
+    try:
+        return [t for t in _trials(url, name) if t.state == TrialState.COMPLETE]
+    except Exception:  # the driver has not created the study yet
+        return []
+
+
+def _checkpoints(trial_dir: Path) -> dict[int, float]:
+    """epoch -> write time of each complete epoch checkpoint in a trial folder."""
+    out = {}
+    for meta in trial_dir.glob("checkpoints/epoch-*/meta.json"):
+        with contextlib.suppress(OSError, ValueError):
+            out[int(json.loads(meta.read_text())["epoch"])] = meta.stat().st_mtime
+    return out
+
+
+def _poll(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None,
+          interval: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"driver exited ({proc.returncode}) while waiting for {what}")
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def _assert_every_cell_once(url: str, name: str, weights: list) -> list:
+    from optuna.trial import TrialState
+
+    trials = _trials(url, name)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    cells = sorted(t.user_attrs[S.T_CELL] for t in complete)
+    assert cells == sorted(S.cell_key(w, 1) for w in weights), cells
+    assert not [t.number for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+    for t in complete:
+        assert [h["epoch"] for h in t.user_attrs[S.T_HISTORY]] == [1, 2, 3]
+    return trials
+
+
+# --- the faults --------------------------------------------------------------------------
+def test_node_killed_mid_epoch_trial_continues_on_other_node(
+    cluster: Cluster, postgres_url: str, tiny_encoder: str, sample_data_dir: Path,
+    tmp_path: Path,
+) -> None:
+    weights = [1, 9]
+    study = _study_file(tmp_path, "nodekill", postgres_url, tiny_encoder, sample_data_dir,
+                        weights, concurrent=1)
+    proc, log = _driver(cluster, tmp_path, "launch", str(study))
+    try:
+        runs = tmp_path / "runs" / "nodekill" / "rte"
+        first = _poll(lambda: [d for d in runs.glob("w*_s1") if _checkpoints(d)], 240,
+                      "the first epoch checkpoint", proc)[0]
+        time.sleep(0.8)  # an epoch takes about 2 s here: kill in the middle of epoch 2
+        victim = _poll(lambda: {n for n in cluster.trial_nodes().values() if n in WORKERS},
+                       30, "the trial's worker process")
+        assert len(victim) == 1, victim
+        node = victim.pop()
+        ckpts = _checkpoints(first)
+        last_epoch = max(ckpts)
+        assert last_epoch < 3, "the trial finished before the kill; make epochs longer"
+        os.kill(cluster.raylet(node), signal.SIGKILL)
+        killed_at = time.time()
+        lost_s = killed_at - ckpts[last_epoch]
+        other = next(n for n in WORKERS if n != node)
+        # The next checkpoint of the trial continues the epoch count: it did not start over.
+        resumed = _poll(lambda: {e: t for e, t in _checkpoints(first).items() if t > killed_at},
+                        180, "a checkpoint after the kill", proc)
+        assert min(resumed) == last_epoch + 1, (resumed, last_epoch)
+        recovered_s = resumed[min(resumed)] - killed_at
+        text = _wait(proc, log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    trials = _assert_every_cell_once(postgres_url, "nodekill", weights)
+    assert len(trials) == len(weights)  # Ray retried the same trial: no extra Optuna trial
+    # Checkpoints written before the kill are untouched: nothing before them was retrained.
+    assert all(_checkpoints(first)[e] == ckpts[e] for e in ckpts)
+    print(f"\nFAULT node kill: SIGKILLed the raylet of {node} {lost_s:.2f}s after the epoch-"
+          f"{last_epoch} checkpoint; the trial resumed on {other} at epoch {last_epoch + 1} "
+          f"(next checkpoint {recovered_s:.1f}s after the kill); study complete, "
+          f"{len(trials)} trials. Lost training: {lost_s:.2f}s.\n{text.strip()}")
+
+
+def test_killed_driver_then_resume_runs_every_cell_once(
+    cluster: Cluster, postgres_url: str, tiny_encoder: str, sample_data_dir: Path,
+    tmp_path: Path,
+) -> None:
+    from optuna.trial import TrialState
+
+    weights = [1, 3, 6, 9]
+    study = _study_file(tmp_path, "driverkill", postgres_url, tiny_encoder, sample_data_dir,
+                        weights, concurrent=2)
+    proc, _ = _driver(cluster, tmp_path, "launch", str(study))
+    try:
+        # Kill once a trial has finished and the next ones have checkpoints mid-run.
+        _poll(lambda: _complete(postgres_url, "driverkill"), 300, "a finished trial", proc,
+              interval=0.5)
+        runs = tmp_path / "runs" / "driverkill" / "rte"
+        _poll(lambda: sum(1 for d in runs.glob("w*_s1") if _checkpoints(d)) >= 2, 120,
+              "a second trial's checkpoint", proc)
+        os.kill(proc.pid, signal.SIGKILL)
+        killed_at = time.time()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # Ray ends the dead driver's trials; wait until their processes are gone.
+    _poll(lambda: not cluster.trial_nodes(), 60, "the killed driver's trials to stop")
+    before = _trials(postgres_url, "driverkill")
+    done_before = {t.user_attrs[S.T_CELL] for t in before if t.state == TrialState.COMPLETE}
+    running = [t for t in before if t.state == TrialState.RUNNING]
+    lost_s = 0.0
+    for t in running:  # training since each orphan's last checkpoint is what the kill cost
+        ckpts = _checkpoints(runs / f"w{t.params[S.PARAM]:g}_s1")
+        lost_s += killed_at - max(ckpts.values(), default=killed_at)
+
+    proc, log = _driver(cluster, tmp_path, "resume", "driverkill", "--storage", postgres_url)
+    text = _wait(proc, log)
+    trials = _assert_every_cell_once(postgres_url, "driverkill", weights)
+    orphans = [t for t in trials if t.number in {r.number for r in running}]
+    assert orphans and all(t.state == TrialState.FAIL for t in orphans)
+    after = {t.user_attrs[S.T_CELL] for t in trials if t.state == TrialState.COMPLETE}
+    assert done_before < after
+    print(f"\nFAULT driver kill: SIGKILLed the driver with {len(done_before)} of "
+          f"{len(weights)} cells done and {len(running)} trials RUNNING; `weightsearch resume` "
+          f"marked those FAIL and ran the {len(weights) - len(done_before)} missing cells "
+          f"(resumed from their checkpoints); every cell COMPLETE once. Lost training: "
+          f"{lost_s:.2f}s.\n{text.strip()}")
+
+
+def _pg_cluster() -> list[str]:
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    return ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main"]
+
+
+def _pg_running() -> bool:
+    return subprocess.run([*_pg_cluster(), "status"], capture_output=True).returncode == 0
+
+
+@pytest.fixture
+def restartable_postgres(postgres_url: str) -> Iterator[str]:
+    if shutil.which("pg_ctlcluster") is None or not Path("/etc/postgresql").is_dir():
+        pytest.skip("restarting PostgreSQL needs pg_ctlcluster (Debian's postgresql-common)")
+    try:
+        yield postgres_url
+    finally:
+        if not _pg_running():  # never leave the server down for the tests that follow
+            subprocess.run([*_pg_cluster(), "start"], check=True, timeout=120)
+
+
+def test_postgres_restart_mid_study_loses_nothing(
+    cluster: Cluster, restartable_postgres: str, tiny_encoder: str, sample_data_dir: Path,
+    tmp_path: Path,
+) -> None:
+    url = restartable_postgres
+    weights = [1, 3, 6, 9]
+    study = _study_file(tmp_path, "pgrestart", url, tiny_encoder, sample_data_dir, weights,
+                        concurrent=2)
+    proc, log = _driver(cluster, tmp_path, "launch", str(study))
+    try:
+        done = _poll(lambda: _complete(url, "pgrestart"), 300, "a finished trial", proc,
+                     interval=0.5)
+        done_before = {t.user_attrs[S.T_CELL] for t in done}
+        _poll(lambda: cluster.trial_nodes(), 60, "trials running", proc)
+        started = time.time()
+        subprocess.run([*_pg_cluster(), "restart"], check=True, capture_output=True, timeout=120)
+        outage_s = time.time() - started
+        text = _wait(proc, log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    trials = _assert_every_cell_once(url, "pgrestart", weights)
+    after = {t.user_attrs[S.T_CELL] for t in trials if t.user_attrs.get(S.T_CELL)}
+    assert done_before <= after
+    print(f"\nFAULT postgres restart: restarted PostgreSQL ({outage_s:.1f}s) with "
+          f"{len(done_before)} cells done and trials running; the driver retried its writes "
+          f"and the study completed, every cell once, {len(trials)} trials. Lost training: "
+          f"0s.\n{text.strip()}")

@@ -1,0 +1,95 @@
+"""`weightsearch import`: validation of every row before any write, and what lands in Optuna."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+from studies import schema
+from studies.importer import import_file
+from studies.reading import open_quiet, read_central, study_names
+from weightsearch.errors import DataError, StorageError
+
+TABLE2 = Path(__file__).resolve().parents[1] / "studies" / "data" / "siwlm_table2.csv"
+HEADER = "central_task,task_type,train_size,central_weight,seed,metric\n"
+GOOD = "rte,classification,2490,1,0,70.1\nrte,classification,2490,9,0,71.5\n"
+
+
+@pytest.fixture
+def url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'studies.db'}"
+
+
+@pytest.fixture(scope="module")
+def held_url(tmp_path_factory) -> str:
+    """A database that already holds a study (shared: a rejected import writes nothing)."""
+    folder = tmp_path_factory.mktemp("held")
+    (folder / "ok.csv").write_text(HEADER + GOOD)
+    url = f"sqlite:///{folder / 'studies.db'}"
+    import_file(folder / "ok.csv", "before", url)
+    return url
+
+
+def _names(url: str) -> list[str]:
+    return study_names(open_quiet(url))
+
+
+def test_paper_table_imports_as_one_study_per_central_task(url):
+    names = import_file(TABLE2, "siwlm-paper", url)
+    assert sorted(names) == sorted(f"siwlm-paper/{t}" for t in
+                                   ("mnli", "qqp", "qnli", "sst2", "cola", "stsb", "mrpc", "rte"))
+    storage = open_quiet(url)
+    study = optuna.load_study(study_name="siwlm-paper/stsb", storage=storage)
+    assert study.user_attrs[schema.A_SOURCE] == schema.SOURCE_IMPORTED
+    assert study.user_attrs[schema.A_TRAIN_SIZE] == 5749
+    assert study.user_attrs[schema.A_TASK_TYPE] == "regression"
+    assert study.user_attrs[schema.A_PRIMARY] == "pearson_spearman_mean"
+    trials = study.get_trials()
+    assert len(trials) == 6 and {t.state.name for t in trials} == {"COMPLETE"}
+    nine = next(t for t in trials if t.params[schema.PARAM] == 9.0)
+    assert nine.value == pytest.approx(88.11)
+    assert nine.user_attrs[schema.T_CELL] == "9|0"
+    assert nine.user_attrs[schema.T_METRICS]["stsb"]["spearman"] == pytest.approx(88.20)
+    cola = read_central(storage, "siwlm-paper/cola")
+    assert cola.best.weight == 12 and cola.best.mean == pytest.approx(53.64)
+
+
+def test_importing_into_an_existing_study_name_is_refused(url, tmp_path):
+    f = tmp_path / "a.csv"
+    f.write_text(HEADER + GOOD)
+    import_file(f, "mine", url)
+    with pytest.raises(StorageError, match=r"already exists.*delete-study"):
+        import_file(f, "mine", url)
+    assert _names(url) == ["mine/rte"]
+
+
+@pytest.mark.parametrize("body,message", [
+    ("central_task,task_type,train_size,central_weight,metric\nrte,classification,2490,1,70\n",
+     "missing column.*seed"),
+    (HEADER + "rte,classification,2490,1,0,seventy\n", r"line 2: metric 'seventy' is not a number"),
+    (HEADER + GOOD + "rte,classification,2490,16,0,70\n", r"line 4: central_weight 16 is outside"),
+    (HEADER + "rte,classification,2490,0,0,70\n" + GOOD, r"line 2: central_weight 0 is outside"),
+    (HEADER + GOOD + "rte,classification,2490,9,0,72\n", r"line 4: duplicate of line 3"),
+    (HEADER + "rte,generation,2490,1,0,70\n", "task_type 'generation'"),
+    (HEADER + "rte,classification,-3,1,0,70\n", "train_size '-3' is not a positive"),
+])
+def test_malformed_files_are_rejected_and_nothing_is_written(held_url, tmp_path, body, message):
+    before = _names(held_url)
+    f = tmp_path / "bad.csv"
+    f.write_text(body)
+    with pytest.raises(DataError, match=message):
+        import_file(f, "after", held_url)
+    assert _names(held_url) == before == ["before/rte"]
+
+
+def test_every_problem_is_reported_at_once(url, tmp_path):
+    f = tmp_path / "bad.csv"
+    f.write_text(HEADER + "rte,classification,2490,0,0,x\nmrpc,classification,3668,20,0,1\n")
+    with pytest.raises(DataError) as err:
+        import_file(f, "s", url)
+    text = str(err.value)
+    assert "3 problem(s), nothing was imported" in text
+    assert "line 2: central_weight 0" in text and "line 2: metric 'x'" in text
+    assert "line 3: central_weight 20" in text

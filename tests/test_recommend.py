@@ -1,0 +1,107 @@
+"""The recommender on a database filled by `import`: blending, leave-one-task-out, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from studies.importer import import_file
+from studies.recommend import leave_one_task_out, load_evidence, recommend
+from weightsearch.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLE2 = ROOT / "studies" / "data" / "siwlm_table2.csv"
+# A measured RTE (same data as the paper's) whose best weight is 3, over two seeds.
+RTE_AT_3 = "central_task,task_type,train_size,central_weight,seed,metric\n" + "".join(
+    f"rte,classification,2490,{w},{s},{m + s}\n"
+    for w, m in ((1, 60), (3, 70), (9, 62), (15, 61)) for s in (1, 2)
+)
+
+
+@pytest.fixture(scope="module")
+def paper_url(tmp_path_factory) -> str:
+    url = f"sqlite:///{tmp_path_factory.mktemp('rec') / 'paper.db'}"
+    import_file(TABLE2, "siwlm-paper", url)
+    return url
+
+
+def test_imported_paper_table_replaces_the_prior_points(paper_url):
+    evidence = load_evidence(paper_url)
+    assert len(evidence) == 8  # each task once: the measured study wins over the prior copy
+    assert {p.source for p in evidence} == {"studies"}
+    rec = recommend(2500, storage_url=paper_url)
+    assert rec.source == "studies" and rec.central_weight >= 9
+    assert rec.evidence[0]["study"] == "siwlm-paper/rte"
+    assert recommend(300_000, storage_url=paper_url).central_weight < 6
+
+
+def test_a_measured_study_moves_the_recommendation(tmp_path):
+    url = f"sqlite:///{tmp_path / 'own.db'}"
+    f = tmp_path / "rte.csv"
+    f.write_text(RTE_AT_3)
+    import_file(f, "mine", url)
+    evidence = load_evidence(url)
+    rte = [p for p in evidence if p.task == "rte"]
+    assert len(rte) == 1 and rte[0].source == "studies" and rte[0].best_weight == 3
+    assert rte[0].n_seeds == 2
+    blended = recommend(2490, storage_url=url)
+    assert blended.source == "both"
+    assert blended.central_weight < recommend(2490).central_weight
+
+
+def test_leave_one_task_out_on_the_paper_table(paper_url):
+    rows, rate, over = leave_one_task_out(load_evidence(paper_url))
+    assert over == "studies" and len(rows) == 8
+    assert {"task", "recommended", "recommended_grid", "best_weight", "top2", "hit"} <= set(rows[0])
+    assert all(len(r["top2"]) == 2 and r["best_weight"] == r["top2"][0] for r in rows)
+    assert 0.0 <= rate <= 1.0
+    print(f"leave-one-task-out hit rate on Table 2: {rate:.3f}")
+
+
+def test_cli_json_text_plot_and_evaluate(paper_url, tmp_path, capsys):
+    assert main(["recommend", "--train-size", "2500", "--storage", paper_url,
+                 "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"central_weight", "interval", "train_size", "task_type", "source", "evidence"} <= \
+        set(out)
+    assert out["central_weight"] >= 9 and len(out["interval"]) == 2
+
+    png = tmp_path / "rec.png"
+    assert main(["recommend", "--train-size", "300000", "--task-type", "classification",
+                 "--storage", paper_url, "--plot", str(png)]) == 0
+    assert "recommended central weight" in capsys.readouterr().out
+    assert png.stat().st_size > 10_000
+
+    assert main(["recommend", "--evaluate", "--storage", paper_url, "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["tasks"]) == 8 and 0 <= report["hit_rate"] <= 1
+
+
+def test_cli_counts_a_data_file(tmp_path, capsys):
+    tsv = tmp_path / "train.tsv"  # a GLUE-like TSV with a stray quote: quoting must be off
+    tsv.write_text("index\tsentence\tlabel\n" + "".join(f'{i}\tsay "hi\t1\n' for i in range(1234)))
+    empty_db = f"sqlite:///{tmp_path / 'none.db'}"
+    assert main(["recommend", "--data", str(tsv), "--storage", empty_db, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["train_size"] == 1234 and out["source"] == "prior"
+    assert not (tmp_path / "none.db").exists()  # reading never creates a database
+
+
+def test_cli_counts_a_preset_task(capsys):
+    pytest.importorskip("trainer.data")
+    sample = ROOT / "data" / "glue_sample"
+    assert main(["recommend", "--task", "rte", "--data-dir", str(sample),
+                 "--storage", "sqlite:///" + str(sample / "absent.db"), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["train_size"] > 0 and out["task_type"] == "classification"
+
+
+def test_cli_usage_errors_exit_2(capsys):
+    assert main(["recommend", "--train-size", "0"]) == 2
+    assert "positive" in capsys.readouterr().err
+    assert main(["recommend", "--data", "/no/such/file.csv"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["recommend", "--task", "nosuchtask", "--data-dir", "."]) == 2
+    assert "not a preset" in capsys.readouterr().err

@@ -1,0 +1,95 @@
+"""End to end: a real study on Ray with the tiny encoder, read back through Optuna's API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from studies import schema as S
+
+pytestmark = pytest.mark.integration
+
+
+def study_dict(name: str, tiny_encoder: str, data_dir: Path, tmp_path: Path) -> dict:
+    return {
+        "study": name,
+        "storage": f"sqlite:///{tmp_path / 'studies.db'}",
+        "train": {
+            "encoder": tiny_encoder,
+            "data_dir": str(data_dir),
+            "tasks": ["rte", "mrpc", "stsb"],
+            "epochs": 1,
+            "batch_size": 16,
+            "max_train_examples": 32,
+            "max_eval_examples": 32,
+        },
+        "central_tasks": ["rte", "stsb"],
+        "weights": [1, 9],
+        "seeds": [1],
+        "workdir": str(tmp_path / "runs"),
+    }
+
+
+def test_study_runs_every_cell_exactly_once(
+    tiny_encoder: str, sample_data_dir: Path, tmp_path: Path
+) -> None:
+    import optuna
+    import ray
+    from optuna.trial import TrialState
+
+    from sweep.launch import launch
+    from sweep.spec import load_study_spec
+
+    spec = load_study_spec(study_dict("e2e", tiny_encoder, sample_data_dir, tmp_path))
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        summary = launch(spec, progress=False)
+        assert summary.finished and summary.ran == 4 and summary.failed == 0
+        assert {c.central for c in summary.centrals} == {"rte", "stsb"}
+
+        url = spec.storage
+        assert sorted(optuna.get_all_study_names(url)) == ["e2e/rte", "e2e/stsb"]
+        for central, task_type, metric in (("rte", "classification", "accuracy"),
+                                           ("stsb", "regression", "corr")):
+            study = optuna.load_study(study_name=f"e2e/{central}", storage=url)
+            attrs = study.user_attrs
+            assert attrs[S.A_CENTRAL] == central and attrs[S.A_TASK_TYPE] == task_type
+            assert attrs[S.A_PRIMARY] == metric and attrs[S.A_TRAIN_SIZE] == 32
+            assert attrs[S.A_AUX_TASKS] == [t for t in ("rte", "mrpc", "stsb") if t != central]
+            assert attrs[S.A_AUX_SIZES] == dict.fromkeys(attrs[S.A_AUX_TASKS], 32)
+            assert attrs[S.A_DIGEST] == spec.digest() and attrs[S.A_SOURCE] == S.SOURCE_SWEEP
+            assert attrs[S.A_VARIANT] == "reference" and attrs[S.A_ENCODER] == tiny_encoder
+            assert attrs[S.A_SPEC] == spec.to_dict()
+
+            trials = study.get_trials()
+            assert [t.state for t in trials] == [TrialState.COMPLETE] * 2
+            assert sorted(t.params[S.PARAM] for t in trials) == [1.0, 9.0]
+            for t in trials:
+                ua = t.user_attrs
+                assert ua[S.T_CELL] == S.cell_key(t.params[S.PARAM], 1) and ua[S.T_SEED] == 1
+                assert ua[S.T_ATTEMPT] == 0 and ua[S.T_BEST_EPOCH] == 1
+                assert t.intermediate_values == {1: t.value}
+                assert t.value == ua[S.T_METRICS][central][metric]
+                assert set(ua[S.T_METRICS]) == {"rte", "mrpc", "stsb"}
+                assert ua[S.T_FINAL_METRICS] == ua[S.T_METRICS]
+                assert [h["epoch"] for h in ua[S.T_HISTORY]] == [1]
+                assert ua[S.T_WALL_TIME] > 0 and ua[S.T_EXAMPLES_PER_S] > 0
+                cell_dir = Path(spec.trial_dir(central, t.params[S.PARAM], 1))
+                assert (cell_dir / "checkpoints").is_dir() or any(cell_dir.iterdir())
+
+        # Exactly once: a second launch finds nothing pending and trains nothing.
+        again = launch(spec, progress=False)
+        assert again.ran == 0 and again.finished
+        for central in ("rte", "stsb"):
+            assert len(optuna.load_study(study_name=f"e2e/{central}", storage=url).trials) == 2
+
+        # Same name, different training setup: refused before anything is written.
+        from weightsearch.errors import ConfigError
+
+        changed = study_dict("e2e", tiny_encoder, sample_data_dir, tmp_path)
+        changed["train"]["epochs"] = 2
+        with pytest.raises(ConfigError, match="different configuration"):
+            launch(load_study_spec(changed), progress=False)
+    finally:
+        ray.shutdown()

@@ -1,0 +1,127 @@
+"""Task presets and the validation of the YAML `tasks` list."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainer.tasks import METRICS, PRESETS, TASK_TYPES, parse_tasks
+
+
+def parse(raw: object) -> tuple[tuple, list[str]]:
+    problems: list[str] = []
+    return parse_tasks(raw, problems), problems
+
+
+def test_presets_are_consistent() -> None:
+    assert set(PRESETS) == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli",
+                            "snli", "scitail"}
+    for name, spec in PRESETS.items():
+        assert spec.name == name
+        assert spec.type in TASK_TYPES
+        assert spec.primary_metric in spec.metrics
+        assert set(spec.metrics) <= set(METRICS)
+    assert PRESETS["cola"].primary_metric == "mcc" and PRESETS["cola"].dropout == 0.05
+    assert PRESETS["cola"].header is False and PRESETS["cola"].text_a == "3"
+    assert PRESETS["stsb"].type == "regression" and PRESETS["stsb"].labels is None
+    assert PRESETS["stsb"].primary_metric == "corr" and PRESETS["stsb"].num_labels == 1
+    assert PRESETS["mnli"].num_labels == 3
+    assert PRESETS["mnli"].dev_files == (("matched", "MNLI/dev_matched.tsv"),
+                                         ("mismatched", "MNLI/dev_mismatched.tsv"))
+    assert PRESETS["qnli"].type == "ranking" and PRESETS["qnli"].group == "question"
+    assert PRESETS["qnli"].labels is not None and PRESETS["qnli"].labels[1] == "entailment"
+    assert PRESETS["mrpc"].metrics == ("accuracy", "f1")
+    assert PRESETS["snli"].label == "gold_label" and PRESETS["scitail"].header is False
+
+
+@pytest.mark.parametrize("spelling,name", [("SST-2", "sst2"), ("STS-B", "stsb"), ("rte", "rte"),
+                                           ("CoLA", "cola"), ("sts_b", "stsb")])
+def test_preset_spellings(spelling: str, name: str) -> None:
+    specs, problems = parse([spelling])
+    assert problems == [] and specs == (PRESETS[name],)
+
+
+def test_preset_with_overrides() -> None:
+    specs, problems = parse([{"preset": "rte", "dropout": 0.2},
+                             {"preset": "rte", "name": "rte_small", "train_file": "/x/t.tsv"},
+                             {"preset": "mrpc", "metrics": ["f1"]}])
+    assert problems == []
+    assert specs[0].dropout == 0.2 and specs[0].labels == PRESETS["rte"].labels
+    assert specs[1].name == "rte_small" and specs[1].train_file == "/x/t.tsv"
+    assert specs[2].metrics == ("f1",) and specs[2].primary_metric == "f1"
+
+
+def test_full_definition() -> None:
+    specs, problems = parse([
+        {"name": "Sentiment", "type": "classification", "train_file": "s/train.csv",
+         "dev_files": "s/dev.csv", "text_a": "review", "label": "stars", "labels": [1, 2, 3]},
+        {"name": "sim", "type": "regression", "train_file": "a.jsonl",
+         "dev_files": {"test_a": "b.jsonl", "test_b": "c.jsonl"}, "text_a": "x", "text_b": "y",
+         "label": "score"},
+        {"name": "qa", "type": "ranking", "train_file": "q.parquet", "dev_files": "qd.parquet",
+         "text_a": "q", "text_b": "a", "group": "q", "labels": ["no", "yes"]},
+    ])
+    assert problems == []
+    s, r, q = specs
+    assert s.name == "sentiment" and s.format == "csv" and s.labels == ("1", "2", "3")
+    assert s.dev_files == (("dev", "s/dev.csv"),) and s.num_labels == 3
+    assert r.format == "jsonl" and r.dev_splits == ("test_a", "test_b")
+    assert r.metrics == ("pearson", "spearman", "corr") and r.primary_metric == "corr"
+    assert q.format == "parquet" and q.num_labels == 1
+
+
+def test_all_problems_reported_at_once() -> None:
+    specs, problems = parse([
+        "rtee",
+        "rte",
+        "RTE",
+        {"name": "x", "type": "clasification", "train_file": "a.txt", "dev_files": 3,
+         "metrics": ["acc"], "colour": "red"},
+        {"name": "c", "type": "classification", "train_file": "a.tsv", "dev_files": "b.tsv",
+         "primary_metric": "f1", "metrics": ["accuracy"]},
+        {"name": "r", "type": "regression", "train_file": "a.tsv", "dev_files": "b.tsv",
+         "metrics": ["accuracy"]},
+        {"type": "classification"},
+        {"preset": "nope"},
+    ])
+    assert specs == (PRESETS["rte"],)
+    text = "\n".join(problems)
+    expected = [
+        "tasks[0]: unknown preset 'rtee'",
+        "tasks[2].name: task name 'rte' is already used by tasks[1]",
+        "tasks[3].colour: unknown key",
+        "tasks[3].type: unknown task type 'clasification'",
+        "tasks[3].dev_files:",
+        "tasks[3].format: cannot tell the format",
+        "tasks[3].metrics: unknown metric(s) 'acc'",
+        "tasks[4].primary_metric: 'f1' is not in metrics",
+        "tasks[4].labels: a classification task needs its label set",
+        "tasks[5].metrics: accuracy cannot score a regression task",
+        "tasks[6].name: missing",
+        "tasks[6].train_file: missing",
+        "tasks[7].preset: unknown preset 'nope'",
+    ]
+    for fragment in expected:
+        assert fragment in text, f"{fragment!r} not in:\n{text}"
+
+
+@pytest.mark.parametrize("item,fragment", [
+    ({"preset": "stsb", "labels": ["a", "b"]}, "tasks[0].labels: a regression task has no label"),
+    ({"preset": "rte", "group": "sentence1"}, "tasks[0].group: only ranking tasks use group"),
+    ({"preset": "qnli", "group": None}, "tasks[0].group: a ranking task needs"),
+    ({"preset": "mnli", "metrics": ["accuracy", "f1"]}, "f1 is computed for binary tasks only"),
+    ({"preset": "cola", "text_a": "sentence"}, "tasks[0].text_a: 'sentence' is not a column index"),
+    ({"preset": "rte", "dropout": 1.5}, "tasks[0].dropout: must be a number in [0, 1)"),
+    ({"preset": "rte", "labels": ["a", "a"]}, "tasks[0].labels: must be a list of distinct"),
+    ({"preset": "rte", "format": "xml"}, "tasks[0].format: unknown format 'xml'"),
+    ({"preset": "rte", "header": "yes"}, "tasks[0].header: must be true or false"),
+])
+def test_single_problem(item: dict, fragment: str) -> None:
+    specs, problems = parse([item])
+    assert specs == ()
+    assert any(fragment in p for p in problems), problems
+
+
+@pytest.mark.parametrize("raw", [None, [], 3, {"rte": 1}])
+def test_bad_list(raw: object) -> None:
+    specs, problems = parse(raw)
+    assert specs == () and len(problems) == 1 and problems[0].startswith("tasks")
