@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int,
                max_len: int, encoder_path: str, seed: int) -> dict:
-    """A straightforward MT-DNN epoch: random batches, padded to their longest, no caching tricks."""
+    """A straightforward MT-DNN epoch: random batches padded to their longest, nothing cached."""
     import numpy as np
     import torch
     from transformers import AutoModel, AutoTokenizer
@@ -89,7 +89,8 @@ def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: in
             "length_bucketing": bucketing,
         })
         result = train(cfg, quiet=True)
-        steps = sum(1 for _ in open(os.path.join(out, "run", "steps.jsonl")))
+        with open(os.path.join(out, "run", "steps.jsonl")) as log:
+            steps = sum(1 for _ in log)
     return {"examples_per_s": result.train_examples_per_s, "updates": steps,
             "examples": sum(result.train_sizes.values())}
 

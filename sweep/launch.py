@@ -96,7 +96,7 @@ def launch(
         concurrency = _concurrency(spec, total_pending)
         studies = {c.name: _create_study(spec, storage, c, existing.get(c.name)) for c in centrals}
         for study in studies.values():
-            _fail_orphans(study)
+            _fail_orphans(study, storage)
         # Orphans are now FAIL: recompute so their cells (and attempt counts) are current.
         plans = [_plan(spec, c, studies[c.name]) for c in centrals]
         total = sum(p.remaining for p in plans)
@@ -287,7 +287,7 @@ def _create_study(spec: StudySpec, storage: Any, central: _Central, existing: An
     return optuna.load_study(study_name=study.study_name, storage=storage, sampler=sampler)
 
 
-def _fail_orphans(study: Any) -> None:
+def _fail_orphans(study: Any, storage: Any) -> None:
     """Trials left RUNNING by a killed driver: FAIL, so their cells are pending again.
 
     Their trainer checkpoints stay in the workdir, so the rerun continues where they stopped.
@@ -295,8 +295,10 @@ def _fail_orphans(study: Any) -> None:
     """
     from optuna.trial import TrialState
 
+    study_id = storage.get_study_id_from_name(study.study_name)
     for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-        study._storage.set_trial_user_attr(t._trial_id, "error", "driver stopped before it ended")
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+        storage.set_trial_user_attr(trial_id, "error", "driver stopped before it ended")
         study.tell(t.number, state=TrialState.FAIL)
 
 

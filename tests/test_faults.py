@@ -125,7 +125,8 @@ class Cluster:
         out = {}
         for pid in self.pids():
             title = _cmdline(pid)
-            if title.startswith("ray::") and "IDLE" not in title and _comm(pid) != "raylet":
+            # Tune runs a function trainable in an actor titled `ray::ImplicitFunc.<method>`.
+            if title.startswith("ray::ImplicitFunc"):
                 parent = _ppid(pid)
                 if parent and _comm(parent) == "raylet":
                     out[pid] = _environ(pid).get(NODE, "?")
@@ -222,6 +223,11 @@ def _driver(cluster: Cluster, tmp_path: Path, *args: str) -> tuple[subprocess.Po
     return proc, log
 
 
+def _summary(text: str) -> str:
+    """The driver's own summary lines, without Ray's log noise."""
+    return "\n".join(ln for ln in text.splitlines() if ln.startswith(("study ", "  rte:")))
+
+
 def _wait(proc: subprocess.Popen, log: Path) -> str:
     try:
         proc.wait(timeout=DRIVER_TIMEOUT_S)
@@ -231,7 +237,7 @@ def _wait(proc: subprocess.Popen, log: Path) -> str:
                              f"{log.read_text()[-3000:]}") from None
     text = log.read_text()
     assert proc.returncode == 0, f"driver exited {proc.returncode}:\n{text[-3000:]}"
-    return text
+    return _summary(text)
 
 
 def _trials(url: str, name: str) -> list:
@@ -305,10 +311,18 @@ def test_node_killed_mid_epoch_trial_continues_on_other_node(
         ckpts = _checkpoints(first)
         last_epoch = max(ckpts)
         assert last_epoch < 3, "the trial finished before the kill; make epochs longer"
+        # The node dies as a machine would: its raylet first, then every process it ran (a
+        # worker left alone would finish its epoch before noticing its raylet is gone).
         os.kill(cluster.raylet(node), signal.SIGKILL)
+        for pid in cluster.pids(**{NODE: node}):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         killed_at = time.time()
         lost_s = killed_at - ckpts[last_epoch]
         other = next(n for n in WORKERS if n != node)
+        _poll(lambda: other in cluster.trial_nodes().values(), 120,
+              f"the trial to restart on {other}", proc)
+        restarted_s = time.time() - killed_at
         # The next checkpoint of the trial continues the epoch count: it did not start over.
         resumed = _poll(lambda: {e: t for e, t in _checkpoints(first).items() if t > killed_at},
                         180, "a checkpoint after the kill", proc)
@@ -324,7 +338,8 @@ def test_node_killed_mid_epoch_trial_continues_on_other_node(
     assert all(_checkpoints(first)[e] == ckpts[e] for e in ckpts)
     print(f"\nFAULT node kill: SIGKILLed the raylet of {node} {lost_s:.2f}s after the epoch-"
           f"{last_epoch} checkpoint; the trial resumed on {other} at epoch {last_epoch + 1} "
-          f"(next checkpoint {recovered_s:.1f}s after the kill); study complete, "
+          f"(running there {restarted_s:.1f}s after the kill, next checkpoint after "
+          f"{recovered_s:.1f}s); study complete, "
           f"{len(trials)} trials. Lost training: {lost_s:.2f}s.\n{text.strip()}")
 
 

@@ -67,6 +67,9 @@ class RunConfig:
     num_threads: int | None = None  # torch intra-op threads; None = torch's default
     keep_checkpoints: int = 1  # epoch checkpoints kept on disk (the newest ones)
     log_every: int = 50  # updates between flushes of steps.jsonl (losses stay on device between)
+    # torch.compile the encoder (dynamic shapes, since batches are padded to their own length);
+    # pays off on GPUs for long runs, costs a warm-up compile.
+    compile: bool = False
 
     @property
     def task_names(self) -> tuple[str, ...]:

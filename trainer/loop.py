@@ -115,6 +115,8 @@ def train(
             ]
         ) from None
     model = MTDNN(encoder, cfg.tasks).to(runtime.device)
+    if cfg.compile:
+        model.encoder = torch.compile(model.encoder, dynamic=True)
     optimizer = build_optimizer(model, cfg, runtime.device)
     plans_per_epoch = [
         len(batch_plan(data, cfg.batch_size, cfg.seed, e, cfg.length_bucketing))
@@ -346,6 +348,18 @@ def _result(
             "primary_metric": cfg.task(cfg.central_task).primary_metric,
         },
     )
+
+
+def peak_memory() -> dict[str, float]:
+    """Peak host RSS of this process and, on CUDA, peak GPU memory allocated, in MiB."""
+    import resource
+    import sys
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = {"peak_rss_mib": rss / (1024 * 1024 if sys.platform == "darwin" else 1024)}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        out["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
+    return out
 
 
 def _holds_run(out: Path) -> bool:
