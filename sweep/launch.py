@@ -337,7 +337,9 @@ def _start_ray(address: str | None) -> bool:
         if address:
             ray.init(address=address, **kwargs)
         else:
-            ray.init(num_cpus=os.cpu_count() or 1, **kwargs)
+            # "local" always starts a fresh instance: a bare init() would silently join any
+            # cluster that `ray start` left running on this machine.
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, **kwargs)
     except (ConnectionError, RuntimeError, ValueError) as exc:
         where = address or "this machine"
         raise ClusterError(
@@ -395,6 +397,9 @@ def _run(spec: StudySpec, plans: list, total: int, concurrency: int, epochs: int
             scheduler=_scheduler(spec, epochs, stopped),
             num_samples=total,
             max_concurrent_trials=concurrency,
+            # A worker that already imported torch and transformers takes the next cell:
+            # those imports and the worker start cost more than a small trial's training.
+            reuse_actors=True,
         ),
         run_config=tune.RunConfig(
             storage_path=str(Path(spec.workdir) / "ray"),

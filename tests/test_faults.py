@@ -5,8 +5,8 @@ and two 1-CPU worker nodes, all started with `ray start` and token authenticatio
 share the filesystem, as the nodes of a real cluster share the workdir. Every process the test
 starts carries a marker in its environment; teardown SIGKILLs exactly those processes.
 
-- a worker node dies (its raylet SIGKILLed) mid-epoch: the trial moves to the other node and
-  continues from its last epoch checkpoint; the study completes;
+- a worker node dies (its raylet, then its other processes SIGKILLed) mid-epoch: the trial
+  moves to the other node and continues from its last epoch checkpoint; the study completes;
 - the driver is SIGKILLed mid-study: `weightsearch resume` completes it, every cell once;
 - PostgreSQL restarts while trials run: the study completes, no finished trial is lost.
 
@@ -303,14 +303,17 @@ def test_node_killed_mid_epoch_trial_continues_on_other_node(
         runs = tmp_path / "runs" / "nodekill" / "rte"
         first = _poll(lambda: [d for d in runs.glob("w*_s1") if _checkpoints(d)], 240,
                       "the first epoch checkpoint", proc)[0]
-        time.sleep(0.8)  # an epoch takes about 2 s here: kill in the middle of epoch 2
         victim = _poll(lambda: {n for n in cluster.trial_nodes().values() if n in WORKERS},
                        30, "the trial's worker process")
         assert len(victim) == 1, victim
         node = victim.pop()
+        # Time epoch 2 by its checkpoint, then kill halfway through epoch 3.
+        ckpts = _poll(lambda: (c := _checkpoints(first)) and 2 in c and c, 60,
+                      "the epoch-2 checkpoint", proc, interval=0.02)
+        time.sleep((ckpts[2] - ckpts[1]) / 2)
         ckpts = _checkpoints(first)
         last_epoch = max(ckpts)
-        assert last_epoch < 3, "the trial finished before the kill; make epochs longer"
+        assert last_epoch == 2, "epoch 3 ended before the kill; make epochs longer"
         # The node dies as a machine would: its raylet first, then every process it ran (a
         # worker left alone would finish its epoch before noticing its raylet is gone).
         os.kill(cluster.raylet(node), signal.SIGKILL)
@@ -372,9 +375,11 @@ def test_killed_driver_then_resume_runs_every_cell_once(
     done_before = {t.user_attrs[S.T_CELL] for t in before if t.state == TrialState.COMPLETE}
     running = [t for t in before if t.state == TrialState.RUNNING]
     lost_s = 0.0
+    kept: dict[Path, dict[int, float]] = {}
     for t in running:  # training since each orphan's last checkpoint is what the kill cost
-        ckpts = _checkpoints(runs / f"w{t.params[S.PARAM]:g}_s1")
-        lost_s += killed_at - max(ckpts.values(), default=killed_at)
+        folder = runs / f"w{t.params[S.PARAM]:g}_s1"
+        kept[folder] = _checkpoints(folder)
+        lost_s += killed_at - max(kept[folder].values(), default=t.datetime_start.timestamp())
 
     proc, log = _driver(cluster, tmp_path, "resume", "driverkill", "--storage", postgres_url)
     text = _wait(proc, log)
@@ -383,6 +388,9 @@ def test_killed_driver_then_resume_runs_every_cell_once(
     assert orphans and all(t.state == TrialState.FAIL for t in orphans)
     after = {t.user_attrs[S.T_CELL] for t in trials if t.state == TrialState.COMPLETE}
     assert done_before < after
+    # The orphans' checkpoints were reused by the rerun, not rewritten: it resumed them.
+    for folder, ckpts in kept.items():
+        assert all(_checkpoints(folder)[e] == mtime for e, mtime in ckpts.items()), folder
     print(f"\nFAULT driver kill: SIGKILLed the driver with {len(done_before)} of "
           f"{len(weights)} cells done and {len(running)} trials RUNNING; `weightsearch resume` "
           f"marked those FAIL and ran the {len(weights) - len(done_before)} missing cells "
@@ -432,6 +440,7 @@ def test_postgres_restart_mid_study_loses_nothing(
         if proc.poll() is None:
             proc.kill()
     trials = _assert_every_cell_once(url, "pgrestart", weights)
+    assert len(trials) == len(weights)  # no trial failed or had to be rerun
     after = {t.user_attrs[S.T_CELL] for t in trials if t.user_attrs.get(S.T_CELL)}
     assert done_before <= after
     print(f"\nFAULT postgres restart: restarted PostgreSQL ({outage_s:.1f}s) with "
