@@ -28,6 +28,7 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
     import torch
     from transformers import AutoModel, AutoTokenizer
 
+    from trainer.metrics import compute_metrics
     from trainer.readers import read_task_file, resolve_path
     from trainer.tasks import PRESETS
 
@@ -73,7 +74,26 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
         opt.step()
         examples += len(idx)
     elapsed = time.perf_counter() - start
-    return {"examples_per_s": examples / elapsed, "updates": len(batches), "examples": examples}
+    scores = {}
+    model.eval()
+    with torch.inference_mode():
+        for name in tasks:
+            spec = PRESETS[name]
+            _, path = spec.dev_files[0]
+            rows = read_task_file(spec, resolve_path(data_dir, path))
+            preds = []
+            for i in range(0, len(rows.labels), 64):
+                texts = [rows.text_a[i:i + 64]]
+                if rows.text_b is not None:
+                    texts.append(rows.text_b[i:i + 64])
+                feats = tok(*texts, truncation=True, max_length=max_len, padding=True,
+                            return_tensors="pt")
+                logits = heads[name](model(**feats).pooler_output)
+                preds.append(logits.squeeze(-1) if logits.shape[-1] == 1 else logits.argmax(-1))
+            values = compute_metrics(spec.metrics, torch.cat(preds).numpy(), rows.labels)
+            scores[name] = round(values[spec.primary_metric], 4)
+    return {"examples_per_s": examples / elapsed, "updates": len(batches), "examples": examples,
+            "dev": scores}
 
 
 def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: int, max_len: int,
@@ -84,22 +104,24 @@ def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: in
         cfg = load_config({
             "encoder": encoder, "data_dir": data_dir, "tasks": tasks,
             "weighting": {"scheme": "equal"}, "epochs": 1, "batch_size": batch_size,
-            "max_seq_len": max_len, "max_train_examples": n_examples, "max_eval_examples": 64,
+            "max_seq_len": max_len, "max_train_examples": n_examples,
             "seed": seed, "output_dir": os.path.join(out, "run"), "cache_dir": cache_dir,
             "length_bucketing": bucketing,
         })
         result = train(cfg, quiet=True)
         with open(os.path.join(out, "run", "steps.jsonl")) as log:
             steps = sum(1 for _ in log)
+    dev = {t: round(result.final[t][cfg.task(t).primary_metric], 4) for t in tasks}
     return {"examples_per_s": result.train_examples_per_s, "updates": steps,
-            "examples": sum(result.train_sizes.values())}
+            "examples": sum(result.train_sizes.values()), "dev": dev}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", default="../shared/data/glue")
     parser.add_argument("--tasks", default="rte,mrpc")
-    parser.add_argument("--examples", type=int, default=320, help="training examples per task")
+    parser.add_argument("--examples", type=int, default=100000,
+                        help="training examples per task (default: all)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-seq-len", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
@@ -125,8 +147,9 @@ def main() -> None:
                                            args.max_seq_len, args.encoder, rep + 1, cache, True))
         runs["plain"].append(plain_loop(args.data_dir, tasks, args.examples, args.batch_size,
                                         args.max_seq_len, encoder_path, rep + 1))
-        print(f"repeat {rep + 1}: trainer {runs['trainer'][-1]['examples_per_s']:.1f} ex/s, "
-              f"plain {runs['plain'][-1]['examples_per_s']:.1f} ex/s", flush=True)
+        t, p = runs["trainer"][-1], runs["plain"][-1]
+        print(f"repeat {rep + 1}: trainer {t['examples_per_s']:.1f} ex/s dev {t['dev']}; "
+              f"plain {p['examples_per_s']:.1f} ex/s dev {p['dev']}", flush=True)
     med = {k: statistics.median(r["examples_per_s"] for r in v) for k, v in runs.items()}
     summary = {
         "tasks": tasks, "examples_per_task": args.examples, "batch_size": args.batch_size,
@@ -135,6 +158,8 @@ def main() -> None:
         "trainer_examples_per_s": round(med["trainer"], 1),
         "plain_examples_per_s": round(med["plain"], 1),
         "ratio": round(med["trainer"] / med["plain"], 2),
+        "dev_trainer": [r["dev"] for r in runs["trainer"]],
+        "dev_plain": [r["dev"] for r in runs["plain"]],
     }
     print(json.dumps(summary, indent=1))
 

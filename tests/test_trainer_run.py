@@ -26,6 +26,7 @@ def run_config(sample_data_dir, tiny_encoder, out: Path, **extra):
         "max_eval_examples": 32,
         "output_dir": str(out),
         "log_every": 3,
+        "precision": "fp32",  # the recorded losses must not depend on the CPU's bf16 support
     }
     raw.update(extra)
     return load_config(raw)

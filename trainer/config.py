@@ -60,7 +60,7 @@ class RunConfig:
     seed: int = 1
     output_dir: str = "runs/run"
     device: str = "auto"
-    precision: str = "auto"  # bf16 autocast on CUDA, fp32 elsewhere
+    precision: str = "auto"  # bf16 autocast where the hardware has native bf16, else fp32
     cache_dir: str = field(default_factory=default_cache_dir)
     length_bucketing: bool = True  # batches of similar-length examples: far less padding
     eval_batch_size: int = 128
