@@ -6,7 +6,9 @@ and prints, for each, the study's wall time and the ratio
 
     wall time of the study / sum of the trials' own training time (the wall_time_s attribute)
 
-1.0 would mean no overhead at all; with 2 concurrent trials an ideal study reaches 0.5.
+1.0 would mean no overhead at all; with 2 concurrent trials an ideal study reaches 0.5. The
+overhead column is `wall x concurrency / sum - 1`: the share of the trials' own time that the
+study spends on top of it (Ray start, worker start and imports, scheduling, database writes).
 
     python benchmarks/bench_sweep_overhead.py                  # tiny random-init encoder
     python benchmarks/bench_sweep_overhead.py --encoder minilm # the real MiniLM encoder
@@ -53,6 +55,7 @@ def run(encoder: str | None, concurrency: int, work: Path, epochs: int, examples
     spec = load_study_spec({
         "study": f"bench-c{concurrency}", "storage": url, "train": train,
         "central_tasks": ["rte", "mrpc"], "weights": [1, 9], "max_concurrent": concurrency,
+        "resources": {"cpu": 1, "gpu": 0},
         "workdir": str(work / f"runs-{concurrency}"),
     })
     started = time.perf_counter()
@@ -65,7 +68,8 @@ def run(encoder: str | None, concurrency: int, work: Path, epochs: int, examples
         if S.T_WALL_TIME in t.user_attrs
     )
     return {"concurrency": concurrency, "trials": summary.ran, "wall_s": wall,
-            "trials_s": own, "ratio": wall / own if own else float("nan")}
+            "trials_s": own, "ratio": wall / own if own else float("nan"),
+            "overhead": wall * concurrency / own - 1 if own else float("nan")}
 
 
 def main() -> None:
@@ -83,10 +87,10 @@ def main() -> None:
         rows = [run(encoder, c, work, args.epochs, args.max_train_examples) for c in (1, 2)]
     print(f"encoder={args.encoder} epochs={args.epochs} "
           f"max_train_examples={args.max_train_examples} cpus={os.cpu_count()}")
-    print("max_concurrent  trials  study_wall_s  sum_trial_s  wall/sum")
+    print("max_concurrent  trials  study_wall_s  sum_trial_s  wall/sum  overhead")
     for r in rows:
         print(f"{r['concurrency']:>14}  {r['trials']:>6}  {r['wall_s']:>12.1f}  "
-              f"{r['trials_s']:>11.1f}  {r['ratio']:>8.2f}")
+              f"{r['trials_s']:>11.1f}  {r['ratio']:>8.2f}  {r['overhead']:>8.1%}")
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int,
-               max_len: int, encoder_path: str, seed: int) -> dict:
+               max_len: int, encoder_path: str, seed: int, lr: float) -> dict:
     """A straightforward MT-DNN epoch: random batches padded to their longest, nothing cached."""
     import numpy as np
     import torch
@@ -49,7 +49,7 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
         heads[name] = torch.nn.Sequential(torch.nn.Dropout(0.1),
                                           torch.nn.Linear(model.config.hidden_size, out))
     params = list(model.parameters()) + list(heads.parameters())
-    opt = torch.optim.Adamax(params, lr=5e-5)
+    opt = torch.optim.Adamax(params, lr=lr)
     rng = np.random.default_rng(seed)
     batches = []
     for name, (enc, _) in encoded.items():
@@ -97,7 +97,7 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
 
 
 def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: int, max_len: int,
-                encoder: str, seed: int, cache_dir: str, bucketing: bool) -> dict:
+                encoder: str, seed: int, cache_dir: str, bucketing: bool, lr: float) -> dict:
     from trainer import load_config, train
 
     with tempfile.TemporaryDirectory() as out:
@@ -106,6 +106,7 @@ def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: in
             "weighting": {"scheme": "equal"}, "epochs": 1, "batch_size": batch_size,
             "max_seq_len": max_len, "max_train_examples": n_examples,
             "seed": seed, "output_dir": os.path.join(out, "run"), "cache_dir": cache_dir,
+            "lr": lr, "warmup": 0.0,  # the plain loop has no schedule either
             "length_bucketing": bucketing,
         })
         result = train(cfg, quiet=True)
@@ -127,6 +128,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--encoder", default="all-MiniLM-L6-v2")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--lr", type=float, default=5e-5)
     args = parser.parse_args()
 
     import torch
@@ -140,13 +142,14 @@ def main() -> None:
     cache = tempfile.mkdtemp(prefix="bench-cache-")
     # Warm the tokenization cache: the trainer tokenizes once per study, not once per run.
     trainer_run(args.data_dir, tasks, 32, args.batch_size, args.max_seq_len, args.encoder, 0,
-                cache, True)
+                cache, True, args.lr)
     runs: dict[str, list[dict]] = {"trainer": [], "plain": []}
     for rep in range(args.repeats):
         runs["trainer"].append(trainer_run(args.data_dir, tasks, args.examples, args.batch_size,
-                                           args.max_seq_len, args.encoder, rep + 1, cache, True))
+                                           args.max_seq_len, args.encoder, rep + 1, cache, True,
+                                           args.lr))
         runs["plain"].append(plain_loop(args.data_dir, tasks, args.examples, args.batch_size,
-                                        args.max_seq_len, encoder_path, rep + 1))
+                                        args.max_seq_len, encoder_path, rep + 1, args.lr))
         t, p = runs["trainer"][-1], runs["plain"][-1]
         print(f"repeat {rep + 1}: trainer {t['examples_per_s']:.1f} ex/s dev {t['dev']}; "
               f"plain {p['examples_per_s']:.1f} ex/s dev {p['dev']}", flush=True)

@@ -35,6 +35,7 @@ import yaml
 from studies.schema import DEFAULT_GRID, WEIGHT_HIGH, WEIGHT_LOW
 from studies.storage import default_storage_url
 from weightsearch.errors import ConfigError
+from weightsearch.yamlio import load_yaml
 
 KEYS = (
     "study", "storage", "train", "central_tasks", "weights", "seeds", "resources",
@@ -186,7 +187,7 @@ def _read(source: str | os.PathLike | Mapping[str, Any]) -> tuple[str | None, An
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError([f"cannot read study file {path}: {exc}"], label) from None
     try:
-        return label, yaml.safe_load(text) or {}
+        return label, load_yaml(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

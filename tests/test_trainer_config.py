@@ -86,6 +86,14 @@ def test_overrides_parse_yaml_values(sample_data_dir):
     assert cfg.task_names == ("rte", "stsb")
     with pytest.raises(ConfigError, match="key=value"):
         apply_overrides({}, ["epochs"])
+    # YAML 1.1 would read 1e-4 as a string; users write it that way.
+    assert load_config(apply_overrides(base(sample_data_dir), ["lr=1e-4"])).lr == 1e-4
+
+
+def test_scientific_notation_in_files(sample_data_dir, tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text(f"data_dir: {sample_data_dir}\ntasks: [rte]\nlr: 2e-4\n")
+    assert load_config(path).lr == 2e-4
 
 
 def test_yaml_file_errors_name_the_line(tmp_path):

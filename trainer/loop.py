@@ -346,6 +346,7 @@ def _result(
         extra={
             "central_task": cfg.central_task,
             "primary_metric": cfg.task(cfg.central_task).primary_metric,
+            **peak_memory(),
         },
     )
 
