@@ -98,7 +98,8 @@ def launch(
         for study in studies.values():
             _fail_orphans(study, storage)
         # Orphans are now FAIL: recompute so their cells (and attempt counts) are current.
-        plans = [_plan(spec, c, studies[c.name]) for c in centrals]
+        warm = _warm_starts(spec, centrals, url)
+        plans = [_plan(spec, c, studies[c.name], warm[c.name]) for c in centrals]
         total = sum(p.remaining for p in plans)
         epochs = max(c.cfg.epochs for c in centrals)
         failed = _run(spec, plans, total, concurrency, epochs, progress) if total else 0
@@ -302,7 +303,24 @@ def _fail_orphans(study: Any, storage: Any) -> None:
         study.tell(t.number, state=TrialState.FAIL)
 
 
-def _plan(spec: StudySpec, central: _Central, study: Any) -> Any:
+def _warm_starts(spec: StudySpec, centrals: list[_Central], url: str) -> dict[str, list[float]]:
+    """Weights each guided search tries first: the spec's list, or the recommender's answer
+    for the central task's training-set size (from the finished studies and the paper's prior)."""
+    if not spec.warm_recommend or isinstance(spec.search, GridSearch):
+        return {c.name: list(spec.warm_start) for c in centrals}
+    from studies.recommend import recommend
+
+    out = {}
+    for c in centrals:
+        weight = recommend(c.attrs[S.A_TRAIN_SIZE], c.attrs[S.A_TASK_TYPE], url).central_weight
+        if spec.search.step:  # onto the search's grid, so the sampler can propose it too
+            low, step = spec.search.low, spec.search.step
+            weight = low + round((weight - low) / step) * step
+        out[c.name] = [min(spec.search.high, max(spec.search.low, float(weight)))]
+    return out
+
+
+def _plan(spec: StudySpec, central: _Central, study: Any, warm: list[float]) -> Any:
     from optuna.distributions import FloatDistribution
 
     from sweep.searcher import CentralPlan, guided_distribution
@@ -318,7 +336,7 @@ def _plan(spec: StudySpec, central: _Central, study: Any) -> Any:
     else:
         plan.distribution = guided_distribution(spec.search)
         plan.slots = {s: max(0, spec.search.n_trials - per_seed.get(s, 0)) for s in spec.seeds}
-        plan.warm = {s: list(spec.warm_start) for s in spec.seeds}
+        plan.warm = {s: list(warm) for s in spec.seeds}
     return plan
 
 

@@ -12,7 +12,7 @@
                                       #                reduction_factor: 3}
     max_failures: 1                   # Ray retries per trial; a retry resumes its checkpoint
     workdir: ./weightsearch_runs      # trial outputs and checkpoints; every node must reach it
-    warm_start: [9]                   # guided search only: weights tried first
+    warm_start: [9]                   # guided search only: weights tried first, or `recommend`
 
 Relative paths (workdir, train.data_dir, train.cache_dir, a local train.encoder) are resolved
 against the working directory once, here, because Ray runs trials in other directories.
@@ -108,6 +108,8 @@ class StudySpec:
     max_failures: int
     workdir: str  # absolute
     warm_start: tuple[float, ...] = ()
+    # Start each central task's guided search at the recommender's weight for its size.
+    warm_recommend: bool = False
 
     @property
     def is_grid(self) -> bool:
@@ -131,7 +133,7 @@ class StudySpec:
                           "reduction_factor": self.scheduler.reduction_factor},
             "max_failures": self.max_failures,
             "workdir": self.workdir,
-            "warm_start": list(self.warm_start),
+            "warm_start": "recommend" if self.warm_recommend else list(self.warm_start),
         }
 
     def digest(self) -> str:
@@ -252,14 +254,17 @@ def _parse(raw: Mapping[str, Any], label: str | None) -> StudySpec:
         workdir = str(Path(workdir).expanduser().resolve())
 
     warm = raw.get("warm_start") or []
-    if not isinstance(warm, list):
-        problems.append(f"warm_start: expected a list of weights, got {warm!r}")
+    warm_recommend = warm == "recommend"
+    if warm_recommend:
+        warm = []
+    elif not isinstance(warm, list):
+        problems.append(f"warm_start: expected a list of weights or `recommend`, got {warm!r}")
         warm = []
     for i, value in enumerate(warm):
         problem = _weight_problem(f"warm_start[{i}]", value)
         if problem:
             problems.append(problem)
-    if warm and isinstance(search, GridSearch):
+    if (warm or warm_recommend) and isinstance(search, GridSearch):
         problems.append("warm_start: applies to a guided search (weights: {n_trials: ...}) only; "
                         "a grid tries every weight anyway")
 
@@ -269,7 +274,7 @@ def _parse(raw: Mapping[str, Any], label: str | None) -> StudySpec:
         study=study, storage=storage, train=train, tasks=tasks, central_tasks=central,
         search=search, seeds=seeds, resources=resources, max_concurrent=max_concurrent,
         scheduler=scheduler, max_failures=max_failures, workdir=workdir,
-        warm_start=tuple(float(w) for w in warm),
+        warm_start=tuple(float(w) for w in warm), warm_recommend=warm_recommend,
     )
 
 

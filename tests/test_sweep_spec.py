@@ -177,3 +177,25 @@ def test_cli_resume_unknown_study(tmp_path: Path, capsys: pytest.CaptureFixture)
     err = capsys.readouterr().err
     assert f"no study named 'ghost' in {url}" in err
     assert f"weightsearch inspect --storage {url}" in err
+
+
+def test_warm_start_from_the_recommender(tmp_path, sample_data_dir):
+    from studies import schema as S
+    from sweep.launch import _Central, _warm_starts
+
+    train = {"data_dir": str(sample_data_dir), "tasks": ["rte", "sst2"], "epochs": 1}
+    spec = load_study_spec({
+        "study": "warm", "train": train, "central_tasks": ["rte", "sst2"],
+        "weights": {"low": 1, "high": 15, "n_trials": 3, "step": 1}, "warm_start": "recommend",
+    })
+    assert spec.warm_recommend and spec.to_dict()["warm_start"] == "recommend"
+    centrals = [
+        _Central(name, None, {}, {S.A_TRAIN_SIZE: size, S.A_TASK_TYPE: "classification"})
+        for name, size in (("rte", 2490), ("sst2", 67349))
+    ]
+    warm = _warm_starts(spec, centrals, f"sqlite:///{tmp_path / 'empty.db'}")
+    # The paper's prior: small tasks want 9 or more, large ones less; snapped to the step.
+    assert warm["rte"][0] >= 9 and warm["sst2"][0] < warm["rte"][0]
+    assert all(w[0] == int(w[0]) and 1 <= w[0] <= 15 for w in warm.values())
+    with pytest.raises(ConfigError, match="warm_start"):
+        load_study_spec({"study": "warm", "train": train, "warm_start": "recommend"})

@@ -79,6 +79,7 @@ def train(
     when there is none), reaching the same result as an uninterrupted run.
     """
     cfg = config if isinstance(config, RunConfig) else load_config(config)
+    run_started = time.perf_counter()  # wall time covers loading data and model too
     if quiet:
         _silence_libraries()
     runtime = select_runtime(cfg.device, cfg.precision, cfg.num_threads)
@@ -160,7 +161,6 @@ def train(
         desc="train",
     )
     pad_id = tokenizer.pad_token_id or 0
-    run_started = time.perf_counter()
     for epoch in range(start_epoch, cfg.epochs + 1):
         model.train()
         plan = batch_plan(data, cfg.batch_size, cfg.seed, epoch, cfg.length_bucketing)
