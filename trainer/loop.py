@@ -18,7 +18,6 @@ from tqdm.auto import tqdm
 
 from trainer.checkpoint import (
     CHECKPOINTS,
-    Checkpoint,
     latest_checkpoint,
     load_checkpoint,
     save_checkpoint,
@@ -119,11 +118,13 @@ def train(
     if cfg.compile:
         model.encoder = torch.compile(model.encoder, dynamic=True)
     optimizer = build_optimizer(model, cfg, runtime.device)
-    plans_per_epoch = [
-        len(batch_plan(data, cfg.batch_size, cfg.seed, e, cfg.length_bucketing))
+    # Each epoch's batch order is a pure function of (seed, epoch): build it once, here, where
+    # the schedule needs the total number of updates, and train from the same lists below.
+    plans = {
+        e: batch_plan(data, cfg.batch_size, cfg.seed, e, cfg.length_bucketing)
         for e in range(1, cfg.epochs + 1)
-    ]
-    total_steps = sum(plans_per_epoch)
+    }
+    total_steps = sum(len(p) for p in plans.values())
     scheduler = build_scheduler(optimizer, total_steps, cfg.warmup)
 
     # Inputs are valid: from here on the output folder is written.
@@ -163,7 +164,7 @@ def train(
     pad_id = tokenizer.pad_token_id or 0
     for epoch in range(start_epoch, cfg.epochs + 1):
         model.train()
-        plan = batch_plan(data, cfg.batch_size, cfg.seed, epoch, cfg.length_bucketing)
+        plan = plans[epoch]
         stage = scheme.stage(epoch)
         epoch_started = time.perf_counter()
         pending: list[tuple[dict[str, Any], torch.Tensor]] = []
@@ -416,4 +417,4 @@ def _truncate_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
-__all__ = ["Checkpoint", "evaluate", "task_sizes", "train"]
+__all__ = ["evaluate", "task_sizes", "train"]
