@@ -56,6 +56,8 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
         order = rng.permutation(len(enc["input_ids"]))
         batches += [(name, order[i:i + batch_size]) for i in range(0, len(order), batch_size)]
     rng.shuffle(batches)
+    # MT-DNN's schedule, as the trainer runs it: linear decay to 0 (no warm-up on either side).
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 - step / len(batches))
     model.train()
     examples, start = 0, time.perf_counter()
     for name, idx in batches:
@@ -72,6 +74,7 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
+        sched.step()
         examples += len(idx)
     elapsed = time.perf_counter() - start
     scores = {}
@@ -106,8 +109,9 @@ def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: in
             "weighting": {"scheme": "equal"}, "epochs": 1, "batch_size": batch_size,
             "max_seq_len": max_len, "max_train_examples": n_examples,
             "seed": seed, "output_dir": os.path.join(out, "run"), "cache_dir": cache_dir,
-            "lr": lr, "warmup": 0.0,  # the plain loop has no schedule either
+            "lr": lr, "warmup": 0.0,  # the plain loop decays linearly too, without warm-up
             "length_bucketing": bucketing,
+            "pooling": "pooler",  # the same head input as the plain loop
         })
         result = train(cfg, quiet=True)
         with open(os.path.join(out, "run", "steps.jsonl")) as log:

@@ -129,3 +129,16 @@ def test_gradients_reach_the_pooled_input_and_the_head(preset):
     loss.backward()
     assert pooled.grad is not None and pooled.grad.abs().sum() > 0
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in head.parameters())
+
+
+@pytest.mark.parametrize("preset", ["stsb", "rte", "qnli"])
+def test_heads_score_in_fp32_under_bf16_autocast(preset):
+    head = _head(preset)
+    torch.manual_seed(1)
+    pooled = torch.randn(16, HIDDEN).to(torch.bfloat16)  # what a bf16 encoder hands over
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        scores = head(pooled)
+    assert scores.dtype == torch.float32
+    torch.testing.assert_close(scores, head(pooled.float()), rtol=0, atol=0)
+    # ... and carries digits that bf16 scores would have rounded away.
+    assert not torch.equal(scores, scores.to(torch.bfloat16).float())

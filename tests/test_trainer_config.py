@@ -30,7 +30,7 @@ def test_valid_config_orders_central_task_first(sample_data_dir):
     assert cfg.task_names == ("rte", "mrpc", "stsb")
     assert cfg.weighting.central_weight == 9.0
     assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.optimizer) == (5, 32, 5e-5, "adamax")
-    assert (cfg.warmup, cfg.grad_clip) == (0.1, 1.0)
+    assert (cfg.warmup, cfg.grad_clip, cfg.pooling) == (0.1, 1.0, "auto")
 
 
 def test_every_problem_is_reported_at_once(sample_data_dir):
@@ -42,14 +42,15 @@ def test_every_problem_is_reported_at_once(sample_data_dir):
         epochs=0,
         lr="fast",
         optimizer="sgd",
+        pooling="max",
         bogus=1,
     )
     problems = problems_of(raw)
     text = "\n".join(problems)
     for needle in ("nosuchtask", "central_task", "central_weight", "variant", "epochs", "lr",
-                   "optimizer", "bogus"):
+                   "optimizer", "bogus", "pooling: 'max' is not one of auto, pooler, cls, mean"):
         assert needle in text, f"{needle!r} missing from:\n{text}"
-    assert len(problems) >= 8
+    assert len(problems) >= 9
 
 
 @pytest.mark.parametrize(

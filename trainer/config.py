@@ -28,6 +28,7 @@ DEFAULT_ENCODER = "all-MiniLM-L6-v2"  # resolved to the copy shipped by gt-all-m
 OPTIMIZERS = ("adamax", "adamw")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16")
+POOLINGS = ("auto", "pooler", "cls", "mean")
 
 
 def default_cache_dir() -> str:
@@ -71,6 +72,10 @@ class RunConfig:
     # torch.compile the encoder (dynamic shapes, since batches are padded to their own length);
     # pays off on GPUs for long runs, costs a warm-up compile.
     compile: bool = False
+    # What the heads see. auto: the pooling the encoder was trained with when its folder says
+    # (sentence-transformers' 1_Pooling, mean for all-MiniLM-L6-v2, whose [CLS] and pooler were
+    # never trained for sentences), else BERT's pooled [CLS] as in MT-DNN.
+    pooling: str = "auto"
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -264,6 +269,7 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     choice("optimizer", OPTIMIZERS)
     choice("device", DEVICES)
     choice("precision", PRECISIONS)
+    choice("pooling", POOLINGS)
     if "length_bucketing" in raw:
         if not isinstance(raw["length_bucketing"], bool):
             problems.append(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
@@ -50,3 +51,30 @@ def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerFast:
         raise ConfigError([f"encoder: {path!r} has only a slow tokenizer; a fast (Rust) "
                            "tokenizer is required: add its tokenizer.json"])
     return tokenizer
+
+
+def trained_pooling(folder: str) -> str | None:
+    """The sentence pooling a sentence-transformers folder was trained with ('mean' or 'cls').
+
+    None when the folder does not say (a plain transformers checkpoint) or uses a pooling the
+    heads do not offer; the caller then falls back to BERT's pooled [CLS].
+    """
+    root = Path(folder)
+    try:
+        modules = json.loads((root / "modules.json").read_text())
+        pooling_dir = next(m["path"] for m in modules if m.get("type", "").endswith(".Pooling"))
+        settings = json.loads((root / pooling_dir / "config.json").read_text())
+    except (OSError, ValueError, StopIteration, KeyError, TypeError):
+        return None
+    if settings.get("pooling_mode_mean_tokens"):
+        return "mean"
+    if settings.get("pooling_mode_cls_token"):
+        return "cls"
+    return None
+
+
+def resolve_pooling(setting: str, folder: str, has_pooler: bool) -> str:
+    """Turn the `pooling` setting into what the model does: 'pooler', 'cls' or 'mean'."""
+    if setting != "auto":
+        return "cls" if setting == "pooler" and not has_pooler else setting
+    return trained_pooling(folder) or ("pooler" if has_pooler else "cls")

@@ -34,7 +34,14 @@ class Head(nn.Module):
 
     def forward(self, pooled: Tensor) -> Tensor:
         """[B, hidden] -> logits [B, C] (classification) or scores [B] (the others)."""
-        return self.proj(self.dropout(pooled)).squeeze(-1)
+        return self.project(pooled).squeeze(-1)
+
+    def project(self, pooled: Tensor) -> Tensor:
+        # fp32 even under bf16 autocast: the layer is tiny, and bf16's 8-bit mantissa rounds
+        # scores near 2.5 to steps of 0.016, erasing the small differences between examples
+        # that a young regression or ranking head ranks them by.
+        with torch.autocast(pooled.device.type, enabled=False):
+            return self.proj(self.dropout(pooled.float()))
 
     def loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         raise NotImplementedError
@@ -52,7 +59,7 @@ class ClassificationHead(Head):
 
     def forward(self, pooled: Tensor) -> Tensor:
         # No squeeze: a (degenerate) one-label task must still give [B, 1] logits.
-        return self.proj(self.dropout(pooled))
+        return self.project(pooled)
 
     def loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         return F.cross_entropy(logits, batch["labels"].long())
@@ -67,7 +74,7 @@ class RegressionHead(Head):
     task_type = "regression"
 
     def loss(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
-        return F.mse_loss(logits, batch["labels"].to(logits.dtype))
+        return F.mse_loss(logits, batch["labels"].float())
 
     def predict(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         return logits

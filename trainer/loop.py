@@ -25,7 +25,7 @@ from trainer.checkpoint import (
 from trainer.config import DEFAULT_ENCODER, RunConfig, load_config
 from trainer.data import TaskData, batch_plan, collate, eval_batches, load_task_data
 from trainer.device import Runtime, select_runtime
-from trainer.encoders import load_tokenizer, resolve_encoder
+from trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
 from trainer.metrics import compute_metrics
 from trainer.model import MTDNN, load_encoder
 from trainer.optim import build_optimizer, build_scheduler
@@ -114,7 +114,10 @@ def train(
                 f"folder saved with save_pretrained, or leave it out for {DEFAULT_ENCODER}"
             ]
         ) from None
-    model = MTDNN(encoder, cfg.tasks).to(runtime.device)
+    pooling = resolve_pooling(
+        cfg.pooling, encoder_path, getattr(encoder, "pooler", None) is not None
+    )
+    model = MTDNN(encoder, cfg.tasks, pooling).to(runtime.device)
     if cfg.compile:
         model.encoder = torch.compile(model.encoder, dynamic=True)
     optimizer = build_optimizer(model, cfg, runtime.device)
@@ -268,6 +271,7 @@ def train(
         train_time,
         examples_seen,
         elapsed_before + (time.perf_counter() - run_started),
+        model.pooling,
     )
     (out / RESULT).write_text(json.dumps(result.to_dict(), indent=1))
     return result
@@ -324,6 +328,7 @@ def _result(
     train_time: float,
     examples: int,
     wall: float,
+    pooling: str,
 ) -> RunResult:
     best: Metrics = {}
     best_epoch: dict[str, int] = {}
@@ -347,6 +352,7 @@ def _result(
         extra={
             "central_task": cfg.central_task,
             "primary_metric": cfg.task(cfg.central_task).primary_metric,
+            "pooling": pooling,
             **peak_memory(),
         },
     )

@@ -10,14 +10,19 @@ from trainer.tasks import TaskSpec
 
 
 class MTDNN(nn.Module):
-    def __init__(self, encoder: nn.Module, tasks: tuple[TaskSpec, ...]) -> None:
+    def __init__(
+        self, encoder: nn.Module, tasks: tuple[TaskSpec, ...], pooling: str = "pooler"
+    ) -> None:
         super().__init__()
+        if pooling not in ("pooler", "cls", "mean"):
+            raise ValueError(f"pooling must be pooler, cls or mean, not {pooling!r}")
         self.encoder = encoder
         hidden = encoder.config.hidden_size
         self.heads = nn.ModuleDict({t.name: build_head(t, hidden) for t in tasks})
-        # MT-DNN feeds the heads BERT's pooled [CLS] vector; encoders without a pooler give
-        # the raw [CLS] hidden state instead.
-        self.uses_pooler = getattr(encoder, "pooler", None) is not None
+        # MT-DNN feeds the heads BERT's pooled [CLS] vector; an encoder without a pooler gives
+        # the raw [CLS] state, and sentence encoders the mean of their token states.
+        has_pooler = getattr(encoder, "pooler", None) is not None
+        self.pooling = "cls" if pooling == "pooler" and not has_pooler else pooling
 
     def head(self, task: str) -> Head:
         return self.heads[task]  # type: ignore[return-value]
@@ -28,10 +33,14 @@ class MTDNN(nn.Module):
             attention_mask=batch["attention_mask"],
             token_type_ids=batch.get("token_type_ids"),
         )
-        if self.uses_pooler and out.pooler_output is not None:
+        hidden = out.last_hidden_state
+        if self.pooling == "pooler":
             pooled = out.pooler_output
+        elif self.pooling == "mean":
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
         else:
-            pooled = out.last_hidden_state[:, 0]
+            pooled = hidden[:, 0]
         return self.heads[task](pooled)
 
 
