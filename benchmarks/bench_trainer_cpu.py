@@ -100,7 +100,8 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
 
 
 def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: int, max_len: int,
-                encoder: str, seed: int, cache_dir: str, bucketing: bool, lr: float) -> dict:
+                encoder: str, seed: int, cache_dir: str, bucketing: bool, lr: float,
+                precision: str = "auto") -> dict:
     from trainer import load_config, train
 
     with tempfile.TemporaryDirectory() as out:
@@ -112,6 +113,7 @@ def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: in
             "lr": lr, "warmup": 0.0,  # the plain loop decays linearly too, without warm-up
             "length_bucketing": bucketing,
             "pooling": "pooler",  # the same head input as the plain loop
+            "precision": precision,
         })
         result = train(cfg, quiet=True)
         with open(os.path.join(out, "run", "steps.jsonl")) as log:
@@ -133,6 +135,10 @@ def main() -> None:
     parser.add_argument("--encoder", default="all-MiniLM-L6-v2")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--lr", type=float, default=5e-5)
+    parser.add_argument("--no-bucketing", action="store_true",
+                        help="trainer batches in random order, to isolate length bucketing")
+    parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
+                        help="the trainer's precision (the plain loop is always fp32)")
     args = parser.parse_args()
 
     import torch
@@ -150,8 +156,8 @@ def main() -> None:
     runs: dict[str, list[dict]] = {"trainer": [], "plain": []}
     for rep in range(args.repeats):
         runs["trainer"].append(trainer_run(args.data_dir, tasks, args.examples, args.batch_size,
-                                           args.max_seq_len, args.encoder, rep + 1, cache, True,
-                                           args.lr))
+                                           args.max_seq_len, args.encoder, rep + 1, cache,
+                                           not args.no_bucketing, args.lr, args.precision))
         runs["plain"].append(plain_loop(args.data_dir, tasks, args.examples, args.batch_size,
                                         args.max_seq_len, encoder_path, rep + 1, args.lr))
         t, p = runs["trainer"][-1], runs["plain"][-1]
