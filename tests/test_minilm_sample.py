@@ -40,4 +40,5 @@ def test_minilm_trains_on_the_sample(sample_data_dir, tmp_path, capsys):
                                                          ("stsb", 0.1)}
     assert all(s["focus"] == "rte" and s["loss"] >= 0 for s in steps)
     assert result["train_examples_per_s"] > 0
+    assert result["pooling"] == "mean"  # auto: the pooling the bundled MiniLM was trained with
     assert result["train_sizes"] == {"rte": 64, "mrpc": 64, "stsb": 64}
