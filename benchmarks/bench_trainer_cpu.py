@@ -29,6 +29,7 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
     from transformers import AutoModel, AutoTokenizer
 
     from trainer.metrics import compute_metrics
+    from trainer.optim import linear_warmup_decay
     from trainer.readers import read_task_file, resolve_path
     from trainer.tasks import PRESETS
 
@@ -57,7 +58,8 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
         batches += [(name, order[i:i + batch_size]) for i in range(0, len(order), batch_size)]
     rng.shuffle(batches)
     # MT-DNN's schedule, as the trainer runs it: linear decay to 0 (no warm-up on either side).
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 - step / len(batches))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda step: linear_warmup_decay(step, len(batches), 0))
     model.train()
     examples, start = 0, time.perf_counter()
     for name, idx in batches:

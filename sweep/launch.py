@@ -306,7 +306,7 @@ def _fail_orphans(study: Any, storage: Any) -> None:
 def _warm_starts(spec: StudySpec, centrals: list[_Central], url: str) -> dict[str, list[float]]:
     """Weights each guided search tries first: the spec's list, or the recommender's answer
     for the central task's training-set size (from the finished studies and the paper's prior)."""
-    if not spec.warm_recommend or isinstance(spec.search, GridSearch):
+    if not spec.warm_recommend:  # the spec allows `recommend` for guided searches only
         return {c.name: list(spec.warm_start) for c in centrals}
     from studies.recommend import recommend
 

@@ -34,27 +34,31 @@ def _sentence_transformers_folder(path, mean: bool, cls: bool):
 
 def test_the_bundled_minilm_was_trained_with_mean_pooling(minilm_path):
     assert trained_pooling(minilm_path) == "mean"
-    assert resolve_pooling("auto", minilm_path, has_pooler=True) == "mean"
+    assert resolve_pooling("auto", minilm_path) == "mean"
 
 
 def test_auto_follows_the_folder_then_falls_back_to_bert(tmp_path):
     cls_folder = _sentence_transformers_folder(tmp_path / "cls", mean=False, cls=True)
-    assert resolve_pooling("auto", cls_folder, has_pooler=True) == "cls"
+    assert resolve_pooling("auto", cls_folder) == "cls"
     max_folder = _sentence_transformers_folder(tmp_path / "max", mean=False, cls=False)
     assert trained_pooling(max_folder) is None
-    assert resolve_pooling("auto", max_folder, has_pooler=True) == "pooler"
+    assert resolve_pooling("auto", max_folder) == "pooler"
     plain = tmp_path / "plain"
     plain.mkdir()
-    assert resolve_pooling("auto", str(plain), has_pooler=True) == "pooler"
-    assert resolve_pooling("auto", str(plain), has_pooler=False) == "cls"
+    assert resolve_pooling("auto", str(plain)) == "pooler"
+    # ... and an encoder without a pooling layer then feeds the heads its [CLS] state
+    no_pooler = _tiny_bert(add_pooler=False)
+    assert MTDNN(no_pooler, (PRESETS["rte"],), resolve_pooling("auto", str(plain))).pooling == "cls"
     (plain / "modules.json").write_text("not json")
-    assert resolve_pooling("auto", str(plain), has_pooler=True) == "pooler"
+    assert resolve_pooling("auto", str(plain)) == "pooler"
 
 
 def test_an_explicit_setting_wins_over_the_folder(minilm_path):
-    assert resolve_pooling("pooler", minilm_path, has_pooler=True) == "pooler"
-    assert resolve_pooling("pooler", minilm_path, has_pooler=False) == "cls"
-    assert resolve_pooling("cls", minilm_path, has_pooler=True) == "cls"
+    assert resolve_pooling("pooler", minilm_path) == "pooler"
+    no_pooler = _tiny_bert(add_pooler=False)
+    model = MTDNN(no_pooler, (PRESETS["rte"],), resolve_pooling("pooler", minilm_path))
+    assert model.pooling == "cls"
+    assert resolve_pooling("cls", minilm_path) == "cls"
 
 
 @pytest.mark.parametrize("pooling", ["pooler", "cls", "mean"])

@@ -73,8 +73,9 @@ def trained_pooling(folder: str) -> str | None:
     return None
 
 
-def resolve_pooling(setting: str, folder: str, has_pooler: bool) -> str:
-    """Turn the `pooling` setting into what the model does: 'pooler', 'cls' or 'mean'."""
+def resolve_pooling(setting: str, folder: str) -> str:
+    """Turn the `pooling` setting into 'pooler', 'cls' or 'mean' (MTDNN takes [CLS] for
+    'pooler' when the encoder has no pooling layer)."""
     if setting != "auto":
-        return "cls" if setting == "pooler" and not has_pooler else setting
-    return trained_pooling(folder) or ("pooler" if has_pooler else "cls")
+        return setting
+    return trained_pooling(folder) or "pooler"

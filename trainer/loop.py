@@ -114,10 +114,8 @@ def train(
                 f"folder saved with save_pretrained, or leave it out for {DEFAULT_ENCODER}"
             ]
         ) from None
-    pooling = resolve_pooling(
-        cfg.pooling, encoder_path, getattr(encoder, "pooler", None) is not None
-    )
-    model = MTDNN(encoder, cfg.tasks, pooling).to(runtime.device)
+    model = MTDNN(encoder, cfg.tasks, resolve_pooling(cfg.pooling, encoder_path))
+    model = model.to(runtime.device)
     if cfg.compile:
         model.encoder = torch.compile(model.encoder, dynamic=True)
     optimizer = build_optimizer(model, cfg, runtime.device)
