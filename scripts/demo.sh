@@ -7,7 +7,7 @@ python3 -m venv .venv
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"   # see scripts/test.sh for why first
-python -m pip install -q -e .
+python -m pip install -q -c docker/constraints.txt -e ".[all]"
 export HF_HUB_OFFLINE=1
 weightsearch launch examples/study-sample.yaml
 weightsearch inspect sample --storage sqlite:///weightsearch.db

@@ -8,6 +8,6 @@ python -m pip install -q --upgrade pip
 # torch first, pinned: here this takes the local CPU wheel, whereas a bare `torch` requirement
 # would pull several GB of CUDA packages. Set TORCH_SPEC to choose another build.
 python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
-python -m pip install -q -e ".[test]"
+python -m pip install -q -c docker/constraints.txt -e ".[all,test]"
 ruff check .
 python -m pytest -q -p no:cacheprovider "$@"

@@ -2,7 +2,10 @@
 
 File format (CSV, TSV or JSONL), one row per (central task, central weight, seed):
     central_task, task_type, train_size, central_weight, seed, metric
-Optional: `metric_name` (the primary metric's name, one per task; default "metric"). Any other
+Optional: `metric_name` (the primary metric's name, one per task; default "metric"), and the
+regime the results were measured in, one per task: `encoder`, `stage` (multitask | finetuned) and
+`variant` (the weighting variant); without them the recommender counts the task as encoder
+"unknown", stage multitask. Any other
 column with numbers is kept as a further metric of the central task (e.g. f1); others are ignored.
 
 Every row is checked before the first write and every problem is reported at once; then one
@@ -15,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from studies import schema
@@ -23,7 +26,7 @@ from studies.recommend import TASK_TYPES
 from weightsearch.errors import DataError, StorageError
 
 REQUIRED = ("central_task", "task_type", "train_size", "central_weight", "seed", "metric")
-OPTIONAL = ("metric_name",)
+OPTIONAL = ("metric_name", "encoder", "stage", "variant")
 A_IMPORTED_FROM = "imported_from"
 MAX_LISTED = 50  # problems listed in one error; the count of the rest follows
 
@@ -39,6 +42,7 @@ class ImportRow:
     metric: float
     metric_name: str
     extra: dict[str, float]
+    regime: dict[str, str] = field(default_factory=dict)  # encoder/stage/variant when given
 
 
 def _number(text: str) -> float | None:
@@ -102,6 +106,10 @@ def parse_rows(path: str | Path) -> list[ImportRow]:
         if metric is None:
             bad.append(f"metric {rec['metric']!r} is not a number")
         name = str(rec.get("metric_name", "")).strip() or "metric"
+        regime = {k: str(rec.get(k, "")).strip() for k in ("encoder", "stage", "variant")}
+        regime = {k: v for k, v in regime.items() if v and v.lower() != "nan"}
+        if regime.get("stage") not in (None, *schema.STAGES):
+            bad.append(f"stage {regime['stage']!r} is not one of {', '.join(schema.STAGES)}")
         if not bad:
             key = (task, weight, int(seed))
             if key in seen:
@@ -120,7 +128,7 @@ def parse_rows(path: str | Path) -> list[ImportRow]:
             continue
         extra = {c: float(rec[c]) for c in numeric_extra if str(rec[c]).strip() != ""}
         rows.append(ImportRow(line, task, ttype, int(size), float(weight), int(seed),
-                              float(metric), name, extra))
+                              float(metric), name, extra, regime))
     if problems:
         shown = problems[:MAX_LISTED]
         rest = len(problems) - MAX_LISTED
@@ -168,6 +176,8 @@ def import_file(path: str | Path, study: str, storage_url: str) -> list[str]:
                 schema.A_AUX_TASKS: [], schema.A_AUX_SIZES: {},
                 schema.A_SOURCE: schema.SOURCE_IMPORTED, schema.A_CREATED: now,
                 A_IMPORTED_FROM: str(path),
+                **{{"encoder": schema.A_ENCODER, "stage": schema.A_STAGE,
+                    "variant": schema.A_VARIANT}[k]: v for k, v in head.regime.items()},
             }.items():
                 st.set_user_attr(key, value)
             st.add_trials([

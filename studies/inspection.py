@@ -44,7 +44,8 @@ def best_rows(studies: list[CentralStudy]) -> list[dict]:
         b = s.best
         rows.append({
             "central_task": s.central_task, "train_size": s.train_size,
-            "primary_metric": s.primary_metric, "best_weight": b.weight if b else None,
+            "primary_metric": s.primary_metric, "stage": s.stage or "multitask",
+            "best_weight": b.weight if b else None,
             "mean": b.mean if b else None, "sd": b.sd if b else None, "seeds": b.n if b else 0,
             "min": b.low if b else None, "max": b.high if b else None,
             "weights_done": len(s.curve),
@@ -136,7 +137,7 @@ def plot(studies: list[CentralStudy], title: str, path: str | Path) -> Path:
             ax.axvline(s.best.weight, color="grey", linestyle=":", label="best")
         ax.set_title(f"{s.central_task} (n={s.train_size or '?'})")
         ax.set_xlabel("central weight")
-        ax.set_ylabel(s.primary_metric or "value")
+        ax.set_ylabel(f"{s.primary_metric or 'value'} ({s.stage or 'multitask'} stage)")
         ax.set_xticks(w)
     for ax in list(axes.flat)[len(shown):]:
         ax.axis("off")

@@ -59,6 +59,18 @@ class CentralStudy:
     counts: dict[str, int]
     curve: tuple[WeightStats, ...]  # sorted by weight
     cells: tuple[Cell, ...] = field(default=(), repr=False)
+    encoder: str | None = None  # None: not recorded (imported results)
+    stage: str | None = None  # multitask | finetuned; None: not recorded (a sweep: multitask)
+    variant: str | None = None  # weighting variant, e.g. reference | paper
+
+    def values_by_weight(self) -> dict[float, list[float]]:
+        """Every COMPLETE trial's value, per central weight."""
+        out: dict[float, list[float]] = {}
+        for c in self.cells:
+            if c.state == "complete" and c.weight is not None and c.value is not None \
+                    and math.isfinite(c.value):
+                out.setdefault(c.weight, []).append(c.value)
+        return out
 
     @property
     def best(self) -> WeightStats | None:
@@ -77,7 +89,8 @@ class CentralStudy:
         return {
             "name": self.name, "study": self.study, "central_task": self.central_task,
             "task_type": self.task_type, "train_size": self.train_size,
-            "primary_metric": self.primary_metric, "source": self.source, **self.counts,
+            "primary_metric": self.primary_metric, "stage": self.stage, "encoder": self.encoder,
+            "source": self.source, **self.counts,
             "best_weight": best.weight if best else None,
             "best_mean": best.mean if best else None,
             "best_sd": best.sd if best else None,
@@ -146,30 +159,54 @@ def _as_int(v) -> int | None:
         return None
 
 
-def build_central(name: str, attrs: dict, maximize: bool, trials) -> CentralStudy:
-    """A CentralStudy from a study's user attributes and its FrozenTrials."""
+def _as_float(v) -> float | None:
+    try:
+        return float(v) if v is not None and not isinstance(v, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _as_str(v) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
+    """A CentralStudy from a study's user attributes, its directions and its FrozenTrials.
+
+    Anything may share the database: another program's study (no weightsearch source, or
+    several objectives) comes back marked `foreign`, with its counts but no curve, and odd
+    attribute or parameter values are read as unknown instead of failing.
+    """
     base, central = schema.split_study_name(name)
-    central = attrs.get(schema.A_CENTRAL, central or name)
+    directions = list(directions)
+    source = attrs.get(schema.A_SOURCE)
+    foreign = len(directions) != 1 or source not in (schema.SOURCE_SWEEP,
+                                                     schema.SOURCE_IMPORTED)
+    maximize = directions[0].name != "MINIMIZE" if directions else True
+    central = _as_str(attrs.get(schema.A_CENTRAL)) or central or name
     cells = []
     for t in trials:
-        weight = t.params.get(schema.PARAM)
+        complete = t.state.name == "COMPLETE" and len(t.values or ()) == 1
         cells.append(Cell(
             study=name, central_task=central, number=t.number,
-            weight=float(weight) if weight is not None else None,
+            weight=None if foreign else _as_float(t.params.get(schema.PARAM)),
             seed=_as_int(t.user_attrs.get(schema.T_SEED)),
             state=STATE_KEYS.get(t.state.name, t.state.name.lower()),
-            value=t.value if t.state.name == "COMPLETE" else None,
+            value=t.values[0] if complete else None,
             metrics=_flatten(t.user_attrs.get(schema.T_METRICS)),
         ))
     counts = {k: 0 for k in STATE_KEYS.values()}
     for c in cells:
         counts[c.state] = counts.get(c.state, 0) + 1
     return CentralStudy(
-        name=name, study=attrs.get(schema.A_STUDY, base), central_task=central,
-        task_type=attrs.get(schema.A_TASK_TYPE), train_size=_as_int(attrs.get(schema.A_TRAIN_SIZE)),
-        primary_metric=attrs.get(schema.A_PRIMARY),
-        source=attrs.get(schema.A_SOURCE, schema.SOURCE_SWEEP), maximize=maximize,
+        name=name, study=_as_str(attrs.get(schema.A_STUDY)) or base, central_task=central,
+        task_type=_as_str(attrs.get(schema.A_TASK_TYPE)),
+        train_size=_as_int(attrs.get(schema.A_TRAIN_SIZE)),
+        primary_metric=_as_str(attrs.get(schema.A_PRIMARY)),
+        source=schema.SOURCE_FOREIGN if foreign else source, maximize=maximize,
         counts=counts, curve=_curve(cells), cells=tuple(cells),
+        encoder=_as_str(attrs.get(schema.A_ENCODER)), stage=_as_str(attrs.get(schema.A_STAGE)),
+        variant=_as_str(attrs.get(schema.A_VARIANT)),
     )
 
 
@@ -178,7 +215,7 @@ def read_central(storage, name: str) -> CentralStudy:
     import optuna
 
     study = optuna.load_study(study_name=name, storage=storage)
-    return build_central(name, study.user_attrs, study.direction.name != "MINIMIZE",
+    return build_central(name, study.user_attrs, study.directions,
                          study.get_trials(deepcopy=False))
 
 
@@ -224,8 +261,7 @@ class StudyCache:
             trials = study.get_trials(deepcopy=False)
             seen = (len(trials), sum(t.state.name == "COMPLETE" for t in trials))
             if seen != self._seen.get(name) or name not in self._built:
-                maximize = fs.direction.name != "MINIMIZE"
-                self._built[name] = build_central(name, fs.user_attrs, maximize, trials)
+                self._built[name] = build_central(name, fs.user_attrs, fs.directions, trials)
                 self._seen[name] = seen
                 changed = True
         return changed, [self._built[n] for n in sorted(self._built)]

@@ -18,27 +18,36 @@ A_TASK_TYPE = "task_type"  # classification | regression | ranking
 A_TRAIN_SIZE = "train_size"  # training examples of the central task
 A_AUX_TASKS = "aux_tasks"  # list of auxiliary task names, config order
 A_AUX_SIZES = "aux_sizes"  # {aux task: training examples}
-A_PRIMARY = "primary_metric"  # name of the central task's primary metric
+A_PRIMARY = "primary_metric"  # the central task's metric that the trial value is
 A_ENCODER = "encoder"
 A_VARIANT = "variant"  # siwlm variant: reference | paper
+A_STAGE = "stage"  # the stage the scores come from: multitask | finetuned (absent: multitask)
+STAGES = ("multitask", "finetuned")
 A_DIGEST = "config_digest"  # sha256 of the canonical study config
 A_SPEC = "spec"  # the study file as a dict, so `resume NAME` needs nothing else
 A_SOURCE = "source"  # "sweep" for launched studies, "imported" for `weightsearch import`
 A_CREATED = "created_at"
 
+STAGES = ("multitask", "finetuned")
 SOURCE_SWEEP = "sweep"
 SOURCE_IMPORTED = "imported"
+# Another program's study in the same database (no weightsearch source attribute, or several
+# objectives): listed as such, never read as evidence.
+SOURCE_FOREIGN = "foreign"
 
 # Trial user attributes.
 T_SEED = "seed"
 T_CELL = "cell"  # "<weight>|<seed>", unique among a study's COMPLETE trials
 T_METRICS = "metrics"  # {task: {metric: value}} at the epoch that gave the trial's value
 T_FINAL_METRICS = "final_metrics"  # {task: {metric: value}} at the last epoch
+# {task: {metric: value}}: each fine-tuned task's best epoch of its fine-tuning run
+T_FINETUNED_METRICS = "finetuned_metrics"
 T_HISTORY = "history"  # [{"epoch": e, "metrics": {task: {metric: value}}}, ...]
 T_BEST_EPOCH = "best_epoch"
 T_WALL_TIME = "wall_time_s"  # the trial's own training time, evaluation included
 T_EXAMPLES_PER_S = "examples_per_s"
 T_ATTEMPT = "attempt"  # 0 for the first try of a cell, +1 per retry or resume
+T_SLOT = "slot"  # guided search: "slot:<seed>:<i>", the claimable unit the trial fills
 
 
 def study_name(study: str, central_task: str) -> str:

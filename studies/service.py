@@ -13,16 +13,36 @@ import hmac
 import json
 import logging
 import os
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from studies import schema
-from studies.recommend import load_evidence, merge_evidence, prior_evidence, study_evidence
+from studies.api_docs import add_offline_docs
+from studies.api_models import (
+    STUDY_FILE_BODY,
+    Health,
+    JobInfo,
+    JobList,
+    Recommendation,
+    Started,
+    StudyDetail,
+    StudyList,
+    errors,
+)
+from studies.jobs import Job, JobTable
+from studies.recommend import (
+    ENCODER_PATTERN,
+    load_evidence,
+    merge_evidence,
+    prior_evidence,
+    study_evidence,
+)
+from studies.request_guard import RequestGuard
+from studies.safe_body import parse_body
 from weightsearch.errors import ConfigError, StorageError, WeightsearchError
 
 log = logging.getLogger("weightsearch.service")
@@ -107,13 +127,16 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
                log_dir: str | os.PathLike | None = None, command: list[str] | None = None):
     """The FastAPI app.
 
-    require_token: POST routes need `Authorization: Bearer $<token_env>` (set it whenever the
-    server listens beyond loopback). refresh_s: how stale the recommender's evidence may get.
+    Whenever $<token_env> is set, every write route needs `Authorization: Bearer <token>`
+    (a reverse proxy may front a loopback server); require_token: refuse to start without it
+    (the server listens beyond loopback). refresh_s: how stale the recommender's evidence may get.
     log_dir: where launched runs write their study file and log. command: the program that
     launch/resume run, `weightsearch` by default (the same interpreter, `-m weightsearch.cli`).
     """
     from fastapi import Depends, FastAPI, HTTPException, Query, Request
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, PlainTextResponse
+    from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+    from starlette.concurrency import run_in_threadpool
 
     from weightsearch import __version__
 
@@ -124,9 +147,13 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
     db = _Database(storage_url, refresh_s)
     threading.Thread(target=db.refresh, daemon=True).start()  # warm up before the first request
     program = list(command or [sys.executable, "-m", "weightsearch.cli"])
+    jobs = JobTable()
     runs = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "weightsearch-service"
     app = FastAPI(title="weightsearch", version=__version__,
-                  description="Weight-search studies of the central task (MT-DNN + SIWLM).")
+                  description="Weight-search studies of the central task (MT-DNN + SIWLM).",
+                  docs_url=None, redoc_url=None)
+    app.add_middleware(RequestGuard)
+    add_offline_docs(app)
 
     @app.exception_handler(WeightsearchError)
     async def _user_error(request: Request, exc: WeightsearchError):
@@ -136,14 +163,18 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
             body["problems"] = exc.problems
         return JSONResponse(status_code=code, content=body)
 
-    def authorized(request: Request) -> None:
-        if not require_token:
+    bearer = HTTPBearer(auto_error=False, description=f"the value of ${token_env}; needed by "
+                        "every write route whenever it is set on the server")
+
+    def authorized(
+            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+    ) -> None:
+        if not token:
             return
-        header = request.headers.get("authorization", "")
-        if not header.lower().startswith("bearer "):
+        if credentials is None:
             raise HTTPException(401, "send 'Authorization: Bearer <token>'",
                                 headers={"WWW-Authenticate": "Bearer"})
-        if not hmac.compare_digest(header[7:].strip().encode(), token.encode()):
+        if not hmac.compare_digest(credentials.credentials.strip().encode(), token.encode()):
             raise HTTPException(403, "wrong bearer token")
 
     def base_exists(name: str) -> list[str]:
@@ -153,17 +184,17 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
         names = [] if storage is None else study_names(storage)
         return [n for n in names if n == name or schema.split_study_name(n)[0] == name]
 
-    @app.get("/health")
+    @app.get("/health", response_model=Health)
     def health() -> dict:
         return {"status": "ok", "version": __version__, "storage": _redacted(storage_url)}
 
-    @app.get("/studies")
+    @app.get("/studies", response_model=StudyList, responses=errors(503))
     def list_studies() -> dict:
         from studies.inspection import overview
 
         return {"studies": overview(db.studies())}
 
-    @app.get("/studies/{name:path}")
+    @app.get("/studies/{name:path}", response_model=StudyDetail, responses=errors(404, 503))
     def get_study(name: str) -> dict:
         from studies.inspection import cell_rows
 
@@ -178,37 +209,66 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
              "cells": [c for c in cells if c["central_task"] == s.central_task]}
             for s in studies]}
 
-    @app.get("/recommend")
-    def recommend(train_size: int = Query(gt=0, description="training examples"),
-                  task_type: TaskType | None = None) -> dict:
+    @app.get("/recommend", response_model=Recommendation, responses=errors(400, 503))
+    def recommend(train_size: int = Query(gt=0, le=10**12, description="training examples"),
+                  task_type: TaskType | None = None,
+                  encoder: str | None = Query(None, pattern=ENCODER_PATTERN, max_length=200),
+                  stage: Literal["multitask", "finetuned"] | None = None) -> dict:
         from studies.recommend import recommend_from
 
-        return recommend_from(db.evidence(), train_size, task_type).to_dict()
+        return recommend_from(db.evidence(), train_size, task_type, encoder, stage).to_dict()
 
-    def spawn(argv: list[str], label: str) -> dict:
+    def spawn(argv: list[str], label: str, study: str) -> dict:
         runs.mkdir(parents=True, exist_ok=True)
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         log_path = runs / f"{label}-{stamp}.log"
-        with open(log_path, "w") as out:
-            proc = subprocess.Popen(
-                [*program, *argv],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,  # survives the server's Ctrl-C
-            )
-        return {"pid": proc.pid, "log": str(log_path)}
+        job = jobs.start(argv[0], study, [*program, *argv], log_path)
+        return {"job": job.id, "pid": job.proc.pid, "log": str(log_path)}
 
-    @app.post("/studies", status_code=202, dependencies=[Depends(authorized)])
+    def find_job(job_id: int) -> Job:
+        job = jobs.get(job_id)
+        if job is None:
+            raise HTTPException(404, f"no job {job_id}; GET /jobs lists them")
+        return job
+
+    @app.get("/jobs", response_model=JobList)
+    def list_jobs() -> dict:
+        return {"jobs": [j.to_dict() for j in jobs.all()]}
+
+    @app.get("/jobs/{job_id}", response_model=JobInfo, responses=errors(404))
+    def get_job(job_id: int) -> dict:
+        return find_job(job_id).to_dict()
+
+    @app.get("/jobs/{job_id}/log", response_class=PlainTextResponse, responses=errors(404))
+    def job_log(job_id: int) -> str:
+        """The last 64 KiB of the job's log."""
+        return find_job(job_id).tail()
+
+    @app.delete("/jobs/{job_id}", response_model=JobInfo, dependencies=[Depends(authorized)],
+                responses=errors(401, 403, 404))
+    def cancel_job(job_id: int) -> dict:
+        """Stops the job (SIGTERM to its process group); a finished job is left as it is."""
+        job = find_job(job_id)
+        jobs.cancel(job)
+        return job.to_dict()
+
+    @app.post("/studies", status_code=202, dependencies=[Depends(authorized)],
+              response_model=Started, openapi_extra=STUDY_FILE_BODY,
+              responses=errors(400, 401, 403, 409, 413, 415, 503))
     async def launch(request: Request) -> dict:
-        """Body: the study file as YAML text or JSON. Starts `weightsearch launch`."""
+        """Body: the study file, as application/yaml or application/json (aliases refused,
+        nesting bounded). Starts `weightsearch launch`."""
+        text = (await request.body()).decode("utf-8", errors="replace")
+        # Parsing and the database lookup run in a worker thread: the event loop keeps
+        # answering other requests (/health) meanwhile.
+        return await run_in_threadpool(start_study, text, request.headers.get("content-type", ""))
+
+    def start_study(text: str, content_type: str) -> dict:
         from sweep.spec import load_study_spec
 
-        text = (await request.body()).decode("utf-8", errors="replace")
-        try:
-            source = json.loads(text)
-        except ValueError:
-            source = text
-        if not isinstance(source, dict | str) or not str(source).strip():
-            raise ConfigError("the body must be a study file (YAML text or a JSON object)")
+        source = parse_body(text, content_type) if text.strip() else None
+        if not isinstance(source, dict) or not source:
+            raise ConfigError("the body must be a study file (a YAML or JSON mapping)")
         spec = load_study_spec(source)
         if base_exists(spec.study):
             raise HTTPException(409, f"study {spec.study!r} already exists; "
@@ -216,15 +276,17 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
         runs.mkdir(parents=True, exist_ok=True)
         spec_file = runs / f"{spec.study}-{dt.datetime.now():%Y%m%d-%H%M%S-%f}.json"
         spec_file.write_text(json.dumps(spec.to_dict(), indent=2))
-        started = spawn(["launch", str(spec_file), "--storage", storage_url], spec.study)
+        started = spawn(["launch", str(spec_file), "--storage", storage_url], spec.study,
+                        spec.study)
         return {"study": spec.study, **started}
 
-    @app.post("/studies/{name:path}/resume", status_code=202, dependencies=[Depends(authorized)])
+    @app.post("/studies/{name:path}/resume", status_code=202, dependencies=[Depends(authorized)],
+              response_model=Started, responses=errors(401, 403, 404, 503))
     def resume(name: str) -> dict:
         if not base_exists(name):
             raise HTTPException(404, f"no study named {name!r}; GET /studies lists them")
         started = spawn(["resume", name, "--storage", storage_url],
-                        name.replace(schema.SEPARATOR, "_"))
+                        name.replace(schema.SEPARATOR, "_"), name)
         return {"study": name, **started}
 
     return app

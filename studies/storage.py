@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from weightsearch.errors import StorageError
@@ -47,6 +49,16 @@ def check_url(url: str) -> None:
             f"storage URL {url!r} is not a SQLAlchemy URL ({exc}); "
             "use e.g. sqlite:///weightsearch.db or postgresql+psycopg://user@host/db"
         ) from None
+    from sqlalchemy.exc import NoSuchModuleError
+
+    try:
+        parsed.get_dialect().import_dbapi()
+    except (ImportError, NoSuchModuleError) as exc:
+        raise StorageError(
+            f"storage URL {url!r}: the Python driver for {parsed.drivername!r} is not installed "
+            f"({exc}); install it into this environment (e.g. `pip install pymysql` and a "
+            "mysql+pymysql:// URL, or `pip install psycopg` for postgresql+psycopg://)"
+        ) from None
     if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
         folder = Path(parsed.database).expanduser().resolve().parent
         if not folder.is_dir():
@@ -65,24 +77,90 @@ def open_storage(url: str | None = None):
 
     url = url or default_storage_url()
     check_url(url)
+    ours = _new_sqlite_file(url)
     try:
-        storage = _resilient_class()(
-            url,
-            engine_kwargs=engine_kwargs(url),
-            # A trial whose process died (SIGKILL, lost node) stops heartbeating; the next
-            # launch or resume finds it and marks it FAIL instead of leaving it RUNNING.
-            heartbeat_interval=60,
-            grace_period=180,
-        )
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
+        # Optuna creates its tables on first open; without the lock, processes opening a new
+        # database together race on it ("table studies already exists").
+        with schema_lock(url):
+            storage = _resilient_class()(
+                url,
+                engine_kwargs=engine_kwargs(url),
+                # A trial whose process died (SIGKILL, lost node) stops heartbeating; the next
+                # launch or resume finds it and marks it FAIL instead of leaving it RUNNING.
+                heartbeat_interval=60,
+                grace_period=180,
+            )
+    except ImportError as exc:
+        raise StorageError(
+            f"cannot open study storage {url!r}: its database driver is not installed "
+            f"({exc}); install it (e.g. pip install pymysql and use mysql+pymysql://), or use "
+            "sqlite:/// or postgresql+psycopg://"
+        ) from None
+    except (sqlalchemy.exc.SQLAlchemyError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(
             f"cannot open study storage {url!r}: {first}. Check that the database server is "
             "running and the URL (driver, host, port, database name) is right"
         ) from None
-    if storage.engine.dialect.name == "sqlite":
+    if storage.engine.dialect.name == "sqlite" and (ours or _in_wal(storage)):
+        # A database file another tool made keeps its journal mode: WAL adds -wal/-shm files
+        # beside it and stops older SQLite readers (or network file systems) from opening it.
         _use_sqlite_wal(storage)
     return storage
+
+
+# Any fixed 64-bit number, the same in every weightsearch process: the key of the PostgreSQL
+# advisory lock that serialises schema creation.
+_PG_SCHEMA_LOCK = 0x5745_4947_4854  # "WEIGHT"
+
+
+@contextlib.contextmanager
+def schema_lock(url: str) -> Iterator[None]:
+    """Hold a lock, across processes and machines, while the study schema may be created.
+
+    SQLite: an exclusive flock on the database file itself (created empty if missing, which
+    SQLite reads as an empty database). PostgreSQL: a session advisory lock. Other backends:
+    no lock.
+    """
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        import fcntl
+
+        try:
+            handle = open(Path(parsed.database).expanduser(), "ab")  # noqa: SIM115
+        except OSError:  # a read-only file: this process cannot create a schema there anyway
+            yield
+            return
+        with handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+        return
+    if backend != "postgresql":
+        yield
+        return
+    engine = create_engine(url, poolclass=_null_pool(), **engine_kwargs(url))
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_SCHEMA_LOCK})
+    finally:
+        engine.dispose()
+
+
+def _null_pool():
+    from sqlalchemy.pool import NullPool
+
+    return NullPool
 
 
 # --- Robustness additions (faults work, issue 5) --------------------------------------------
@@ -167,6 +245,24 @@ def __getattr__(name: str):
     if name == "_ResilientRDBStorage":
         return _resilient_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _new_sqlite_file(url: str) -> bool:
+    """Whether `url` names a SQLite file that does not exist yet (this call will create it)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return False
+    path = Path(parsed.database).expanduser()
+    return not path.exists() or path.stat().st_size == 0
+
+
+def _in_wal(storage) -> bool:
+    from sqlalchemy import text
+
+    with storage.engine.connect() as conn:
+        return str(conn.execute(text("PRAGMA journal_mode")).scalar()).lower() == "wal"
 
 
 def _set_wal(dbapi_connection, _record) -> None:

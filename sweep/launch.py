@@ -11,6 +11,7 @@ import datetime as dt
 import math
 import os
 import socket
+import time
 import warnings
 from collections import deque
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any
 
 from studies import schema as S
 from studies.storage import default_storage_url, open_storage
+from sweep.claims import Claims
 from sweep.spec import GridSearch, StudySpec, load_study_spec
 from weightsearch.errors import ClusterError, ConfigError, StorageError
 
@@ -95,15 +97,25 @@ def launch(
     try:
         concurrency = _concurrency(spec, total_pending)
         studies = {c.name: _create_study(spec, storage, c, existing.get(c.name)) for c in centrals}
-        for study in studies.values():
-            _fail_orphans(study, storage)
-        # Orphans are now FAIL: recompute so their cells (and attempt counts) are current.
         warm = _warm_starts(spec, centrals, url)
-        plans = [_plan(spec, c, studies[c.name], warm[c.name]) for c in centrals]
-        total = sum(p.remaining for p in plans)
         epochs = max(c.cfg.epochs for c in centrals)
-        failed = _run(spec, plans, total, concurrency, epochs, progress) if total else 0
-        return _summary(spec, storage, url, centrals, ran=total, failed=failed)
+        claims = Claims(storage.engine)
+        claims.start()
+        ran = failed = 0
+        try:
+            while True:  # rounds: cells other drivers hold are retried once their leases end
+                plans = [_plan(spec, c, studies[c.name], warm[c.name]) for c in centrals]
+                total = sum(p.remaining for p in plans)
+                if not total:
+                    break
+                n_ran, n_failed = _run(spec, plans, total, concurrency, epochs, progress, claims)
+                ran, failed = ran + n_ran, failed + n_failed
+                if not any(p.deferred for p in plans) or (n_failed and not n_ran - n_failed):
+                    break  # nothing held elsewhere (or only failures here): report
+                time.sleep(min(5.0, claims.ttl / 4))
+        finally:
+            claims.stop()
+        return _summary(spec, storage, url, centrals, ran=ran, failed=failed)
     finally:
         if started_ray:
             import ray
@@ -185,6 +197,12 @@ def _describe(spec: StudySpec, central: str) -> _Central:
         raise ConfigError([f"train.{p}" for p in exc.problems]) from None
     sizes = trainer.task_sizes(cfg)
     aux = [t for t in cfg.task_names if t != central]
+    spec_task = cfg.task(central)
+    metric = spec.objective.metric
+    metric = spec_task.primary_metric if metric == "primary" else metric
+    if metric not in spec_task.metrics:
+        raise ConfigError([f"objective.metric: {central} has no metric {metric!r}; use primary "
+                           f"or one of {', '.join(spec_task.metrics)}"])
     attrs = {
         S.A_STUDY: spec.study,
         S.A_CENTRAL: central,
@@ -192,7 +210,8 @@ def _describe(spec: StudySpec, central: str) -> _Central:
         S.A_TRAIN_SIZE: sizes[central],
         S.A_AUX_TASKS: aux,
         S.A_AUX_SIZES: {t: sizes[t] for t in aux},
-        S.A_PRIMARY: cfg.task(central).primary_metric,
+        S.A_PRIMARY: metric,
+        S.A_STAGE: spec.objective.stage,
         S.A_ENCODER: cfg.encoder,
         S.A_VARIANT: getattr(cfg.weighting, "variant", None),
         S.A_DIGEST: spec.digest(),
@@ -213,8 +232,12 @@ def _existing_studies(spec: StudySpec, storage: Any, url: str, centrals: list[_C
         if name not in names:
             continue
         study = optuna.load_study(study_name=name, storage=storage)
-        attrs = study.user_attrs
-        if attrs.get(S.A_SOURCE) != S.SOURCE_SWEEP:
+        attrs = _settled_attrs(study)
+        if attrs is None:
+            problems.append(f"study {name!r} in {url} holds no weightsearch settings: another "
+                            "launch is still creating it (run the command again in a moment to "
+                            "join it), or another tool made it (choose another study name)")
+        elif attrs.get(S.A_SOURCE) != S.SOURCE_SWEEP:
             problems.append(f"study {name!r} in {url} was imported, not launched; "
                             "choose another study name")
         elif attrs.get(S.A_DIGEST) != spec.digest():
@@ -231,6 +254,19 @@ def _existing_studies(spec: StudySpec, storage: Any, url: str, centrals: list[_C
     if problems:
         raise ConfigError(problems)
     return found
+
+
+def _settled_attrs(study: Any, wait_s: float = 15.0) -> dict[str, Any] | None:
+    """The study's user attributes once its creator has written them; a launch that created
+    the study a moment ago writes them one by one (the creation time last)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        attrs = study.user_attrs
+        if S.A_CREATED in attrs or attrs.get(S.A_SOURCE) not in (None, S.SOURCE_SWEEP):
+            return attrs
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
 
 
 def _done_cells(study: Any) -> tuple[set[str], dict[int, int], dict[str, int]]:
@@ -272,9 +308,11 @@ def _create_study(spec: StudySpec, storage: Any, central: _Central, existing: An
             study_name=S.study_name(spec.study, central.name), storage=storage,
             direction="maximize", load_if_exists=True,
         )
-        study.set_user_attr(S.A_CREATED, dt.datetime.now(dt.timezone.utc).isoformat())
         for key, value in central.attrs.items():
             study.set_user_attr(key, value)
+        # Last: its presence tells a concurrent launch that the study's settings are complete.
+        if S.A_CREATED not in study.user_attrs:
+            study.set_user_attr(S.A_CREATED, dt.datetime.now(dt.timezone.utc).isoformat())
     else:
         study = existing
     sampler: Any
@@ -286,21 +324,6 @@ def _create_study(spec: StudySpec, storage: Any, central: _Central, existing: An
     else:
         sampler = optuna.samplers.RandomSampler(seed=spec.seeds[0])
     return optuna.load_study(study_name=study.study_name, storage=storage, sampler=sampler)
-
-
-def _fail_orphans(study: Any, storage: Any) -> None:
-    """Trials left RUNNING by a killed driver: FAIL, so their cells are pending again.
-
-    Their trainer checkpoints stay in the workdir, so the rerun continues where they stopped.
-    One driver per study at a time: a second driver would fail the first one's trials here.
-    """
-    from optuna.trial import TrialState
-
-    study_id = storage.get_study_id_from_name(study.study_name)
-    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING)):
-        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
-        storage.set_trial_user_attr(trial_id, "error", "driver stopped before it ended")
-        study.tell(t.number, state=TrialState.FAIL)
 
 
 def _warm_starts(spec: StudySpec, centrals: list[_Central], url: str) -> dict[str, list[float]]:
@@ -321,23 +344,40 @@ def _warm_starts(spec: StudySpec, centrals: list[_Central], url: str) -> dict[st
 
 
 def _plan(spec: StudySpec, central: _Central, study: Any, warm: list[float]) -> Any:
+    """Every unit of the study not finished yet; which of them this driver trains is decided
+    unit by unit, by claims in the database, while it runs."""
     from optuna.distributions import FloatDistribution
 
-    from sweep.searcher import CentralPlan, guided_distribution
+    from sweep.searcher import CentralPlan, Unit, guided_distribution, slot_key
 
-    done, per_seed, attempts = _done_cells(study)
+    _, per_seed, _ = _done_cells(study)
     plan = CentralPlan(
         central=central.name, study=study, primary_metric=central.attrs[S.A_PRIMARY],
-        distribution=FloatDistribution(S.WEIGHT_LOW, S.WEIGHT_HIGH), taken=set(done),
-        attempts=attempts,
+        stage=central.attrs[S.A_STAGE],
+        distribution=FloatDistribution(S.WEIGHT_LOW, S.WEIGHT_HIGH),
     )
     if isinstance(spec.search, GridSearch):
-        plan.grid = deque(_pending(spec, study))
+        plan.units = deque(Unit(S.cell_key(w, s), s, w) for w, s in _pending(spec, study))
     else:
         plan.distribution = guided_distribution(spec.search)
-        plan.slots = {s: max(0, spec.search.n_trials - per_seed.get(s, 0)) for s in spec.seeds}
+        slots = {_slot_of(t) for t in study.get_trials(deepcopy=False)
+                 if t.state.name in ("COMPLETE", "PRUNED")}
+        plan.units = deque(
+            Unit(slot_key(s, i), s, None) for s in spec.seeds
+            for i in range(spec.search.n_trials) if slot_key(s, i) not in slots
+        )
+        # Finished trials without a slot label (older studies) fill the first slots of a seed.
+        for seed, n in per_seed.items():
+            legacy = n - sum(1 for k in slots if k and k.startswith(f"slot:{seed}:"))
+            for i in range(max(0, legacy)):
+                if Unit(slot_key(seed, i), seed, None) in plan.units:
+                    plan.units.remove(Unit(slot_key(seed, i), seed, None))
         plan.warm = {s: list(warm) for s in spec.seeds}
     return plan
+
+
+def _slot_of(trial: Any) -> str | None:
+    return trial.user_attrs.get(S.T_SLOT)
 
 
 # --- Ray ---------------------------------------------------------------------------------
@@ -392,8 +432,9 @@ def _concurrency(spec: StudySpec, pending: int) -> int:
 
 
 def _run(spec: StudySpec, plans: list, total: int, concurrency: int, epochs: int,
-         progress: bool) -> int:
-    """Run `total` trials through Tune; returns how many ended FAIL."""
+         progress: bool, claims: Claims) -> tuple[int, int]:
+    """Run at most `total` trials through Tune; returns how many this driver ran and how many
+    of them ended FAIL."""
     from ray import tune
 
     from sweep.progress import Progress
@@ -402,7 +443,7 @@ def _run(spec: StudySpec, plans: list, total: int, concurrency: int, epochs: int
 
     stopped: set[str] = set()
     meter = Progress(spec.study, total, concurrency, enabled=progress)
-    searcher = CellSearcher(plans, epochs, meter, stopped)
+    searcher = CellSearcher(plans, epochs, meter, stopped, claims)
     trainable = tune.with_resources(
         tune.with_parameters(run_cell, spec=spec),
         {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu},
@@ -427,8 +468,14 @@ def _run(spec: StudySpec, plans: list, total: int, concurrency: int, epochs: int
             callbacks=[_trial_index(searcher)],
         ),
     )
-    tuner.fit()
-    return meter.counts.get("FAIL", 0)
+    try:
+        tuner.fit()
+    finally:
+        # Ctrl-C, or Tune gave up: no trial of ours stays RUNNING.
+        interrupted = searcher.abandon_live()
+    if interrupted:  # Tune catches Ctrl-C itself and returns with trials still running
+        raise KeyboardInterrupt
+    return sum(meter.counts.values()), meter.counts.get("FAIL", 0)
 
 
 def _scheduler(spec: StudySpec, epochs: int, stopped: set[str]) -> Any:

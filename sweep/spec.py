@@ -13,6 +13,8 @@
     max_failures: 1                   # Ray retries per trial; a retry resumes its checkpoint
     workdir: ./weightsearch_runs      # trial outputs and checkpoints; every node must reach it
     warm_start: [9]                   # guided search only: weights tried first, or `recommend`
+    objective: {stage: multitask, metric: primary}  # the score a trial is: which stage, which
+                                      # metric of the central task (finetuned needs train.finetune)
 
 Relative paths (workdir, train.data_dir, train.cache_dir, a local train.encoder) are resolved
 against the working directory once, here, because Ray runs trials in other directories.
@@ -32,14 +34,14 @@ from typing import Any
 
 import yaml
 
-from studies.schema import DEFAULT_GRID, WEIGHT_HIGH, WEIGHT_LOW
+from studies.schema import DEFAULT_GRID, STAGES, WEIGHT_HIGH, WEIGHT_LOW
 from studies.storage import default_storage_url
 from weightsearch.errors import ConfigError
 from weightsearch.yamlio import load_yaml
 
 KEYS = (
     "study", "storage", "train", "central_tasks", "weights", "seeds", "resources",
-    "max_concurrent", "scheduler", "max_failures", "workdir", "warm_start",
+    "max_concurrent", "scheduler", "max_failures", "workdir", "warm_start", "objective",
 )
 # Keys of `train` that the sweep sets per trial; a value in the study file would be ignored.
 SWEEP_OWNED = {
@@ -51,6 +53,7 @@ SAMPLERS = ("tpe", "random")
 SCHEDULERS = ("fifo", "asha")
 DEFAULT_WORKDIR = "./weightsearch_runs"
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+_NAME_MAX = 100  # the name is a folder name (and part of every trial folder's path)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,15 @@ class Scheduler:
 
 
 @dataclass(frozen=True)
+class Objective:
+    """What a trial's value is: the central task's `metric` ("primary": its primary metric)
+    at its best epoch of the multi-task stage, or of its fine-tuning run."""
+
+    stage: str = "multitask"
+    metric: str = "primary"
+
+
+@dataclass(frozen=True)
 class StudySpec:
     study: str
     storage: str
@@ -110,6 +122,7 @@ class StudySpec:
     warm_start: tuple[float, ...] = ()
     # Start each central task's guided search at the recommender's weight for its size.
     warm_recommend: bool = False
+    objective: Objective = Objective()
 
     @property
     def is_grid(self) -> bool:
@@ -120,7 +133,7 @@ class StudySpec:
 
         `storage` is left out: the database that holds the study is given on the command line.
         """
-        return {
+        out = {
             "study": self.study,
             "train": json.loads(json.dumps(self.train)),
             "central_tasks": list(self.central_tasks),
@@ -135,6 +148,9 @@ class StudySpec:
             "workdir": self.workdir,
             "warm_start": "recommend" if self.warm_recommend else list(self.warm_start),
         }
+        if self.objective != Objective():  # studies from before `objective` keep their digest
+            out["objective"] = {"stage": self.objective.stage, "metric": self.objective.metric}
+        return out
 
     def digest(self) -> str:
         text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -222,9 +238,11 @@ def _parse(raw: Mapping[str, Any], label: str | None) -> StudySpec:
     study = raw.get("study")
     if study is None:
         problems.append("study: required; name the study, e.g. study: glue-small")
-    elif not isinstance(study, str) or not _NAME.match(study):
+    elif (not isinstance(study, str) or not _NAME.match(study) or study.startswith(".")
+          or len(study) > _NAME_MAX):
         problems.append(
-            f"study: {study!r} is not a valid name; use letters, digits, '-', '_' and '.' only"
+            f"study: {str(study)[:40]!r} is not a valid name; use up to {_NAME_MAX} letters, "
+            "digits, '-', '_' and '.', not starting with '.'"
         )
 
     storage = raw.get("storage") or default_storage_url()
@@ -264,9 +282,17 @@ def _parse(raw: Mapping[str, Any], label: str | None) -> StudySpec:
         problem = _weight_problem(f"warm_start[{i}]", value)
         if problem:
             problems.append(problem)
+    if isinstance(search, GuidedSearch):
+        for i, value in enumerate(warm):
+            if _is_real(value) and not search.low <= value <= search.high:
+                problems.append(f"warm_start[{i}]: {value:g} lies outside the search range "
+                                f"{search.low:g}..{search.high:g}; move it inside or widen "
+                                "weights.low/high")
     if (warm or warm_recommend) and isinstance(search, GridSearch):
         problems.append("warm_start: applies to a guided search (weights: {n_trials: ...}) only; "
                         "a grid tries every weight anyway")
+
+    objective = _parse_objective(raw.get("objective"), train, central, problems)
 
     if problems:
         raise ConfigError(problems, label)
@@ -275,7 +301,38 @@ def _parse(raw: Mapping[str, Any], label: str | None) -> StudySpec:
         search=search, seeds=seeds, resources=resources, max_concurrent=max_concurrent,
         scheduler=scheduler, max_failures=max_failures, workdir=workdir,
         warm_start=tuple(float(w) for w in warm), warm_recommend=warm_recommend,
+        objective=objective,
     )
+
+
+def _parse_objective(raw: Any, train: Mapping[str, Any], central: tuple[str, ...],
+                     problems: list[str]) -> Objective:
+    if raw is None:
+        return Objective()
+    if not isinstance(raw, Mapping):
+        problems.append(f"objective: expected {{stage: multitask | finetuned, metric: primary}}, "
+                        f"got {raw!r}")
+        return Objective()
+    for key in sorted(set(raw) - {"stage", "metric"}):
+        problems.append(f"objective.{key}: unknown setting; use stage and metric")
+    stage, metric = raw.get("stage", "multitask"), raw.get("metric", "primary")
+    if stage not in STAGES:
+        problems.append(f"objective.stage: {stage!r} is not one of {', '.join(STAGES)}")
+        stage = "multitask"
+    if not isinstance(metric, str) or not metric:
+        problems.append(f"objective.metric: expected a metric name or primary, got {metric!r}")
+        metric = "primary"
+    if stage == "finetuned":
+        finetune = train.get("finetune")
+        tasks = finetune.get("tasks", "central") if isinstance(finetune, Mapping) else None
+        if not finetune or (isinstance(finetune, Mapping) and finetune.get("enabled") is False):
+            problems.append("objective.stage: finetuned scores the fine-tuning stage; turn it on "
+                            "with train.finetune: {tasks: central, epochs: ...}")
+        elif isinstance(tasks, list) and not set(central) <= set(tasks):
+            missing = ", ".join(sorted(set(central) - set(tasks)))
+            problems.append(f"objective.stage: finetuned needs every central task fine-tuned; "
+                            f"train.finetune.tasks leaves out {missing} (use tasks: central)")
+    return Objective(stage=stage, metric=metric)
 
 
 def _absolute(path: str) -> str:
@@ -409,6 +466,15 @@ def _parse_guided(raw: Mapping[str, Any], problems: list[str]) -> GuidedSearch:
     if step is not None and (not _is_real(step) or step <= 0):
         problems.append(f"weights.step: expected a number > 0 or null, got {step!r}")
         step = None
+    if ok and step is not None and low < high and _is_int(n_trials):
+        # Each seed tries each weight once: more trials than grid points cannot be filled.
+        points = math.floor((high - low) / step + 1e-9) + 1
+        if n_trials > points:
+            problems.append(
+                f"weights.n_trials: {n_trials} trials per seed, but low {low:g} to high "
+                f"{high:g} in steps of {step:g} holds only {points} distinct weights; lower "
+                f"n_trials to at most {points}, or use a finer step"
+            )
     return GuidedSearch(
         low=float(low) if _is_real(low) else WEIGHT_LOW,
         high=float(high) if _is_real(high) else WEIGHT_HIGH,

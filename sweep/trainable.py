@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 from typing import Any
 
 from sweep.spec import StudySpec
@@ -35,13 +37,17 @@ def run_cell(config: dict[str, Any], spec: StudySpec) -> None:
     import trainer
 
     central, weight, seed = config["central_task"], config["weight"], config["seed"]
-    out = spec.trial_dir(central, weight, seed)
+    out = attempt_dir(spec, central, weight, seed, int(config.get("attempt", 0)))
     cfg = trainer.load_config(spec.run_mapping(central, weight, seed, out))
+    metric = spec.objective.metric
+    metric = cfg.task(central).primary_metric if metric == "primary" else metric
 
     def report(epoch_report: Any) -> None:
+        if epoch_report.stage != "multitask":
+            return  # fine-tuning epochs count from 1 again; their scores arrive in the summary
         tune.report({
             EPOCH: int(epoch_report.epoch),
-            OBJECTIVE: float(epoch_report.primary[central]),
+            OBJECTIVE: float(epoch_report.metrics[central][metric]),
             METRICS_JSON: json.dumps(epoch_report.metrics),
             "train_loss": _finite(epoch_report.train_loss),
             "elapsed_s": float(epoch_report.elapsed_s),
@@ -52,9 +58,31 @@ def run_cell(config: dict[str, Any], spec: StudySpec) -> None:
     last = max((h["epoch"] for h in result.history), default=0)
     tune.report({
         EPOCH: int(last),
-        OBJECTIVE: float(result.best[central][cfg.task(central).primary_metric]),
+        OBJECTIVE: float(result.stage_best(spec.objective.stage)[central][metric]),
         SUMMARY_JSON: json.dumps(summary, default=str),
     })
+
+
+def attempt_dir(spec: StudySpec, central: str, weight: float, seed: int, attempt: int) -> str:
+    """The folder of one attempt at a cell: no two attempts (or drivers) write the same folder.
+
+    A later attempt starts as a copy of the newest earlier attempt's folder, so the trainer
+    continues from that attempt's last epoch checkpoint. The copy is made under a temporary
+    name and renamed, so a Ray retry of this attempt finds either nothing or the whole copy.
+    """
+    base = spec.trial_dir(central, weight, seed)
+    out = base if attempt == 0 else f"{base}-attempt{attempt}"
+    if attempt == 0 or os.path.isdir(out):
+        return out
+    for earlier in range(attempt - 1, -1, -1):
+        source = base if earlier == 0 else f"{base}-attempt{earlier}"
+        if os.path.isdir(os.path.join(source, "checkpoints")):
+            partial = f"{out}.copying-{os.getpid()}"
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.copytree(source, partial)
+            os.replace(partial, out)
+            break
+    return out
 
 
 def _finite(value: float) -> float | None:

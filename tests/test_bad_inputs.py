@@ -3,8 +3,10 @@ no traceback, and the study database and output folders exactly as they were."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -38,13 +40,21 @@ IMPORT_HEADER = "central_task,task_type,train_size,central_weight,seed,metric\n"
 
 
 def _snapshot(root: Path) -> dict[str, str]:
-    """Every file's digest, leaving out SQLite's WAL side files (they come and go with
-    connections); the database's content is compared through Optuna by `_studies`."""
+    """Every file's digest. A SQLite database is digested by its logical content (a dump): its
+    bytes change whenever a closing connection checkpoints the write-ahead log into it, and its
+    -wal/-shm side files come and go with connections."""
     return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        str(p.relative_to(root)): _digest(p)
         for p in sorted(root.rglob("*"))
         if p.is_file() and not p.name.endswith(("-wal", "-shm"))
     }
+
+
+def _digest(path: Path) -> str:
+    if path.suffix != ".db":
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return hashlib.sha256("\n".join(conn.iterdump()).encode()).hexdigest()
 
 
 def _studies(url: str) -> dict[str, list]:
@@ -135,6 +145,17 @@ CASES = [
                                               "0\ta\tb\tmaybe\n"),
                                      ["train", "--config", _write(w, "r.yaml", run_yaml(w))])[1],
      ["maybe"]),
+    ("duplicate run key", lambda w: ["train", "--config",
+                                     _write(w, "r.yaml", run_yaml(w) + "epochs: 3\n")],
+     ["epochs", "duplicate key"]),
+    ("yaml alias", lambda w: ["launch", _write(w, "s.yaml", study_yaml(w, "&w [1, 9]")
+                                               + "warm_start: *w\n")], ["aliases"]),
+    ("finetune unknown task", lambda w: ["train", "--config", _write(w, "r.yaml", run_yaml(w)),
+                                         "--set", "finetune.tasks=[qnli]"], ["finetune.tasks"]),
+    ("bad preset", lambda w: ["train", "--config", _write(w, "r.yaml", run_yaml(w)),
+                              "--set", "preset=mtdnn"], ["preset"]),
+    ("init_from missing", lambda w: ["train", "--config", _write(w, "r.yaml", run_yaml(w)),
+                                     "--set", "init_from=/no/such/run"], ["init_from"]),
     ("study weight 0", lambda w: ["launch", _write(w, "s.yaml", study_yaml(w, "[0, 9]"))],
      ["weights"]),
     ("study weight 16", lambda w: ["launch", _write(w, "s.yaml", study_yaml(w, "[9, 16]"))],
@@ -168,6 +189,19 @@ CASES = [
                                               "--storage", w["url"]], ["train-size"]),
     ("recommend unknown type", lambda w: ["recommend", "--train-size", "2500", "--task-type",
                                           "clustering", "--storage", w["url"]], ["clustering"]),
+    ("duplicate yaml key", lambda w: ["launch", _write(w, "s.yaml", study_yaml(w) +
+                                      "weights: [3]\n")], ["duplicate key", "weights"]),
+    ("study name ..", lambda w: ["launch", _write(w, "s.yaml",
+                                 study_yaml(w).replace("study: bad", "study: .."))], ["study"]),
+    ("study name 300 chars", lambda w: ["launch", _write(w, "s.yaml", study_yaml(w).replace(
+        "study: bad", "study: " + "x" * 300))], ["study", "100"]),
+    ("guided trials beyond grid", lambda w: ["launch", _write(w, "s.yaml", study_yaml(
+        w, "{low: 1, high: 4, step: 1, n_trials: 10, sampler: random}"))], ["n_trials", "4"]),
+    ("warm start outside range", lambda w: ["launch", _write(w, "s.yaml", study_yaml(
+        w, "{low: 1, high: 4, n_trials: 2, sampler: random}") + "warm_start: [9]\n")],
+     ["warm_start", "outside"]),
+    ("mysql without driver", lambda w: ["inspect", "--storage", "mysql://u@127.0.0.1/db"],
+     ["MySQLdb", "install"]),
 ]
 
 

@@ -113,3 +113,4 @@ def test_concurrent_writers_sqlite(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_concurrent_writers_postgres(postgres_url: str, tmp_path: Path) -> None:
     _check(postgres_url, tmp_path)
+

@@ -173,6 +173,8 @@ def cluster() -> Iterator[Cluster]:
         "RAY_health_check_timeout_ms": "1000",
         "RAY_health_check_failure_threshold": "3",
         "RAY_USAGE_STATS_ENABLED": "0",
+        # A killed driver's cell claims expire after 10 s, not 120 s: `resume` takes them over.
+        "WEIGHTSEARCH_CLAIM_TTL": "10",
         "TOKENIZERS_PARALLELISM": "false",
         "OMP_NUM_THREADS": "1",
     }

@@ -72,3 +72,39 @@ def test_unknown_study_names_the_fix(url, capsys):
     assert main(["inspect", "nope", "--storage", url]) == 2
     err = capsys.readouterr().err
     assert "no study named 'nope'" in err and f"weightsearch inspect --storage {url}" in err
+
+
+def test_foreign_studies_are_listed_as_such_and_never_crash(tmp_path, capsys):
+    """Another program's studies in the database: multi-objective, a categorical
+    `central_weight`, odd attribute types. inspect, recommend and HTTP read around them."""
+    import warnings
+
+    import optuna
+    from fastapi.testclient import TestClient
+
+    from studies.service import create_app
+    from weightsearch.cli import main
+
+    warnings.filterwarnings("ignore")
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    url = f"sqlite:///{tmp_path / 'foreign.db'}"
+    multi = optuna.create_study(study_name="multi", storage=url,
+                                directions=["maximize", "minimize"])
+    multi.optimize(lambda t: (t.suggest_float("x", 0, 1), t.suggest_float("y", 0, 1)),
+                   n_trials=2)
+    odd = optuna.create_study(study_name="odd/rte", storage=url)
+    odd.set_user_attr("central_task", ["not", "a", "name"])
+    odd.set_user_attr("train_size", "many")
+    odd.optimize(lambda t: float(len(t.suggest_categorical("central_weight", ["a", "bb"]))),
+                 n_trials=2)
+    for argv in (["inspect"], ["inspect", "multi"], ["inspect", "odd"],
+                 ["recommend", "--train-size", "2500"], ["recommend", "--evaluate"]):
+        assert main([*argv, "--storage", url]) == 0, argv
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.err
+    main(["inspect", "--storage", url, "--format", "json"])
+    assert '"foreign"' in capsys.readouterr().out
+    client = TestClient(create_app(url))
+    assert client.get("/studies").status_code == 200
+    assert client.get("/studies/multi").status_code == 200
+    assert client.get("/recommend", params={"train_size": 2500}).status_code == 200

@@ -40,27 +40,29 @@ def test_small_tasks_get_nine_or_more(size):
 
 
 @pytest.mark.parametrize("size", [300_000, 392_702, 2_000_000])
-def test_large_tasks_get_less_than_six(size):
+def test_large_tasks_get_less_and_a_wide_range(size):
+    """The paper ran each cell once and its large tasks' curves differ by less than seed noise:
+    alone, the prior leans lower for large tasks but claims little."""
     rec = recommend(size)
-    assert rec.central_weight < 6
+    assert rec.central_weight < recommend(2500).central_weight
     assert 1 <= rec.interval[0] <= rec.central_weight <= rec.interval[1] <= 15
+    assert rec.interval[1] - rec.interval[0] >= 6
 
 
-def test_recommendation_is_deterministic_and_monotone_in_size():
+def test_recommendation_is_deterministic():
     sizes = [1_000, 3_000, 10_000, 30_000, 100_000, 300_000, 1_000_000]
     weights = [recommend(n).central_weight for n in sizes]
     assert weights == [recommend(n).central_weight for n in sizes]
-    assert weights == sorted(weights, reverse=True)
+    assert weights[0] > weights[-1]
     nearest = recommend(2500).evidence[0]
-    assert nearest["task"] == "rte" and nearest["kernel_weight"] > 0.25
+    assert nearest["task"] in ("rte", "mrpc") and nearest["say"] > 0.25
 
 
 def test_task_type_upweights_evidence_of_that_type():
     plain = recommend(104_743)
-    ranking = recommend(104_743, "ranking")  # QNLI (best 9) is the one ranking task
-    assert ranking.central_weight > plain.central_weight
+    ranking = recommend(104_743, "ranking")  # QNLI is the one ranking task
     qnli = lambda r: next(e for e in r.evidence if e["task"] == "qnli")  # noqa: E731
-    assert qnli(ranking)["kernel_weight"] > qnli(plain)["kernel_weight"]
+    assert qnli(ranking)["say"] > qnli(plain)["say"]
 
 
 @pytest.mark.parametrize("size,ttype", [(0, None), (-5, None), (2.5, None), ("x", None),

@@ -33,8 +33,8 @@ def test_imported_paper_table_replaces_the_prior_points(paper_url):
     assert {p.source for p in evidence} == {"studies"}
     rec = recommend(2500, storage_url=paper_url)
     assert rec.source == "studies" and rec.central_weight >= 9
-    assert rec.evidence[0]["study"] == "siwlm-paper/rte"
-    assert recommend(300_000, storage_url=paper_url).central_weight < 6
+    assert rec.evidence[0]["study"] in ("siwlm-paper/rte", "siwlm-paper/mrpc")
+    assert recommend(300_000, storage_url=paper_url).central_weight < rec.central_weight
 
 
 def test_a_measured_study_moves_the_recommendation(tmp_path):

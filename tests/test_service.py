@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -23,6 +24,7 @@ RTE_AT_3 = "central_task,task_type,train_size,central_weight,seed,metric\n" + ""
     f"rte,classification,2490,{w},1,{m}\n" for w, m in ((1, 60), (3, 70), (15, 61)))
 # Stands in for `weightsearch launch|resume` so the tests start no sweep: it logs its arguments.
 ECHO = [sys.executable, "-c", "import sys; print('ARGS', *sys.argv[1:])"]
+YAML = {"Content-Type": "application/yaml"}
 SPEC = """
 study: {name}
 train: {{data_dir: data/glue_sample, tasks: [rte, mrpc], epochs: 1}}
@@ -71,7 +73,7 @@ def test_recommend_route_and_its_validation(client):
     body = small.json()
     assert body["central_weight"] >= 9 and body["source"] == "studies"
     assert client.get("/recommend?train_size=300000&task_type=ranking").json()[
-        "central_weight"] < 6
+        "central_weight"] < body["central_weight"]
     for bad in ("train_size=abc", "train_size=0", "train_size=-3", "",
                 "train_size=100&task_type=generation"):
         r = client.get(f"/recommend?{bad}")
@@ -95,13 +97,18 @@ def test_recommend_cache_follows_the_database(tmp_path):
     assert any(e["study"] == "mine/rte" for e in body["evidence"])
 
 
+YAML = {"Content-Type": "application/yaml"}
+
+
 def test_launch_validates_then_starts_a_subprocess(client, tmp_path):
-    bad = client.post("/studies", content="study: x\nweights: [0]\n")
+    bad = client.post("/studies", content="study: x\nweights: [0]\n", headers=YAML)
     assert bad.status_code == 400 and bad.json()["problems"]
-    exists = client.post("/studies", content=SPEC.format(name="siwlm-paper"))
+    exists = client.post("/studies", content=SPEC.format(name="siwlm-paper"),
+                         headers=YAML)
     assert exists.status_code == 409 and "resume" in exists.json()["detail"]
 
-    started = client.post("/studies", content=SPEC.format(name="fresh-study"))
+    started = client.post("/studies", content=SPEC.format(name="fresh-study"),
+                          headers=YAML)
     assert started.status_code == 202, started.text
     body = started.json()
     assert body["study"] == "fresh-study"
@@ -116,9 +123,10 @@ def test_resume_route(client):
     assert "ARGS resume siwlm-paper --storage" in _wait_for_log(r.json()["log"])
 
 
-def test_post_routes_need_the_token_when_exposed(url, tmp_path, monkeypatch):
+@pytest.mark.parametrize("exposed", [True, False])
+def test_post_routes_need_the_token_whenever_it_is_set(url, tmp_path, monkeypatch, exposed):
     monkeypatch.setenv("WS_TEST_TOKEN", "s3cret")
-    client = TestClient(create_app(url, token_env="WS_TEST_TOKEN", require_token=True,
+    client = TestClient(create_app(url, token_env="WS_TEST_TOKEN", require_token=exposed,
                                    log_dir=tmp_path, command=ECHO))
     assert client.get("/studies").status_code == 200  # reading needs no token
     assert client.post("/studies/siwlm-paper/resume").status_code == 401
@@ -140,12 +148,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.integration
-def test_real_server_answers(url):
+@contextlib.contextmanager
+def real_server(url, env=None):
+    """`weightsearch serve` on a free loopback port; yields its base URL."""
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "weightsearch.cli", "serve", "--port", str(port), "--storage", url],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ}, cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+        cwd=ROOT,
     )
     try:
         base = f"http://127.0.0.1:{port}"
@@ -159,10 +169,77 @@ def test_real_server_answers(url):
             assert proc.poll() is None, proc.stdout.read().decode()
             assert time.monotonic() < deadline, "the server did not come up in 60 s"
             time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.mark.integration
+def test_real_server_answers(url):
+    with real_server(url) as base:
         rec = httpx.get(f"{base}/recommend", params={"train_size": 2500}).json()
         assert rec["central_weight"] >= 9
         assert httpx.get(f"{base}/studies/siwlm-paper/mnli").json()["central_tasks"][0][
             "best_weight"] == 1
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+
+
+def test_docs_pages_load_every_asset_from_the_server(client):
+    import re
+
+    for page in ("/docs", "/redoc"):
+        html = client.get(page).text
+        refs = re.findall(r'(?:src|href)="([^"]+)"', html) + re.findall(r"url: '([^']+)'", html)
+        assert refs, page
+        for ref in refs:
+            assert ref.startswith("/"), f"{page} loads {ref} from elsewhere"
+            assert client.get(ref).status_code == 200, ref
+        assert "/openapi.json" in html and "://" not in html, page
+
+
+def test_openapi_schema_is_typed(client):
+    schema = client.get("/openapi.json").json()
+    assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    launch = schema["paths"]["/studies"]["post"]
+    assert {"application/yaml", "application/json"} <= set(launch["requestBody"]["content"])
+    assert {"400", "401", "409", "202"} <= set(launch["responses"])
+    assert launch["security"] == [{"HTTPBearer": []}]
+    assert "404" in schema["paths"]["/studies/{name}/resume"]["post"]["responses"]
+    assert "404" in schema["paths"]["/studies/{name}"]["get"]["responses"]
+    error = schema["components"]["schemas"]["ErrorBody"]
+    assert "detail" in error["properties"]
+    for path, methods in schema["paths"].items():
+        for method, op in methods.items():
+            ok = next(v for k, v in op["responses"].items() if k.startswith("2"))
+            if "text/plain" not in ok["content"]:  # the job log is text
+                assert "$ref" in ok["content"]["application/json"]["schema"], (method, path)
+
+
+def test_jobs_can_be_listed_followed_and_cancelled(url, tmp_path):
+    sleeper = [sys.executable, "-c",
+               "import sys, time; print('ARGS', *sys.argv[1:], flush=True); time.sleep(60)"]
+    client = TestClient(create_app(url, log_dir=tmp_path, command=sleeper))
+    job = client.post("/studies/siwlm-paper/resume").json()["job"]
+    deadline = time.monotonic() + 20
+    while "ARGS resume" not in client.get(f"/jobs/{job}/log").text:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    info = client.get(f"/jobs/{job}").json()
+    assert info["state"] == "running" and info["progress"].startswith("ARGS resume siwlm-paper")
+    assert [j["id"] for j in client.get("/jobs").json()["jobs"]] == [job]
+    assert client.delete(f"/jobs/{job}").status_code == 200
+    while client.get(f"/jobs/{job}").json()["state"] != "cancelled":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    pid = info["pid"]
+    assert not Path(f"/proc/{pid}").exists(), "the cancelled child was not reaped"
+    assert client.get("/jobs/999").status_code == 404
+
+
+def test_finished_jobs_are_reaped(client):
+    job = client.post("/studies/siwlm-paper/resume").json()
+    deadline = time.monotonic() + 20
+    while client.get(f"/jobs/{job['job']}").json()["state"] != "succeeded":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert not Path(f"/proc/{job['pid']}").exists(), "the finished child stayed defunct"

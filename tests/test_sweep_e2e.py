@@ -93,3 +93,52 @@ def test_study_runs_every_cell_exactly_once(
             launch(load_study_spec(changed), progress=False)
     finally:
         ray.shutdown()
+
+
+def test_study_scored_on_the_finetuned_stage(
+    tiny_encoder: str, sample_data_dir: Path, tmp_path: Path
+) -> None:
+    import optuna
+    import ray
+
+    from studies.inspection import best_rows
+    from studies.reading import read_central
+    from sweep.launch import launch
+    from sweep.spec import load_study_spec
+
+    raw = study_dict("ft", tiny_encoder, sample_data_dir, tmp_path)
+    raw["train"]["finetune"] = {"tasks": "central", "epochs": 1}
+    raw["central_tasks"] = ["rte"]
+    raw["objective"] = {"stage": "finetuned", "metric": "primary"}
+    spec = load_study_spec(raw)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        summary = launch(spec, progress=False)
+        assert summary.finished and summary.failed == 0
+    finally:
+        ray.shutdown()
+    study = optuna.load_study(study_name="ft/rte", storage=spec.storage)
+    assert study.user_attrs[S.A_STAGE] == "finetuned"
+    for t in study.get_trials():
+        tuned = t.user_attrs[S.T_FINETUNED_METRICS]
+        assert set(tuned) == {"rte"}
+        assert t.value == tuned["rte"]["accuracy"]  # the fine-tuned score, not the multitask one
+        assert set(t.user_attrs[S.T_METRICS]) == {"rte", "mrpc", "stsb"}  # both stages kept
+    central = read_central(spec.storage, "ft/rte")
+    assert central.stage == "finetuned" and best_rows([central])[0]["stage"] == "finetuned"
+
+
+@pytest.mark.parametrize(("objective", "words"), [
+    ({"stage": "finetuned"}, "turn it on with train.finetune"),
+    ({"stage": "final"}, "objective.stage: 'final' is not one of"),
+    ({"goal": 1}, "objective.goal: unknown"),
+])
+def test_bad_objectives_are_refused(tiny_encoder, sample_data_dir, tmp_path, objective, words):
+    from sweep.spec import load_study_spec
+    from weightsearch.errors import ConfigError
+
+    raw = study_dict("bad", tiny_encoder, sample_data_dir, tmp_path)
+    raw["objective"] = objective
+    with pytest.raises(ConfigError) as err:
+        load_study_spec(raw)
+    assert words in str(err.value)

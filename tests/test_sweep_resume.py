@@ -72,7 +72,9 @@ def test_killed_driver_resumes_every_cell_once(
     }))
     # A short private Ray temp folder: Unix socket paths must stay under ~100 characters.
     ray_tmp = tempfile.mkdtemp(prefix="wsray", dir="/tmp")
-    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT)}
+    # Short claim leases: the resume takes the killed driver's cells over once they expire.
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT),
+           "WEIGHTSEARCH_CLAIM_TTL": "6"}
     cmd = [sys.executable, "-m", "weightsearch.cli"]
     driver = subprocess.Popen(
         [*cmd, "launch", str(study_file), "--storage", url, "--quiet"], cwd=tmp_path, env=env,
@@ -113,7 +115,8 @@ def test_killed_driver_resumes_every_cell_once(
         # A killed cell shows as a FAIL trial; its rerun counts the attempts before it.
         failed = [t for t in trials if t.state == TrialState.FAIL]
         for t in failed:
-            assert t.user_attrs["error"] == "driver stopped before it ended"
+            assert t.user_attrs["error"] in ("driver stopped before it ended",
+                                             "its driver stopped renewing its claim")
         for t in trials:
             if t.state == TrialState.COMPLETE:
                 earlier = [f for f in failed if f.user_attrs[S.T_CELL] == t.user_attrs[S.T_CELL]]
@@ -132,3 +135,56 @@ def _kill_leftovers(ray_tmp: str) -> None:
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)
     pytest.fail(f"Ray processes still alive after SIGKILL: {pids}")
+
+
+def test_ctrl_c_exits_130_and_leaves_no_running_trial(
+    tiny_encoder: str, sample_data_dir: Path, tmp_path: Path
+) -> None:
+    import optuna
+    from optuna.trial import TrialState
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(yaml.safe_dump({
+        "study": "cc",
+        "train": {"encoder": tiny_encoder, "data_dir": str(sample_data_dir),
+                  "tasks": ["rte", "mrpc"], "epochs": 4, "batch_size": 8,
+                  "max_train_examples": 200, "max_eval_examples": 32},
+        "central_tasks": ["rte"], "weights": [1, 9], "max_concurrent": 1,
+        "workdir": str(tmp_path / "runs"),
+    }))
+    ray_tmp = tempfile.mkdtemp(prefix="wsray", dir="/tmp")
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT)}
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "weightsearch.cli", "launch", str(study_file), "--storage", url,
+         "--quiet"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 180
+        while not _running(url):
+            assert driver.poll() is None, driver.stdout.read().decode()[-3000:]
+            assert time.time() < deadline, "no trial started within 3 minutes"
+            time.sleep(0.5)
+        driver.send_signal(signal.SIGINT)
+        out = driver.communicate(timeout=120)[0].decode()
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+        _kill_leftovers(ray_tmp)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert driver.returncode == 130, out[-3000:]
+    assert "Traceback" not in out
+    trials = optuna.load_study(study_name="cc/rte", storage=url).get_trials()
+    assert trials and not [t for t in trials if t.state == TrialState.RUNNING]
+
+
+def _running(url: str) -> bool:
+    import optuna
+    from optuna.trial import TrialState
+
+    try:
+        study = optuna.load_study(study_name="cc/rte", storage=url)
+    except Exception:  # not created yet
+        return False
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))

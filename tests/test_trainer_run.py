@@ -23,6 +23,7 @@ def run_config(sample_data_dir, tiny_encoder, out: Path, **extra):
         "epochs": 2,
         "batch_size": 16,
         "max_train_examples": 64,
+        "subsample": "head",  # the recorded losses below were taken on the first 64 rows
         "max_eval_examples": 32,
         "output_dir": str(out),
         "log_every": 3,

@@ -9,13 +9,17 @@ from __future__ import annotations
 import json
 import random
 import shutil
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_model, save_model
+from safetensors import safe_open
+from safetensors.torch import load_file, load_model, save_model
+
+from weightsearch.errors import ConfigError
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"
@@ -26,6 +30,7 @@ class Checkpoint:
     path: Path
     epoch: int
     meta: dict[str, Any]
+    state: dict[str, Any] = field(default_factory=dict, repr=False)  # optimizer, scheduler, rng
 
 
 def rng_state() -> dict[str, Any]:
@@ -79,16 +84,50 @@ def save_checkpoint(
     return final
 
 
-def latest_checkpoint(output_dir: Path) -> Checkpoint | None:
+def latest_checkpoint(
+    output_dir: Path, warn: Callable[[str], None] = print
+) -> Checkpoint | None:
+    """The newest intact epoch checkpoint; a damaged one is reported and an older one used."""
     root = output_dir / CHECKPOINTS
     if not root.is_dir():
         return None
-    for path in sorted((p for p in root.glob("epoch-*") if p.is_dir()), reverse=True):
-        meta_file = path / META
-        if meta_file.is_file() and (path / "model.safetensors").is_file():
-            meta = json.loads(meta_file.read_text())
-            return Checkpoint(path=path, epoch=int(meta["epoch"]), meta=meta)
+    found = sorted((p for p in root.glob("epoch-*") if p.is_dir()), reverse=True)
+    for i, path in enumerate(found):
+        try:
+            return _read(path)
+        except _Damaged as damage:
+            older = "an older checkpoint" if i + 1 < len(found) else "none older is left"
+            warn(f"checkpoint {damage}: damaged, skipped ({older})")
     return None
+
+
+class _Damaged(Exception):
+    pass
+
+
+def _read(path: Path) -> Checkpoint:
+    """Read and check every file of a checkpoint folder; _Damaged names the file at fault."""
+    meta_file, weights, state_file = path / META, path / "model.safetensors", path / "state.pt"
+    try:
+        meta = json.loads(meta_file.read_text())
+        epoch = int(meta["epoch"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise _Damaged(f"{meta_file} ({type(exc).__name__}: {exc})") from None
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            # A slice of each tensor checks that its bytes lie inside a possibly truncated file.
+            for key in f.keys():  # noqa: SIM118 (a safe_open handle is no dict)
+                f.get_slice(key)[:0]
+    except Exception as exc:  # safetensors raises its own error types for a bad header
+        raise _Damaged(f"{weights} ({type(exc).__name__}: {exc})") from None
+    try:
+        state = torch.load(state_file, map_location="cpu", weights_only=False)
+        missing = {"optimizer", "scheduler", "rng"} - set(state)
+        if missing:
+            raise KeyError(f"missing {', '.join(sorted(missing))}")
+    except Exception as exc:  # torch.load raises many types for truncated or foreign files
+        raise _Damaged(f"{state_file} ({type(exc).__name__}: {exc})") from None
+    return Checkpoint(path=path, epoch=epoch, meta=meta, state=state)
 
 
 def load_checkpoint(
@@ -99,7 +138,43 @@ def load_checkpoint(
     device: torch.device,
 ) -> None:
     load_model(model, str(ckpt.path / "model.safetensors"), device=str(device))
-    state = torch.load(ckpt.path / "state.pt", map_location="cpu", weights_only=False)
+    state = ckpt.state or torch.load(ckpt.path / "state.pt", map_location="cpu",
+                                     weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     restore_rng(state["rng"])
+
+
+def load_initial(
+    model: torch.nn.Module, source: str, heads: str, warn: Callable[[str], None] = print
+) -> None:
+    """Start `model` from the weights of an earlier run (`init_from`): its encoder, and with
+    heads="keep" also the heads and task poolers of the tasks both runs have."""
+    path = Path(source)
+    if (path / CHECKPOINTS).is_dir():
+        ckpt = latest_checkpoint(path, warn)
+        if ckpt is None:
+            raise ConfigError([f"init_from: {source} holds no intact checkpoint; give another "
+                               "run folder or a checkpoint folder"])
+        path = ckpt.path
+    file = path / "model.safetensors" if path.is_dir() else path
+    try:
+        saved = {k.replace("._orig_mod", ""): v for k, v in load_file(str(file)).items()}
+    except Exception as exc:  # safetensors raises its own types for missing or foreign files
+        raise ConfigError([
+            f"init_from: cannot read weights from {file} ({type(exc).__name__}); give a run "
+            "folder, a checkpoint folder or a model.safetensors file"
+        ]) from None
+    own = model.state_dict()
+    wanted = [k for k in own if k.startswith("encoder.")
+              or (heads == "keep" and k.startswith(("heads.", "task_poolers.")) and k in saved)]
+    missing = [k for k in wanted if k not in saved]
+    wrong = [k for k in wanted if k in saved and saved[k].shape != own[k].shape]
+    if missing or wrong:
+        bad = (missing or wrong)[0]
+        raise ConfigError([
+            f"init_from: {file} does not fit this run's model ({len(missing)} weights missing, "
+            f"{len(wrong)} of another shape, e.g. {bad}); it was trained with another encoder "
+            "or task definition: use the same encoder and tasks, or init_heads: fresh"
+        ])
+    model.load_state_dict({k: saved[k] for k in wanted}, strict=False)

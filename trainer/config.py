@@ -19,6 +19,10 @@ from typing import Any
 
 import yaml
 
+from trainer.distill import DistillSettings, parse_distill
+from trainer.finetune import HEAD_CHOICES, FinetuneSettings, parse_finetune
+from trainer.presets import expand_preset
+from trainer.smart import AdversarialSettings, parse_adversarial
 from trainer.tasks import TaskSpec, parse_tasks, preset_key
 from trainer.weighting import parse_weighting, scheme_problems
 from weightsearch.errors import ConfigError
@@ -28,7 +32,9 @@ DEFAULT_ENCODER = "all-MiniLM-L6-v2"  # resolved to the copy shipped by gt-all-m
 OPTIMIZERS = ("adamax", "adamw")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16")
-POOLINGS = ("auto", "pooler", "cls", "mean")
+POOLINGS = ("auto", "pooler", "cls", "mean", "task-pooler")
+OVERLONG = ("truncate", "drop")
+SUBSAMPLES = ("random", "head")
 
 
 def default_cache_dir() -> str:
@@ -57,7 +63,18 @@ class RunConfig:
     # 128 instead of BERT's 512: GLUE pairs rarely exceed it (truncation is counted and
     # reported), and attention cost grows with the square of the length.
     max_seq_len: int = 128
+    # Training examples longer than max_seq_len: truncate them (pairs: the longer text first),
+    # or drop them as the reference MT-DNN code does. Either way the count is reported.
+    overlong: str = "truncate"
+    # Token limit of dev examples; None = max_seq_len. The reference code scores dev examples
+    # at their full length (up to 512) while it drops long training examples.
+    eval_max_seq_len: int | None = None
     max_train_examples: int | None = None
+    train_fraction: float | None = None  # of each task's training set, in (0, 1]
+    # How max_train_examples / train_fraction pick rows: at random with subsample_seed (the
+    # same rows for every run seed, so that size is all that varies) or the first ones.
+    subsample: str = "random"
+    subsample_seed: int = 0
     max_eval_examples: int | None = None
     seed: int = 1
     output_dir: str = "runs/run"
@@ -74,8 +91,20 @@ class RunConfig:
     compile: bool = False
     # What the heads see. auto: the pooling the encoder was trained with when its folder says
     # (sentence-transformers' 1_Pooling, mean for all-MiniLM-L6-v2, whose [CLS] and pooler were
-    # never trained for sentences), else BERT's pooled [CLS] as in MT-DNN.
+    # never trained for sentences), else BERT's pooled [CLS] as in MT-DNN. task-pooler: each
+    # task pools [CLS] through its own new dense + tanh layer, as the reference MT-DNN code does.
     pooling: str = "auto"
+    # Start from the weights of an earlier run: its output folder (newest intact checkpoint),
+    # one checkpoint folder, or a model.safetensors file. The encoder always; with
+    # init_heads: keep also the heads (and task poolers) of tasks the two runs share.
+    init_from: str | None = None
+    init_heads: str = "keep"
+    # SMART's smoothness-inducing adversarial regulariser on every update (trainer/smart.py).
+    adversarial: AdversarialSettings = field(default_factory=AdversarialSettings)
+    # The second MT-DNN stage, off by default (trainer/finetune.py).
+    finetune: FinetuneSettings | None = None
+    # Soft targets from teacher ensembles for some tasks (trainer/distill.py).
+    distill: DistillSettings | None = None
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -91,7 +120,13 @@ class RunConfig:
         """Plain data, for `config.yaml` in the output folder and for digests."""
         out = dataclasses.asdict(self)
         out["weighting"] = dataclasses.asdict(self.weighting)
-        out["tasks"] = [_plain(dataclasses.asdict(t)) for t in self.tasks]
+        if self.distill is not None:
+            out["distill"] = {"teachers": {t: list(p) for t, p in self.distill.teachers}}
+        if self.finetune is not None and isinstance(self.finetune.tasks, tuple):
+            out["finetune"]["tasks"] = list(self.finetune.tasks)
+        # dev_files as the {split: path} mapping the tasks list takes, so config.yaml loads back.
+        out["tasks"] = [_plain({**dataclasses.asdict(t), "dev_files": dict(t.dev_files)})
+                        for t in self.tasks]
         return _plain(out)
 
     def digest(self) -> str:
@@ -182,6 +217,7 @@ def _is_number(value: Any) -> bool:
 
 def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     problems: list[str] = []
+    raw = expand_preset(raw, problems)
     unknown = sorted(set(raw) - _FIELDS)
     for key in unknown:
         close = [f for f in _FIELDS if f.startswith(key[:3])]
@@ -247,13 +283,20 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     number("grad_clip", integer=False, low=0)
     number("weight_decay", integer=False, low=0)
     number("max_seq_len", integer=True, low=8, high=8192)
+    number("eval_max_seq_len", integer=True, low=8, high=8192, optional=True)
     number("max_train_examples", integer=True, low=1, optional=True)
     number("max_eval_examples", integer=True, low=1, optional=True)
     number("seed", integer=True, low=0)
+    number("subsample_seed", integer=True, low=0)
+    number("train_fraction", integer=False, low=0, high=1, low_open=True, optional=True)
+    if raw.get("train_fraction") is not None and raw.get("max_train_examples") is not None:
+        problems.append("train_fraction: give either train_fraction or max_train_examples, "
+                        "not both")
     number("num_threads", integer=True, low=1, optional=True)
     number("keep_checkpoints", integer=True, low=1)
     number("log_every", integer=True, low=1)
-    for key in ("max_train_examples", "max_eval_examples", "num_threads"):
+    for key in ("max_train_examples", "max_eval_examples", "num_threads", "eval_max_seq_len",
+                "train_fraction"):
         if key in raw and raw[key] is None:
             values[key] = None
 
@@ -270,6 +313,25 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     choice("device", DEVICES)
     choice("precision", PRECISIONS)
     choice("pooling", POOLINGS)
+    choice("overlong", OVERLONG)
+    choice("subsample", SUBSAMPLES)
+    choice("init_heads", HEAD_CHOICES)
+    if "adversarial" in raw:
+        values["adversarial"] = parse_adversarial(raw["adversarial"], "adversarial", problems)
+    if "distill" in raw:
+        values["distill"] = parse_distill(raw["distill"], {t.name: t.type for t in tasks},
+                                          problems)
+    if "finetune" in raw:
+        values["finetune"] = parse_finetune(raw["finetune"], names, OPTIMIZERS, problems)
+    init_from = raw.get("init_from")
+    if init_from is not None:
+        if not isinstance(init_from, str) or not Path(init_from).expanduser().exists():
+            problems.append(
+                f"init_from: {init_from!r} does not exist; give a run's output folder, one of its "
+                "checkpoint folders or a model.safetensors file"
+            )
+        else:
+            values["init_from"] = os.path.expanduser(init_from)
     if "length_bucketing" in raw:
         if not isinstance(raw["length_bucketing"], bool):
             problems.append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 import shutil
 import uuid
@@ -32,6 +33,30 @@ BUCKET_BATCHES = 50  # batches per length-sorting chunk: little padding, still w
 _META = "weightsearch_meta.json"  # written last inside an entry, before the atomic rename
 
 
+@dataclass(frozen=True)
+class Subset:
+    """Which rows of a split to keep: all of them, the first n, or n (or a fraction) drawn at
+    random with a seed of its own, so that every seed of a study trains on the same rows."""
+
+    n: int | None = None
+    fraction: float | None = None
+    random: bool = False
+    seed: int = 0
+
+    def apply(self, rows: TaskRows) -> TaskRows:
+        n = self.n
+        if self.fraction is not None:
+            n = max(1, math.ceil(self.fraction * len(rows)))
+        if n is None:
+            return rows
+        return rows.sample(n, self.seed) if self.random else rows.head(n)
+
+    def key(self) -> Any:
+        if not self.random and self.fraction is None:
+            return self.n  # the cache key of the first-n limit from before random subsets
+        return {"n": self.n, "fraction": self.fraction, "random": self.random, "seed": self.seed}
+
+
 @dataclass
 class TaskData:
     """A task's tokenized splits. Columns: input_ids, token_type_ids, length, label[, group]."""
@@ -49,17 +74,25 @@ class TaskData:
 def load_task_data(spec: TaskSpec, data_dir: str | Path | None, tokenizer: Any,
                    max_seq_len: int, cache_dir: str | Path | None,
                    max_train_examples: int | None = None,
-                   max_eval_examples: int | None = None) -> TaskData:
-    """Read, validate and tokenize every split of a task, or load them from the cache."""
+                   max_eval_examples: int | None = None, overlong: str = "truncate",
+                   eval_max_seq_len: int | None = None,
+                   train_subset: Subset | None = None) -> TaskData:
+    """Read, validate and tokenize every split of a task, or load them from the cache.
+
+    `truncated` counts each split's examples longer than its token limit: cut to the limit, or,
+    for the training split with `overlong="drop"`, left out.
+    """
     datasets.disable_progress_bars()
     truncated: dict[str, int] = {}
     train, truncated["train"] = _load_split(spec, "train", resolve_path(data_dir, spec.train_file),
-                                            tokenizer, max_seq_len, cache_dir, max_train_examples)
+                                            tokenizer, max_seq_len, cache_dir,
+                                            train_subset or Subset(n=max_train_examples),
+                                            drop=overlong == "drop")
     evals: dict[str, datasets.Dataset] = {}
     for split, path in spec.dev_files:
         evals[split], truncated[split] = _load_split(spec, split, resolve_path(data_dir, path),
-                                                     tokenizer, max_seq_len, cache_dir,
-                                                     max_eval_examples)
+                                                     tokenizer, eval_max_seq_len or max_seq_len,
+                                                     cache_dir, Subset(n=max_eval_examples))
     return TaskData(spec=spec, train=train, evals=evals, truncated=truncated)
 
 
@@ -69,20 +102,25 @@ def count_train_examples(spec: TaskSpec, data_dir: str | Path | None) -> int:
 
 
 def _load_split(spec: TaskSpec, split: str, path: Path, tokenizer: Any, max_seq_len: int,
-                cache_dir: str | Path | None,
-                limit: int | None) -> tuple[datasets.Dataset, int]:
+                cache_dir: str | Path | None, subset: Subset,
+                drop: bool = False) -> tuple[datasets.Dataset, int]:
     if not path.is_file():
         raise DataError(f"{path}: file not found (task '{spec.name}', split '{split}'); check "
                         "data_dir and the task's train_file/dev_files")
     if cache_dir is None:
-        return _tokenize_rows(spec, read_task_file(spec, path).head(limit), tokenizer, max_seq_len)
-    key = _cache_key(spec, path, tokenizer, max_seq_len, limit)
+        return _tokenize_rows(spec, subset.apply(read_task_file(spec, path)), tokenizer,
+                              max_seq_len, drop)
+    key = _cache_key(spec, path, tokenizer, max_seq_len, subset.key(), drop)
     root = Path(cache_dir).expanduser()
     entry = root / f"{spec.name}-{_safe(split)}-{key[:24]}"
     if (entry / _META).is_file():
-        return _read_entry(entry)
-    ds, truncated = _tokenize_rows(spec, read_task_file(spec, path).head(limit), tokenizer,
-                                   max_seq_len)
+        try:
+            return _read_entry(entry)
+        except Exception as err:  # truncated Arrow files and bad JSON raise many types
+            print(f"note: tokenized cache {entry} is damaged ({type(err).__name__}); rebuilding it")
+            _discard(entry)
+    ds, truncated = _tokenize_rows(spec, subset.apply(read_task_file(spec, path)), tokenizer,
+                                   max_seq_len, drop)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".tmp-{entry.name}-{uuid.uuid4().hex}"
     try:
@@ -102,7 +140,20 @@ def _load_split(spec: TaskSpec, split: str, path: Path, tokenizer: Any, max_seq_
 
 def _read_entry(entry: Path) -> tuple[datasets.Dataset, int]:
     meta = json.loads((entry / _META).read_text())
-    return datasets.load_from_disk(str(entry)), int(meta["truncated"])
+    ds = datasets.load_from_disk(str(entry))
+    if len(ds) != int(meta["rows"]):
+        raise ValueError(f"{len(ds)} rows where {meta['rows']} were written")
+    return ds, int(meta["truncated"])
+
+
+def _discard(entry: Path) -> None:
+    """Move a damaged entry aside atomically (readers see it gone), then delete it."""
+    aside = entry.with_name(f".damaged-{entry.name}-{uuid.uuid4().hex}")
+    try:
+        os.rename(entry, aside)
+    except OSError:
+        return  # a concurrent trial moved it first
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _safe(split: str) -> str:
@@ -110,7 +161,7 @@ def _safe(split: str) -> str:
 
 
 def _cache_key(spec: TaskSpec, path: Path, tokenizer: Any, max_seq_len: int,
-               limit: int | None) -> str:
+               limit: Any, drop: bool = False) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -123,6 +174,7 @@ def _cache_key(spec: TaskSpec, path: Path, tokenizer: Any, max_seq_len: int,
         "columns": [spec.type, spec.format, spec.header, spec.text_a, spec.text_b, spec.label,
                     spec.group, list(spec.labels or ())],
         "limit": limit,
+        **({"drop_overlong": True} if drop else {}),  # old keys stay valid for truncation
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
@@ -135,14 +187,26 @@ def _encode(tokenizer: Any, text_a: list[str], text_b: list[str] | None,
 
 
 def _tokenize_rows(spec: TaskSpec, rows: TaskRows, tokenizer: Any,
-                   max_seq_len: int) -> tuple[datasets.Dataset, int]:
+                   max_seq_len: int, drop: bool = False) -> tuple[datasets.Dataset, int]:
     # Tokenize untruncated first to learn which examples are too long, then re-encode only
     # those with truncation (pairs: longest_first), so the count is exact and cheap.
     encoded = _encode(tokenizer, rows.text_a, rows.text_b, None)
     input_ids: list[list[int]] = encoded["input_ids"]
     type_ids: list[list[int]] = encoded["token_type_ids"]
     too_long = [i for i, ids in enumerate(input_ids) if len(ids) > max_seq_len]
-    if too_long:
+    labels, groups = rows.labels, rows.groups
+    if drop and too_long:
+        keep = np.ones(len(input_ids), dtype=bool)
+        keep[too_long] = False
+        input_ids = [ids for ids, k in zip(input_ids, keep, strict=True) if k]
+        type_ids = [ids for ids, k in zip(type_ids, keep, strict=True) if k]
+        labels = np.asarray(labels)[keep]
+        groups = None if groups is None else np.asarray(groups)[keep]
+        if not input_ids:
+            raise DataError(f"{rows.path}: every example is longer than max_seq_len={max_seq_len}"
+                            ", so overlong: drop leaves none; raise max_seq_len or use "
+                            "overlong: truncate")
+    elif too_long:
         try:
             short = _encode(tokenizer, [rows.text_a[i] for i in too_long],
                             None if rows.text_b is None else [rows.text_b[i] for i in too_long],
@@ -158,10 +222,10 @@ def _tokenize_rows(spec: TaskSpec, rows: TaskRows, tokenizer: Any,
         "input_ids": _list_array(input_ids, lengths, pa.int32()),
         "token_type_ids": _list_array(type_ids, lengths, pa.int8()),
         "length": pa.array(lengths),
-        "label": pa.array(rows.labels),
+        "label": pa.array(labels),
     }
-    if rows.groups is not None:
-        columns["group"] = pa.array(rows.groups)
+    if groups is not None:
+        columns["group"] = pa.array(groups)
     return datasets.Dataset.from_dict(columns), len(too_long)
 
 

@@ -21,6 +21,10 @@ class Runtime:
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
     @property
+    def precision(self) -> str:
+        return "fp32" if self.autocast_dtype is None else "bf16"
+
+    @property
     def pin_memory(self) -> bool:
         return self.device.type == "cuda"
 

@@ -49,6 +49,18 @@ class Head(nn.Module):
     def predict(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         raise NotImplementedError
 
+    def soft_loss(self, logits: Tensor, soft: Tensor) -> Tensor:
+        """Loss against a teacher ensemble's targets (distillation): squared error to their mean
+        score. Heads whose outputs are not one score per example override or refuse it."""
+        return F.mse_loss(logits, soft)
+
+    def smoothness(self, a: Tensor, b: Tensor) -> Tensor:
+        """Symmetric divergence between two outputs for the same batch (adversarial training).
+
+        Scores: squared difference, the mean over the batch; gradients reach both sides.
+        """
+        return (a - b).pow(2).mean()
+
 
 class ClassificationHead(Head):
     task_type = "classification"
@@ -66,6 +78,16 @@ class ClassificationHead(Head):
 
     def predict(self, logits: Tensor, batch: dict[str, Tensor]) -> Tensor:
         return logits.argmax(dim=-1)
+
+    def soft_loss(self, logits: Tensor, soft: Tensor) -> Tensor:
+        """Cross-entropy against the teachers' mean class distribution."""
+        return F.cross_entropy(logits, soft)
+
+    def smoothness(self, a: Tensor, b: Tensor) -> Tensor:
+        """KL(b || a) + KL(a || b), each side pulled towards the other's (constant) distribution."""
+        log_a, log_b = F.log_softmax(a, dim=-1), F.log_softmax(b, dim=-1)
+        return (F.kl_div(log_a, log_b.detach(), log_target=True, reduction="batchmean")
+                + F.kl_div(log_b, log_a.detach(), log_target=True, reduction="batchmean"))
 
 
 class RegressionHead(Head):

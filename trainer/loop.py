@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import json
 import os
 import random
+import shutil
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,16 +22,21 @@ from trainer.checkpoint import (
     CHECKPOINTS,
     latest_checkpoint,
     load_checkpoint,
+    load_initial,
     save_checkpoint,
 )
 from trainer.config import DEFAULT_ENCODER, RunConfig, load_config
-from trainer.data import TaskData, batch_plan, collate, eval_batches, load_task_data
+from trainer.data import Subset, TaskData, batch_plan, collate, eval_batches, load_task_data
 from trainer.device import Runtime, select_runtime
+from trainer.distill import soft_targets
 from trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
+from trainer.finetune import FINETUNE_DIR, run_stage
 from trainer.metrics import compute_metrics
 from trainer.model import MTDNN, load_encoder
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.results import EpochReport, Metrics, RunResult
+from trainer.resume import resume_problems, resume_record
+from trainer.smart import smart_loss
 from trainer.weighting import build_scheme
 from weightsearch.errors import ConfigError
 
@@ -40,10 +47,13 @@ STEPS, METRICS, RESULT, CONFIG, DATA_REPORT = (
     "config.yaml",
     "data.json",
 )
-# Settings that may differ between a run and its resumption without changing its outcome.
-_RESUME_FREE = ("output_dir", "device", "num_threads", "cache_dir", "log_every", "keep_checkpoints")
 
 Report = Callable[[EpochReport], None]
+
+
+def train_subset(cfg: RunConfig) -> Subset:
+    return Subset(n=cfg.max_train_examples, fraction=cfg.train_fraction,
+                  random=cfg.subsample == "random", seed=cfg.subsample_seed)
 
 
 def load_data(cfg: RunConfig, tokenizer: Any) -> dict[str, TaskData]:
@@ -56,14 +66,12 @@ def load_data(cfg: RunConfig, tokenizer: Any) -> dict[str, TaskData]:
             cfg.cache_dir,
             cfg.max_train_examples,
             cfg.max_eval_examples,
+            cfg.overlong,
+            cfg.eval_max_seq_len,
+            train_subset(cfg),
         )
         for t in cfg.tasks
     }
-
-
-def _resume_digest(cfg: RunConfig) -> str:
-    settings = {k: v for k, v in cfg.to_dict().items() if k not in _RESUME_FREE}
-    return hashlib.sha256(json.dumps(settings, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def train(
@@ -71,11 +79,14 @@ def train(
     report: Report | None = None,
     resume: bool = False,
     quiet: bool = False,
+    stage: str = "multitask",
 ) -> RunResult:
     """Train one MT-DNN run. Every input problem raises before `output_dir` is touched.
 
     `resume=True` continues from the newest epoch checkpoint in `output_dir` (and starts fresh
-    when there is none), reaching the same result as an uninterrupted run.
+    when there is none), reaching the same result as an uninterrupted run. With `finetune`
+    set, the multi-task epochs are followed by one fine-tuning run per listed task, each in
+    `output_dir/finetune/<task>/`; `stage` labels this run's scores ("finetuned" for those).
     """
     cfg = config if isinstance(config, RunConfig) else load_config(config)
     run_started = time.perf_counter()  # wall time covers loading data and model too
@@ -83,7 +94,9 @@ def train(
         _silence_libraries()
     runtime = select_runtime(cfg.device, cfg.precision, cfg.num_threads)
     out = Path(cfg.output_dir)
-    ckpt = latest_checkpoint(out) if resume else None
+    if out.exists() and not out.is_dir():
+        raise ConfigError([f"output_dir: {out} is a file, not a folder; choose a folder path"])
+    ckpt = latest_checkpoint(out, warn=tqdm.write) if resume else None
     if ckpt is None and not resume and _holds_run(out):
         raise ConfigError(
             [
@@ -91,17 +104,16 @@ def train(
                 "choose another output_dir"
             ]
         )
-    if ckpt is not None and ckpt.meta.get("resume_digest") != _resume_digest(cfg):
-        raise ConfigError(
-            [
-                f"output_dir: {out} holds a run with different settings; resume it with its own "
-                f"config ({out / CONFIG}) or choose another output_dir"
-            ]
-        )
+    if ckpt is not None:
+        problems = resume_problems(ckpt.meta, cfg, runtime.precision, out)
+        if problems:
+            raise ConfigError(problems)
 
     encoder_path = os.path.expanduser(resolve_encoder(cfg.encoder))
+    _check_positions(cfg, encoder_path)
     tokenizer = load_tokenizer(encoder_path)
     data = load_data(cfg, tokenizer)
+    soft = soft_targets(cfg, data, tokenizer, runtime, note=tqdm.write)
     scheme = build_scheme(cfg.weighting, cfg.task_names, cfg.central_task)
 
     _seed_everything(cfg.seed)
@@ -115,6 +127,8 @@ def train(
             ]
         ) from None
     model = MTDNN(encoder, cfg.tasks, resolve_pooling(cfg.pooling, encoder_path))
+    if cfg.init_from and ckpt is None:
+        load_initial(model, cfg.init_from, cfg.init_heads, warn=tqdm.write)
     model = model.to(runtime.device)
     if cfg.compile:
         model.encoder = torch.compile(model.encoder, dynamic=True)
@@ -138,20 +152,22 @@ def train(
         global_step, examples_seen = ckpt.meta["global_step"], ckpt.meta["examples_seen"]
         elapsed_before, train_time = ckpt.meta["elapsed_s"], ckpt.meta["train_time_s"]
         _truncate_jsonl(out / STEPS, lambda r: r["global_step"] < global_step)
-        _truncate_jsonl(out / METRICS, lambda r: r["epoch"] <= ckpt.epoch)
+        # Fine-tuning rows are copied in again from their own runs when those finish.
+        _truncate_jsonl(out / METRICS, lambda r: r.get("stage", stage) == stage
+                        and r["epoch"] <= ckpt.epoch)
     else:
         history, global_step, examples_seen, elapsed_before, train_time = [], 0, 0, 0.0, 0.0
         for name in (STEPS, METRICS, RESULT):
             (out / name).unlink(missing_ok=True)
+    if ckpt is None or ckpt.epoch < cfg.epochs:
+        # Fine-tuning starts from the last multi-task epoch; any earlier attempt's is stale.
+        shutil.rmtree(out / FINETUNE_DIR, ignore_errors=True)
     (out / CONFIG).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    (out / DATA_REPORT).write_text(
-        json.dumps({"train_sizes": sizes, "truncated": truncated}, indent=1)
-    )
+    (out / DATA_REPORT).write_text(json.dumps(
+        {"train_sizes": sizes, "truncated": truncated, "overlong_train": cfg.overlong}, indent=1
+    ))
     if not quiet:
-        for name, counts in truncated.items():
-            cut = {split: n for split, n in counts.items() if n}
-            if cut:
-                tqdm.write(f"{name}: {cut} examples truncated to max_seq_len={cfg.max_seq_len}")
+        _report_overlong(truncated, cfg)
 
     start_epoch = (ckpt.epoch + 1) if ckpt else 1
     bar = tqdm(
@@ -166,34 +182,58 @@ def train(
     for epoch in range(start_epoch, cfg.epochs + 1):
         model.train()
         plan = plans[epoch]
-        stage = scheme.stage(epoch)
+        phase = scheme.stage(epoch)  # swl or iwl under SIWLM
         epoch_started = time.perf_counter()
         pending: list[tuple[dict[str, Any], torch.Tensor]] = []
         epoch_losses: list[torch.Tensor] = []
+        skipped = 0
         with (out / STEPS).open("a") as steps_log:
             for step, (task, indices) in enumerate(plan):
                 batch = _to_device(collate(data[task].train, indices, pad_id), runtime)
+                if task in soft:
+                    batch["soft_targets"] = soft[task][torch.as_tensor(indices)].to(runtime.device)
                 weight = scheme.weight(task, epoch, step)
                 lr = scheduler.get_last_lr()[0]
-                with runtime.autocast():
-                    logits = model(task, batch)
-                loss = model.head(task).loss(logits.float(), batch)
-                optimizer.zero_grad(set_to_none=True)
-                (loss * weight).backward()
-                if cfg.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                optimizer.step()
-                scheduler.step()
+                # A weight-0 batch contributes nothing: no optimizer step, which would still
+                # move the weights through Adamax's momentum and the decoupled weight decay.
+                skip = weight == 0
+                with torch.set_grad_enabled(not skip):
+                    with runtime.autocast():
+                        logits = model(task, batch)
+                    loss = model.head(task).loss(logits.float(), batch)
+                    if task in soft:  # MT-DNN-KD: the mean of the hard and soft losses
+                        soft_loss = model.head(task).soft_loss(logits.float(),
+                                                               batch["soft_targets"])
+                        loss = (loss + soft_loss) / 2
+                if skip:
+                    skipped += 1
+                else:
+                    optimizer.zero_grad(set_to_none=True)
+                    total = loss
+                    if cfg.adversarial.enabled:
+                        with runtime.autocast():
+                            total = total + cfg.adversarial.weight * smart_loss(
+                                model, task, batch, logits, cfg.adversarial)
+                    (total * weight).backward()
+                    if cfg.grad_clip > 0:
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                    optimizer.step()
+                # The schedule counts every batch of the plan, skipped ones too; torch flags
+                # a scheduler step before the first optimizer step, which is intended here.
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler")
+                    scheduler.step()
                 record = {
                     "epoch": epoch,
                     "step": step,
                     "global_step": global_step,
                     "task": task,
-                    "stage": stage,
+                    "stage": phase,
                     "focus": scheme.focus(epoch, step),
                     "weight": weight,
                     "lr": lr,
                     "batch_size": len(indices),
+                    "skipped": skip,
                 }
                 # Keep losses on the device and read them in one go every `log_every`
                 # updates: a `.item()` per step would stall a GPU pipeline.
@@ -209,6 +249,8 @@ def train(
         if runtime.device.type == "cuda":
             torch.cuda.synchronize()
         train_time += time.perf_counter() - epoch_started
+        if skipped and not quiet:
+            tqdm.write(f"epoch {epoch}: {skipped} batches with weight 0 skipped (no update)")
         train_loss = float(torch.stack(epoch_losses).mean()) if epoch_losses else float("nan")
 
         metrics = evaluate(model, data, runtime, cfg.eval_batch_size, pad_id)
@@ -219,6 +261,7 @@ def train(
         with (out / METRICS).open("a") as metrics_log:
             for spec in cfg.tasks:
                 row = {
+                    "stage": stage,
                     "epoch": epoch,
                     "task": spec.name,
                     **metrics[spec.name],
@@ -239,7 +282,7 @@ def train(
                 "history": history,
                 "elapsed_s": elapsed,
                 "train_time_s": train_time,
-                "resume_digest": _resume_digest(cfg),
+                **resume_record(cfg, runtime.precision),
             },
             keep=cfg.keep_checkpoints,
         )
@@ -256,6 +299,7 @@ def train(
                     train_loss=train_loss,
                     examples_seen=examples_seen,
                     elapsed_s=elapsed,
+                    stage=stage,
                 )
             )
     bar.close()
@@ -270,7 +314,15 @@ def train(
         examples_seen,
         elapsed_before + (time.perf_counter() - run_started),
         model.pooling,
+        stage,
     )
+    if cfg.finetune is not None:
+        del model, encoder, optimizer, scheduler  # the fine-tuning runs load their own copies
+        finetuned = run_stage(cfg, out / CHECKPOINTS / f"epoch-{cfg.epochs:03d}", report, quiet)
+        with (out / METRICS).open("a") as metrics_log:
+            for run in finetuned.values():
+                metrics_log.write((run.output_dir / METRICS).read_text())
+        result = dataclasses.replace(result, finetuned=finetuned)
     (out / RESULT).write_text(json.dumps(result.to_dict(), indent=1))
     return result
 
@@ -306,15 +358,15 @@ def evaluate(
 
 
 def task_sizes(config: RunConfig | str | os.PathLike | dict) -> dict[str, int]:
-    """Training examples per task (after max_train_examples), without loading any model."""
-    from trainer.data import count_train_examples
+    """Training examples per task after subsampling (before any overlong drops), without
+    loading a tokenizer or model."""
+    from trainer.readers import read_task_file, resolve_path
 
     cfg = config if isinstance(config, RunConfig) else load_config(config)
-    sizes = {}
-    for spec in cfg.tasks:
-        n = count_train_examples(spec, cfg.data_dir)
-        sizes[spec.name] = min(n, cfg.max_train_examples) if cfg.max_train_examples else n
-    return sizes
+    subset = train_subset(cfg)
+    return {spec.name: len(subset.apply(read_task_file(spec, resolve_path(cfg.data_dir,
+                                                                          spec.train_file))))
+            for spec in cfg.tasks}
 
 
 def _result(
@@ -327,6 +379,7 @@ def _result(
     examples: int,
     wall: float,
     pooling: str,
+    stage: str,
 ) -> RunResult:
     best: Metrics = {}
     best_epoch: dict[str, int] = {}
@@ -337,6 +390,7 @@ def _result(
         best_epoch[spec.name] = top["epoch"]
     final = history[-1]["metrics"] if history else {}
     return RunResult(
+        stage=stage,
         best=best,
         best_epoch=best_epoch,
         final=final,
@@ -404,6 +458,41 @@ def _flush_steps(pending: list[tuple[dict[str, Any], torch.Tensor]], log: Any) -
         log.write(json.dumps({**record, "loss": value}) + "\n")
     log.flush()
     return losses[-1]
+
+
+def _check_positions(cfg: RunConfig, encoder_path: str) -> None:
+    """Refuse token limits beyond the encoder's position embeddings before anything is written."""
+    try:
+        config = json.loads((Path(encoder_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # a hub id or an odd folder: the encoder's own loader reports it
+    limit = config.get("max_position_embeddings")
+    if not isinstance(limit, int):
+        return
+    # RoBERTa-style encoders offset positions by padding_idx + 1.
+    if config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
+        limit -= 2
+    problems = [f"{key}: {value} exceeds the {limit} positions of encoder {cfg.encoder!r}; use "
+                f"at most {limit}"
+                for key, value in (("max_seq_len", cfg.max_seq_len),
+                                   ("eval_max_seq_len", cfg.eval_max_seq_len))
+                if value is not None and value > limit]
+    if problems:
+        raise ConfigError(problems)
+
+
+def _report_overlong(counts: dict[str, dict[str, int]], cfg: RunConfig) -> None:
+    eval_len = cfg.eval_max_seq_len or cfg.max_seq_len
+    for name, per_split in counts.items():
+        for split, n in per_split.items():
+            if not n:
+                continue
+            if split == "train" and cfg.overlong == "drop":
+                tqdm.write(f"{name}: {n} train examples longer than max_seq_len="
+                           f"{cfg.max_seq_len} dropped (overlong: drop)")
+            else:
+                limit = cfg.max_seq_len if split == "train" else eval_len
+                tqdm.write(f"{name}: {n} {split} examples truncated to {limit} tokens")
 
 
 def _truncate_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:

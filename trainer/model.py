@@ -14,11 +14,16 @@ class MTDNN(nn.Module):
         self, encoder: nn.Module, tasks: tuple[TaskSpec, ...], pooling: str = "pooler"
     ) -> None:
         super().__init__()
-        if pooling not in ("pooler", "cls", "mean"):
-            raise ValueError(f"pooling must be pooler, cls or mean, not {pooling!r}")
+        if pooling not in ("pooler", "cls", "mean", "task-pooler"):
+            raise ValueError(f"pooling must be pooler, cls, mean or task-pooler, not {pooling!r}")
         self.encoder = encoder
         hidden = encoder.config.hidden_size
         self.heads = nn.ModuleDict({t.name: build_head(t, hidden) for t in tasks})
+        # The reference MT-DNN code ignores the encoder's pooler and gives every task its own.
+        self.task_poolers = nn.ModuleDict(
+            {t.name: nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()) for t in tasks}
+            if pooling == "task-pooler" else {}
+        )
         # MT-DNN feeds the heads BERT's pooled [CLS] vector; an encoder without a pooler gives
         # the raw [CLS] state, and sentence encoders the mean of their token states.
         has_pooler = getattr(encoder, "pooler", None) is not None
@@ -27,9 +32,14 @@ class MTDNN(nn.Module):
     def head(self, task: str) -> Head:
         return self.heads[task]  # type: ignore[return-value]
 
-    def forward(self, task: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def forward(
+        self, task: str, batch: dict[str, torch.Tensor], embeds: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Head outputs for a batch; `embeds` replaces the word embeddings of its input ids
+        (adversarial training perturbs them)."""
         out = self.encoder(
-            input_ids=batch["input_ids"],
+            input_ids=None if embeds is not None else batch["input_ids"],
+            inputs_embeds=embeds,
             attention_mask=batch["attention_mask"],
             token_type_ids=batch.get("token_type_ids"),
         )
@@ -39,6 +49,8 @@ class MTDNN(nn.Module):
         elif self.pooling == "mean":
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+        elif self.pooling == "task-pooler":
+            pooled = self.task_poolers[task](hidden[:, 0])
         else:
             pooled = hidden[:, 0]
         return self.heads[task](pooled)

@@ -54,6 +54,28 @@ class TaskRows:
                         None if self.groups is None else self.groups[:n])
 
 
+    def take(self, index: np.ndarray) -> TaskRows:
+        return TaskRows(self.path, [self.text_a[i] for i in index],
+                        None if self.text_b is None else [self.text_b[i] for i in index],
+                        self.labels[index], None if self.groups is None else self.groups[index])
+
+    def sample(self, n: int, seed: int) -> TaskRows:
+        """n rows drawn at random (seeded), kept in file order. Ranking lists stay whole: whole
+        lists are drawn until n rows are reached, so a list is never cut."""
+        if n >= len(self):
+            return self
+        rng = np.random.default_rng(seed)
+        if self.groups is None:
+            return self.take(np.sort(rng.choice(len(self), size=n, replace=False)))
+        ids, inverse, counts = np.unique(self.groups, return_inverse=True, return_counts=True)
+        order = rng.permutation(len(ids))
+        within = np.cumsum(counts[order]) <= n
+        within[0] = True  # at least one list, even one longer than n
+        chosen = np.zeros(len(ids), dtype=bool)
+        chosen[order[within]] = True
+        return self.take(np.flatnonzero(chosen[inverse]))
+
+
 def resolve_path(data_dir: str | Path | None, path: str) -> Path:
     """A task path is relative to data_dir unless it is absolute."""
     p = Path(path).expanduser()

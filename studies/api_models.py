@@ -1,0 +1,114 @@
+"""Pydantic models of the service's requests, answers and errors: they make the OpenAPI schema
+typed, so generated clients and Swagger's "try it" work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ErrorBody(BaseModel):
+    """Every error: a message, and for an invalid study file the list of its problems."""
+
+    detail: str | list[Any] = Field(description="what is wrong and how to fix it")
+    problems: list[str] | None = Field(None, description="each problem of an invalid study file")
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    storage: str = Field(description="the study database URL, password hidden")
+
+
+class StudyRow(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    study: str
+    source: str | None = None
+    central_tasks: list[str]
+    complete: int
+    running: int
+    failed: int
+    pending: int
+    pruned: int
+    best_weights: dict[str, float | None]
+
+
+class StudyList(BaseModel):
+    studies: list[StudyRow]
+
+
+class CentralTaskDetail(BaseModel):
+    """One central task: its summary, the metric per weight (`curve`) and every cell."""
+
+    model_config = ConfigDict(extra="allow")
+
+    curve: list[dict[str, Any]]
+    cells: list[dict[str, Any]]
+
+
+class StudyDetail(BaseModel):
+    study: str
+    central_tasks: list[CentralTaskDetail]
+
+
+class Recommendation(BaseModel):
+    central_weight: float
+    interval: list[float] = Field(description="plausible range of the best weight")
+    train_size: int
+    task_type: str | None
+    source: str = Field(description="prior, studies or both")
+    regime: dict[str, str] = Field(description="the encoder and stage the answer is built for")
+    notes: list[str] = Field(description="which evidence was used and which was discounted")
+    evidence: list[dict[str, Any]]
+    effective_points: float
+    method: str
+
+
+class Started(BaseModel):
+    study: str
+    job: int = Field(description="GET /jobs/{job} follows it, DELETE /jobs/{job} cancels it")
+    pid: int = Field(description="process id of the started `weightsearch` command")
+    log: str = Field(description="its log file on the server")
+
+
+STUDY_FILE_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "a study file (see the README), as YAML or JSON",
+        "content": {
+            "application/yaml": {"schema": {"type": "string"}},
+            "application/json": {"schema": {"type": "object", "additionalProperties": True,
+                                            "required": ["study"]}},
+        },
+    }
+}
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The `responses=` entry documenting these error codes with the one error shape."""
+    reasons = {400: "invalid input", 401: "bearer token missing", 403: "wrong token, or a "
+               "cross-origin write", 404: "no such study", 409: "the study already exists",
+               413: "body too large", 415: "body neither JSON nor YAML",
+               503: "the study database is unreachable"}
+    # The explicit JSON content keeps errors JSON on routes that answer text (the job log).
+    json_error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
+    return {code: {"model": ErrorBody, "description": reasons[code], "content": json_error}
+            for code in codes}
+
+
+class JobInfo(BaseModel):
+    id: int
+    kind: str = Field(description="launch or resume")
+    study: str
+    state: str = Field(description="running, cancelling, succeeded, failed or cancelled")
+    pid: int
+    returncode: int | None
+    log: str
+    started: float = Field(description="Unix time")
+    progress: str = Field(description="the last line of the job's log")
+
+
+class JobList(BaseModel):
+    jobs: list[JobInfo]

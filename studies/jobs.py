@@ -1,0 +1,91 @@
+"""The launches and resumes this server started, as resources: list, follow, cancel.
+
+Each child runs in its own session (a Ctrl-C of the server does not stop it), so cancelling
+signals the whole process group: `weightsearch launch` and the Ray workers it starts. A thread
+per child waits on it, so a finished child is reaped at once instead of staying defunct.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LOG_TAIL_BYTES = 64 << 10
+
+
+@dataclass
+class Job:
+    id: int
+    kind: str  # "launch" | "resume"
+    study: str
+    log: Path
+    proc: subprocess.Popen
+    started: float = field(default_factory=time.time)
+    cancelled: bool = False
+
+    @property
+    def state(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            return "cancelling" if self.cancelled else "running"
+        if self.cancelled:
+            return "cancelled"
+        return "succeeded" if code == 0 else "failed"
+
+    def last_line(self) -> str:
+        """The log's last line: what the run reports about its progress."""
+        lines = self.tail(4096).strip().splitlines()
+        return lines[-1] if lines else ""
+
+    def tail(self, size: int = LOG_TAIL_BYTES) -> str:
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(max(0, self.log.stat().st_size - size))
+                return f.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "kind": self.kind, "study": self.study, "state": self.state,
+                "pid": self.proc.pid, "returncode": self.proc.poll(), "log": str(self.log),
+                "started": self.started, "progress": self.last_line()}
+
+
+class JobTable:
+    def __init__(self) -> None:
+        self._jobs: dict[int, Job] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def start(self, kind: str, study: str, argv: list[str], log: Path) -> Job:
+        with open(log, "w") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        with self._lock:
+            job = Job(next(self._ids), kind, study, log, proc)
+            self._jobs[job.id] = job
+        threading.Thread(target=proc.wait, daemon=True).start()  # reaps it when it ends
+        return job
+
+    def all(self) -> list[Job]:
+        with self._lock:
+            return list(self._jobs.values())
+
+    def get(self, job_id: int) -> Job | None:
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def cancel(self, job: Job) -> None:
+        """SIGTERM to the job's process group; a finished job is left as it is."""
+        if job.proc.poll() is not None:
+            return
+        job.cancelled = True
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            os.killpg(job.proc.pid, signal.SIGTERM)

@@ -1,0 +1,90 @@
+"""Reading an untrusted request body as a study file: JSON or YAML, bounded in size and depth.
+
+YAML aliases are refused outright: an anchor can be referenced many times, so a few hundred
+bytes of nested aliases expand into gigabytes. Nesting is bounded because Python's parsers
+recurse per level (a deep body would otherwise end in RecursionError, a 500).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import yaml
+
+from weightsearch.errors import ConfigError
+from weightsearch.yamlio import load_yaml
+
+MAX_DEPTH = 32  # a study file nests four levels deep; this leaves ample room
+
+JSON_TYPES = ("application/json",)
+YAML_TYPES = ("application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml")
+
+
+def media_type(content_type: str) -> str:
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def parse_body(text: str, content_type: str) -> Any:
+    """The body as Python data, parsed by its media type; ConfigError if it is malformed."""
+    kind = media_type(content_type)
+    if kind in JSON_TYPES:
+        return _parse_json(text)
+    if kind in YAML_TYPES:
+        return _parse_yaml(text)
+    raise ConfigError(f"unsupported Content-Type {content_type!r}; send application/json or "
+                      "application/yaml")
+
+
+def _parse_json(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise ConfigError(f"the JSON body nests deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:
+        raise ConfigError(f"the body is not valid JSON: {exc}") from None
+    if _depth(value) > MAX_DEPTH:
+        raise ConfigError(f"the JSON body nests deeper than {MAX_DEPTH} levels")
+    return value
+
+
+_BRACKETS = re.compile(r"[\[\]{}]")
+
+
+def _parse_yaml(text: str) -> Any:
+    # PyYAML scans ahead through a whole run of opening brackets before its first event, so
+    # bracket nesting is bounded first (a bracket inside a quoted string counts too: harmless).
+    depth = 0
+    for match in _BRACKETS.finditer(text):
+        depth += 1 if match.group() in "[{" else -1
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"the YAML body nests deeper than {MAX_DEPTH} levels")
+    depth = 0
+    try:
+        # The event stream is produced without recursion and before any alias is expanded.
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+                raise ConfigError("YAML anchors and aliases (&name, *name) are not accepted "
+                                  "over HTTP; write the values out")
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise ConfigError(f"the YAML body nests deeper than {MAX_DEPTH} levels")
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+        return load_yaml(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"the body is not valid YAML: {exc}") from None
+
+
+def _depth(value: Any) -> int:
+    """Nesting depth of parsed JSON, walked without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict)
+                                                  else item))
+    return deepest

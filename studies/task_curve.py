@@ -1,0 +1,99 @@
+"""How precisely one central task's trials locate its best central weight.
+
+Input: every COMPLETE trial of the task, as scores per central weight (one per seed). Output: a
+`Located` -- where the best weight probably is, and how uncertain that is.
+
+Model: the mean score at weight w_j is Normal(true curve at w_j, sigma^2 / n_j), where sigma is
+the seed-to-seed noise. sigma is the pooled within-weight standard deviation when any weight has
+replicates; with one seed per weight there is nothing to pool, so sigma is the larger of the
+residual spread around a quadratic fit of the curve (4+ weights) and a floor. The floor scales
+with the score's magnitude and shrinks with the task's size (dev sets grow with training sets):
+max(NOISE_FLOOR_MIN, NOISE_FLOOR_AT_1 / sqrt(train size)) of the mean |score|, about 0.8 points
+at 80% for RTE's 2.5k examples and 0.24 points for MNLI's 393k, the order of the seed noise
+reported on GLUE dev sets.
+
+The best weight's distribution is that of the argmax of the noisy means: drawn DRAWS times from a
+generator with a fixed seed (deterministic), its mean is the location and its variance the
+uncertainty, plus the grid's own resolution (a best weight between two grid points looks like
+one of them). Then the variance is divided by the task's informativeness, 1 - var / var_ignorant,
+where var_ignorant is the variance of a uniform pick from the grid: a flat or tied curve (argmax
+uniform) carries almost no information and gets a huge variance, a clear peak resting on several
+seeds a small one. More seeds shrink sigma / sqrt(n), a clearer peak separates the means, more
+weights refine the resolution -- each gives the task more say.
+
+Alternatives considered: a quadratic fit of score over weight with the vertex's delta-method
+variance (unstable when the curvature is near zero -- exactly the flat curves -- and wrong for
+curves that peak at an end of the range); a full Bayesian posterior over a parametric curve
+(slower, and its shape assumptions matter more than the handful of points it would fit).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+NOISE_FLOOR_AT_1 = 0.5  # relative noise floor x sqrt(train size)
+NOISE_FLOOR_MIN = 0.003  # relative to the mean |score|: the smallest seed noise assumed
+DRAWS = 2000
+MIN_INFORMATIVENESS = 0.02  # a flat curve: variance x50 (almost no say)
+
+
+@dataclass(frozen=True)
+class Located:
+    location: float  # expected best weight
+    variance: float  # of the location, informativeness included
+    noise_sd: float  # seed noise used
+    informativeness: float  # 0 (tells nothing) .. 1 (pins the best weight)
+    pooled: bool  # sigma came from replicates
+
+
+def noise_floor(scale: float, train_size: int | None) -> float:
+    relative = NOISE_FLOOR_AT_1 / math.sqrt(train_size) if train_size else 0.01
+    return max(NOISE_FLOOR_MIN, relative) * scale
+
+
+def seed_noise(values: dict[float, list[float]],
+               train_size: int | None = None) -> tuple[float, bool]:
+    """(sigma, whether it was pooled from replicates)."""
+    scale = float(np.mean([abs(v) for vs in values.values() for v in vs])) or 1.0
+    floor = noise_floor(scale, train_size)
+    ss, df = 0.0, 0
+    for vs in values.values():
+        if len(vs) > 1:
+            ss += float(np.var(vs, ddof=1)) * (len(vs) - 1)
+            df += len(vs) - 1
+    if df:
+        # Replicates measure the noise directly; a small floor keeps exact ties from looking
+        # infinitely precise.
+        return max(math.sqrt(ss / df), 0.1 * floor), True
+    weights = sorted(values)
+    if len(weights) >= 4:
+        means = [values[w][0] for w in weights]
+        coef = np.polyfit(weights, means, 2)
+        resid = np.asarray(means) - np.polyval(coef, weights)
+        return max(float(np.sqrt(np.sum(resid ** 2) / (len(weights) - 3))), floor), False
+    return floor, False
+
+
+def locate_best(values: dict[float, list[float]], maximize: bool = True,
+                train_size: int | None = None) -> Located | None:
+    """None with fewer than two weights (one weight has no best)."""
+    values = {float(w): [float(v) for v in vs] for w, vs in values.items() if vs}
+    if len(values) < 2:
+        return None
+    grid = np.array(sorted(values))
+    means = np.array([np.mean(values[w]) for w in grid]) * (1 if maximize else -1)
+    n = np.array([len(values[w]) for w in grid])
+    sigma, pooled = seed_noise(values, train_size)
+    rng = np.random.default_rng(0)
+    draws = means + rng.standard_normal((DRAWS, len(grid))) * (sigma / np.sqrt(n))
+    best = grid[np.argmax(draws, axis=1)]
+    gaps = np.diff(grid)
+    resolution = float(np.median(gaps)) ** 2 / 12.0
+    var = float(np.var(best)) + resolution
+    ignorant = float(np.var(grid)) + resolution
+    info = max(1.0 - var / ignorant, MIN_INFORMATIVENESS)
+    return Located(location=float(np.mean(best)), variance=var / info, noise_sd=sigma,
+                   informativeness=round(info, 4), pooled=pooled)

@@ -1,0 +1,49 @@
+"""The shipped run examples load, and the two-stage and domain-adaptation ones run end to end
+on the sample data with a tiny encoder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainer import load_config, train
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def _example(name, sample_data_dir, tiny_encoder, out, **sets):
+    overrides = [f"data_dir={sample_data_dir}", f"encoder={tiny_encoder}", f"output_dir={out}",
+                 "max_train_examples=48", "max_eval_examples=24", "max_seq_len=64",
+                 "eval_max_seq_len=64", "epochs=1", "device=cpu"]
+    overrides += [f"{k}={v}" for k, v in sets.items()]
+    return load_config(EXAMPLES / name, overrides)
+
+
+@pytest.mark.parametrize("name", ["run-sample.yaml", "run-siwlm-paper.yaml"])
+def test_run_examples_load(name, sample_data_dir, tiny_encoder, tmp_path):
+    assert _example(name, sample_data_dir, tiny_encoder, tmp_path / "x").tasks
+
+
+def test_siwlm_paper_example_runs_both_stages(sample_data_dir, tiny_encoder, tmp_path):
+    cfg = _example("run-siwlm-paper.yaml", sample_data_dir, tiny_encoder, tmp_path / "paper",
+                   **{"finetune.epochs": 1})
+    result = train(cfg, quiet=True)
+    assert set(result.best) == {"rte", "mrpc", "stsb", "cola"}
+    assert set(result.finetuned) == {"rte"}
+    assert 0 <= result.stage_best("finetuned")["rte"]["accuracy"] <= 1
+
+
+def test_domain_adaptation_example_starts_from_the_source_run(sample_data_dir, tiny_encoder,
+                                                              tmp_path):
+    source = tmp_path / "source"
+    train(load_config({"data_dir": str(sample_data_dir), "encoder": tiny_encoder,
+                       "tasks": ["mrpc", "stsb"], "epochs": 1, "max_train_examples": 32,
+                       "max_eval_examples": 16, "output_dir": str(source)}), quiet=True)
+    sizes = []
+    for fraction in (0.01, 1.0):
+        cfg = _example("domain-adaptation.yaml", sample_data_dir, tiny_encoder,
+                       tmp_path / f"rte-{fraction}", init_from=str(source),
+                       train_fraction=fraction, max_train_examples="null")
+        sizes.append(train(cfg, quiet=True).train_sizes["rte"])
+    assert sizes == [3, 300]  # ceil(1% of 300), all 300

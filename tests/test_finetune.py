@@ -1,0 +1,208 @@
+"""The second stage (per-task fine-tuning from the multi-task encoder), SMART regularisation,
+starting from an earlier run's weights, and the siwlm-paper preset."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.test_trainer_run import read_jsonl, run_config
+from trainer import load_config, train
+from weightsearch.errors import ConfigError
+
+
+def _weights(folder):
+    return load_file(str(folder / "model.safetensors"))
+
+
+def test_finetuning_starts_from_the_multitask_weights(sample_data_dir, tiny_encoder, tmp_path):
+    # A learning rate of 1e-12 leaves the weights where fine-tuning started them, to within
+    # float noise: the multi-task encoder and, with heads: keep, the task's multi-task head.
+    out = tmp_path / "run"
+    cfg = run_config(sample_data_dir, tiny_encoder, out,
+                     finetune={"tasks": ["rte", "stsb"], "epochs": 1, "lr": 1e-12})
+    reports = []
+    result = train(cfg, report=reports.append, quiet=True)
+
+    multitask = _weights(out / "checkpoints" / "epoch-002")
+    for task in ("rte", "stsb"):
+        tuned = _weights(out / "finetune" / task / "checkpoints" / "epoch-001")
+        assert {k.split(".")[0] for k in tuned} >= {"encoder", "heads"}
+        assert not any(k.startswith("heads.") and f"heads.{task}." not in k for k in tuned)
+        for key, value in tuned.items():
+            torch.testing.assert_close(value, multitask[key], atol=1e-8, rtol=0)
+    # Both stages are reported, stored and labelled.
+    assert [(r.stage, r.epoch) for r in reports] == [
+        ("multitask", 1), ("multitask", 2), ("finetuned", 1), ("finetuned", 1)]
+    assert set(reports[2].metrics) == {"rte"} and set(reports[3].metrics) == {"stsb"}
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert {(r["stage"], r["task"]) for r in rows if r["stage"] == "finetuned"} == {
+        ("finetuned", "rte"), ("finetuned", "stsb")}
+    assert sum(r["stage"] == "multitask" for r in rows) == 6  # 3 tasks x 2 epochs
+    saved = json.loads((out / "result.json").read_text())
+    assert saved["stage"] == "multitask" and set(saved["finetuned"]) == {"rte", "stsb"}
+    assert saved["finetuned"]["rte"]["stage"] == "finetuned"
+    assert result.stage_best("finetuned")["rte"] == saved["finetuned"]["rte"]["best"]["rte"]
+
+
+def test_fresh_heads_keep_only_the_encoder(sample_data_dir, tiny_encoder, tmp_path):
+    out = tmp_path / "run"
+    cfg = run_config(sample_data_dir, tiny_encoder, out, epochs=1,
+                     finetune={"tasks": "central", "epochs": 1, "lr": 1e-12, "heads": "fresh"})
+    train(cfg, quiet=True)
+    multitask = _weights(out / "checkpoints" / "epoch-001")
+    tuned = _weights(out / "finetune" / "rte" / "checkpoints" / "epoch-001")
+    for key in tuned:
+        close = torch.allclose(tuned[key], multitask[key], atol=1e-8, rtol=0)
+        assert close == key.startswith("encoder."), key
+
+
+def test_resume_inside_finetuning_equals_an_uninterrupted_run(
+    sample_data_dir, tiny_encoder, tmp_path
+):
+    ft = {"tasks": ["rte", "mrpc"], "epochs": 2, "lr": 1e-4, "adversarial": True}
+    straight = train(run_config(sample_data_dir, tiny_encoder, tmp_path / "a", epochs=1,
+                                finetune=ft), quiet=True)
+
+    class Killed(Exception):
+        pass
+
+    def die_in_finetuning(report):
+        if report.stage == "finetuned" and report.epoch == 1 and "mrpc" in report.metrics:
+            raise Killed
+
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "b", epochs=1, finetune=ft)
+    with pytest.raises(Killed):
+        train(cfg, report=die_in_finetuning, quiet=True)
+    assert not (tmp_path / "b" / "result.json").exists()
+    resumed = train(cfg, resume=True, quiet=True)
+
+    for task in ("rte", "mrpc"):
+        assert resumed.finetuned[task].history == straight.finetuned[task].history
+        a = _weights(tmp_path / "a" / "finetune" / task / "checkpoints" / "epoch-002")
+        b = _weights(tmp_path / "b" / "finetune" / task / "checkpoints" / "epoch-002")
+        for key in a:
+            torch.testing.assert_close(a[key], b[key], atol=0, rtol=0)
+    rows = read_jsonl(tmp_path / "b" / "metrics.jsonl")
+    assert sum(r["stage"] == "finetuned" for r in rows) == 4  # 2 tasks x 2 epochs, no repeats
+
+
+def test_smart_term_is_zero_without_perturbation_and_positive_with_it(
+    sample_data_dir, tiny_encoder
+):
+    from trainer.data import collate, load_task_data
+    from trainer.encoders import load_tokenizer
+    from trainer.model import MTDNN, load_encoder
+    from trainer.smart import AdversarialSettings, smart_loss
+
+    cfg = run_config(sample_data_dir, tiny_encoder, "unused")
+    tokenizer = load_tokenizer(tiny_encoder)
+    data = load_task_data(cfg.task("rte"), cfg.data_dir, tokenizer, 64, None, 16)
+    batch = collate(data.train, list(range(16)), tokenizer.pad_token_id)
+    model = MTDNN(load_encoder(tiny_encoder, 1), cfg.tasks).eval()  # no dropout noise
+    torch.manual_seed(0)
+    clean = model("rte", batch)
+    still = AdversarialSettings(enabled=True, noise=0.0, step_size=0.0)
+    assert smart_loss(model, "rte", batch, clean, still).item() == pytest.approx(0.0, abs=1e-10)
+    moved = AdversarialSettings(enabled=True, noise=1e-2, epsilon=1e-2)
+    term = smart_loss(model, "rte", batch, clean, moved)
+    assert term.item() > 0
+    term.backward()  # reaches the encoder's weights
+    assert model.encoder.embeddings.word_embeddings.weight.grad.abs().sum() > 0
+    # The ascent step makes the perturbation worse than the random start it began from.
+    random_only = AdversarialSettings(enabled=True, noise=1e-2, epsilon=1e-2, step_size=0.0)
+    torch.manual_seed(0)
+    base = smart_loss(model, "rte", batch, clean.detach(), random_only).item()
+    torch.manual_seed(0)
+    ascended = smart_loss(model, "rte", batch, clean.detach(), moved).item()
+    assert ascended > base
+
+
+def test_init_from_an_earlier_run(sample_data_dir, tiny_encoder, tmp_path):
+    first = tmp_path / "first"
+    train(run_config(sample_data_dir, tiny_encoder, first, epochs=1), quiet=True)
+    second = tmp_path / "second"
+    cfg = run_config(sample_data_dir, tiny_encoder, second, epochs=1, lr=1e-12,
+                     tasks=["rte"], init_from=str(first))
+    train(cfg, quiet=True)
+    before = _weights(first / "checkpoints" / "epoch-001")
+    after = _weights(second / "checkpoints" / "epoch-001")
+    torch.testing.assert_close(after["heads.rte.proj.weight"], before["heads.rte.proj.weight"],
+                               atol=1e-8, rtol=0)
+
+
+def test_init_from_bad_sources_are_refused_before_writing(sample_data_dir, tiny_encoder,
+                                                          tmp_path):
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not safetensors")
+    out = tmp_path / "out"
+    with pytest.raises(ConfigError, match="init_from: cannot read"):
+        train(run_config(sample_data_dir, tiny_encoder, out, init_from=str(junk)), quiet=True)
+    assert not out.exists()
+    with pytest.raises(ConfigError, match=r"init_from: .* does not exist"):
+        run_config(sample_data_dir, tiny_encoder, out, init_from=str(tmp_path / "nothing"))
+    # Weights of another shape: a regression head named rte where the earlier run had 2 classes.
+    first = tmp_path / "first"
+    train(run_config(sample_data_dir, tiny_encoder, first, epochs=1, tasks=["rte"]), quiet=True)
+    other = {"preset": "stsb", "name": "rte"}
+    with pytest.raises(ConfigError, match="init_heads: fresh"):
+        train(run_config(sample_data_dir, tiny_encoder, out, tasks=[other],
+                         init_from=str(first)), quiet=True)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("finetune", "words"), [
+    ({"tasks": ["qnli"]}, "finetune.tasks: 'qnli' not among"),
+    ({"epochs": 0}, "finetune.epochs"),
+    ({"lr": -1}, "finetune.lr"),
+    ({"heads": "borrowed"}, "finetune.heads"),
+    ({"optimizer": "sgd"}, "finetune.optimizer"),
+    ({"rounds": 2}, "finetune.rounds: unknown"),
+    ({"adversarial": {"epsilon": -1}}, "finetune.adversarial.epsilon"),
+    ("yes", "finetune: expected a mapping"),
+])
+def test_bad_finetune_settings(sample_data_dir, tiny_encoder, tmp_path, finetune, words):
+    with pytest.raises(ConfigError) as err:
+        run_config(sample_data_dir, tiny_encoder, tmp_path / "x", finetune=finetune)
+    assert words in str(err.value)
+
+
+def test_siwlm_paper_preset_resolves_value_by_value(sample_data_dir):
+    cfg = load_config({"preset": "siwlm-paper", "data_dir": str(sample_data_dir),
+                       "tasks": ["rte", "mrpc"], "weighting": {"central_weight": 12},
+                       "max_seq_len": 256})
+    assert cfg.max_seq_len == 256  # the config's own value wins
+    assert (cfg.optimizer, cfg.lr, cfg.batch_size, cfg.epochs, cfg.warmup, cfg.grad_clip) == (
+        "adamax", 5e-5, 32, 5, 0.1, 1.0)
+    assert (cfg.weight_decay, cfg.overlong, cfg.eval_max_seq_len, cfg.pooling) == (
+        0.01, "drop", 512, "pooler")
+    assert (cfg.precision, cfg.length_bucketing) == ("fp32", False)
+    w = cfg.weighting
+    assert (w.scheme, w.variant, w.central_weight, w.focus_span, w.off_focus) == (
+        "siwlm", "reference", 12, 20, 0.1)
+    ft = cfg.finetune
+    assert (ft.tasks, ft.epochs, ft.optimizer, ft.lr, ft.batch_size, ft.heads) == (
+        "central", 5, "adamw", 2e-5, 32, "fresh")
+    assert ft.adversarial.enabled and (ft.adversarial.epsilon, ft.adversarial.noise,
+                                       ft.adversarial.step_size, ft.adversarial.weight) == (
+        1e-5, 1e-5, 1e-3, 1.0)
+    with pytest.raises(ConfigError, match="preset: 'mtdnn' is not a preset"):
+        load_config({"preset": "mtdnn", "tasks": ["rte"], "data_dir": str(sample_data_dir)})
+
+
+def test_a_run_without_finetune_removes_nothing_it_did_not_make(sample_data_dir, tiny_encoder,
+                                                                 tmp_path):
+    # A resumed run that restarts its multi-task epochs discards a stale fine-tuning folder.
+    out = tmp_path / "run"
+    cfg = run_config(sample_data_dir, tiny_encoder, out, epochs=1,
+                     finetune={"epochs": 1, "lr": 1e-4})
+    train(cfg, quiet=True)
+    shutil.rmtree(out / "checkpoints")
+    (out / "finetune" / "rte" / "marker").write_text("stale")
+    train(cfg, resume=True, quiet=True)
+    assert not (out / "finetune" / "rte" / "marker").exists()
+    assert (out / "finetune" / "rte" / "result.json").is_file()

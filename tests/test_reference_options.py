@@ -1,0 +1,268 @@
+"""The reference-faithful training options (AdamaxW, overlong: drop, eval length, task poolers),
+weight-0 batches, and what a resumed run must match (settings, data files, precision)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from tests.test_trainer_run import read_jsonl, run_config
+from trainer import train
+from trainer.optim import AdamaxW, build_optimizer
+from weightsearch.errors import ConfigError
+
+
+def test_adamaxw_first_step_matches_the_hand_computed_update():
+    p0 = torch.tensor([1.0, -2.0, 0.5])
+    g = torch.tensor([0.3, 0.0, -4.0])
+    lr, wd, eps = 0.1, 0.01, 1e-8
+    param = nn.Parameter(p0.clone())
+    opt = AdamaxW([{"params": [param], "decoupled_weight_decay": wd}], lr=lr, eps=eps)
+    param.grad = g.clone()
+    opt.step()
+    # Step 1: m = (1-b1) g, u = |g| + eps, step size lr / (1-b1): the Adamax move is
+    # lr * g / (|g| + eps); the decay shrinks the weights by lr * wd first.
+    expected = p0 * (1 - lr * wd) - lr * g / (g.abs() + eps)
+    assert torch.allclose(param.detach(), expected, atol=1e-7)
+
+
+def test_adamaxw_decay_does_not_pass_through_the_gradient_normalisation():
+    # A zero gradient: plain Adamax with an L2 term would move the weight by a full lr step
+    # (the L2 gradient divided by its own magnitude); decoupled decay shrinks it by lr * wd.
+    param = nn.Parameter(torch.tensor([2.0]))
+    opt = AdamaxW([{"params": [param], "decoupled_weight_decay": 0.01}], lr=0.1)
+    param.grad = torch.zeros(1)
+    opt.step()
+    assert param.item() == pytest.approx(2.0 * (1 - 0.1 * 0.01), abs=1e-7)
+    l2 = nn.Parameter(torch.tensor([2.0]))
+    l2.grad = torch.zeros(1)
+    torch_adamax = torch.optim.Adamax([l2], lr=0.1, weight_decay=0.01)
+    torch_adamax.step()
+    assert l2.item() == pytest.approx(1.9, abs=1e-6)  # why the L2 form crippled training
+
+
+def test_biases_and_layernorm_are_exempt_from_decay(sample_data_dir, tiny_encoder, tmp_path):
+    from trainer.model import MTDNN, load_encoder
+
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", weight_decay=0.01)
+    model = MTDNN(load_encoder(tiny_encoder, 1), cfg.tasks)
+    opt = build_optimizer(model, cfg, torch.device("cpu"))
+    names = {id(p): n for n, p in model.named_parameters()}
+    decayed, exempt = (opt.param_groups[i]["params"] for i in (0, 1))
+    assert opt.param_groups[0]["decoupled_weight_decay"] == 0.01
+    assert opt.param_groups[1]["decoupled_weight_decay"] == 0.0
+    assert all(p.ndim == 2 for p in decayed)
+    assert any("LayerNorm.weight" in names[id(p)] for p in exempt)
+    assert any(names[id(p)].endswith(".bias") for p in exempt)
+    assert not any("LayerNorm" in names[id(p)] or names[id(p)].endswith(".bias") for p in decayed)
+
+
+def _rte_lengths(sample_data_dir, tiny_encoder, **options):
+    from trainer.data import load_task_data
+    from trainer.encoders import load_tokenizer
+    from trainer.tasks import PRESETS
+
+    tok = load_tokenizer(tiny_encoder)
+    data = load_task_data(PRESETS["rte"], sample_data_dir, tok, 64, None, **options)
+    return data
+
+
+def test_overlong_drop_leaves_out_long_training_examples_and_counts_them(
+        sample_data_dir, tiny_encoder):
+    cut = _rte_lengths(sample_data_dir, tiny_encoder)
+    dropped = _rte_lengths(sample_data_dir, tiny_encoder, overlong="drop", eval_max_seq_len=256)
+    n_long = cut.truncated["train"]
+    assert n_long > 0
+    assert dropped.truncated["train"] == n_long
+    assert len(dropped.train) == len(cut.train) - n_long
+    assert max(dropped.train["length"]) <= 64 and max(cut.train["length"]) == 64
+    # Dev examples keep up to eval_max_seq_len tokens; labels stay aligned with their texts.
+    dev = dropped.evals["dev"]
+    assert max(dev["length"]) > 64 and max(dev["length"]) <= 256
+    kept = [i for i, n in enumerate(cut.train["length"]) if n < 64]
+    assert [cut.train["label"][i] for i in kept] == [
+        lab for lab, n in zip(dropped.train["label"], dropped.train["length"], strict=True)
+        if n < 64]
+
+
+def test_task_poolers_are_per_task_and_train(sample_data_dir, tiny_encoder, tmp_path):
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1,
+                     pooling="task-pooler", overlong="drop", weight_decay=0.01)
+    result = train(cfg, quiet=True)
+    weights = load_file(tmp_path / "run" / "checkpoints" / "epoch-001" / "model.safetensors")
+    assert {k for k in weights if k.startswith("task_poolers.")} == {
+        f"task_poolers.{t}.0.{p}" for t in ("rte", "mrpc", "stsb") for p in ("weight", "bias")}
+    assert result.extra["pooling"] == "task-pooler"
+
+
+def test_weight_zero_batches_leave_parameters_and_optimizer_state_untouched(
+        sample_data_dir, tiny_encoder, tmp_path):
+    from trainer.model import MTDNN, load_encoder
+
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1, weight_decay=0.01,
+                     weighting={"scheme": "static", "weights": {"mrpc": 0}})
+    train(cfg, quiet=True)
+    steps = read_jsonl(tmp_path / "run" / "steps.jsonl")
+    assert all(s["skipped"] == (s["task"] == "mrpc") for s in steps)
+    torch.manual_seed(cfg.seed)
+    model = MTDNN(load_encoder(tiny_encoder, cfg.seed), cfg.tasks)
+    fresh = model.state_dict()
+    ckpt = tmp_path / "run" / "checkpoints" / "epoch-001"
+    trained = load_file(ckpt / "model.safetensors")
+    # With decay on, a step on a zero-loss batch would still shrink the head's weights.
+    for key in ("heads.mrpc.proj.weight", "heads.mrpc.proj.bias"):
+        assert torch.equal(trained[key], fresh[key]), key
+    assert not torch.equal(trained["heads.rte.proj.weight"], fresh["heads.rte.proj.weight"])
+    state = torch.load(ckpt / "state.pt", weights_only=False)["optimizer"]
+    index = {n: i for i, (n, _) in enumerate(
+        [(n, p) for g in (0, 1) for n, p in _grouped(model, g)])}
+    assert index["heads.mrpc.proj.weight"] not in state["state"]
+    assert index["heads.rte.proj.weight"] in state["state"]
+
+
+def _grouped(model, group):
+    from trainer.optim import decay_groups
+
+    params = decay_groups(model)[group]
+    names = {id(p): n for n, p in model.named_parameters()}
+    return [(names[id(p)], p) for p in params]
+
+
+class _Stop(Exception):
+    pass
+
+
+def _stop_after_epoch_1(report):
+    if report.epoch == 1:
+        raise _Stop
+
+
+def test_resume_refuses_changed_data_and_names_the_settings(sample_data_dir, tiny_encoder,
+                                                            tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(sample_data_dir, data)
+    cfg = run_config(data, tiny_encoder, tmp_path / "run")
+    with pytest.raises(_Stop):
+        train(cfg, report=_stop_after_epoch_1, quiet=True)
+    with pytest.raises(ConfigError, match=r"different settings \(lr\)"):
+        train(cfg.replace(lr=1e-3), resume=True, quiet=True)
+    with (data / "RTE" / "train.tsv").open("a") as f:
+        f.write("9999\tAn added premise.\tAn added hypothesis.\tentailment\n")
+    with pytest.raises(ConfigError, match="rte/train changed"):
+        train(cfg, resume=True, quiet=True)
+
+
+def test_resume_refuses_another_precision(sample_data_dir, tiny_encoder, tmp_path):
+    from trainer.resume import resume_problems, resume_record
+
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", precision="auto")
+    meta = resume_record(cfg, "bf16")
+    assert resume_problems(meta, cfg, "bf16", tmp_path) == []
+    [problem] = resume_problems(meta, cfg, "fp32", tmp_path)
+    assert "trained in bf16" in problem and "precision: bf16" in problem
+
+
+def test_damaged_checkpoint_is_reported_and_an_older_one_used(sample_data_dir, tiny_encoder,
+                                                              tmp_path, capsys):
+    out = tmp_path / "run"
+    cfg = run_config(sample_data_dir, tiny_encoder, out, epochs=3, keep_checkpoints=3)
+    straight = train(run_config(sample_data_dir, tiny_encoder, tmp_path / "straight", epochs=3),
+                     quiet=True)
+
+    def stop_after_2(report):
+        if report.epoch == 2:
+            raise _Stop
+
+    with pytest.raises(_Stop):
+        train(cfg, report=stop_after_2, quiet=True)
+    weights = out / "checkpoints" / "epoch-002" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])  # truncated by a full disk, say
+    got = train(cfg, resume=True, quiet=True)
+    err = capsys.readouterr()
+    assert str(weights) in err.out + err.err and "older checkpoint" in err.out + err.err
+    assert got.final == straight.final  # epoch 2 retrained from epoch 1's checkpoint
+
+
+def test_damaged_tokenized_cache_is_rebuilt(sample_data_dir, tiny_encoder, tmp_path, capsys):
+    from trainer.data import load_task_data
+    from trainer.encoders import load_tokenizer
+    from trainer.tasks import PRESETS
+
+    tok = load_tokenizer(tiny_encoder)
+    load_task_data(PRESETS["mrpc"], sample_data_dir, tok, 64, tmp_path)
+    arrow = next(p for p in tmp_path.glob("mrpc-train-*/*.arrow"))
+    arrow.write_bytes(arrow.read_bytes()[:200])
+    again = load_task_data(PRESETS["mrpc"], sample_data_dir, tok, 64, tmp_path)
+    assert "damaged" in capsys.readouterr().out
+    uncached = load_task_data(PRESETS["mrpc"], sample_data_dir, tok, 64, None)
+    assert again.train["input_ids"] == uncached.train["input_ids"]
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"max_seq_len": 512}, "max_seq_len: 512 exceeds the 256 positions"),
+    ({"eval_max_seq_len": 1000}, "eval_max_seq_len: 1000 exceeds"),
+    ({"overlong": "chop"}, "overlong: 'chop' is not one of truncate, drop"),
+])
+def test_bad_length_settings_are_refused_before_writing(sample_data_dir, tiny_encoder, tmp_path,
+                                                        change, needle):
+    with pytest.raises(ConfigError, match=needle):
+        train(run_config(sample_data_dir, tiny_encoder, tmp_path / "run", **change), quiet=True)
+    assert not (tmp_path / "run").exists()
+
+
+def test_output_dir_that_is_a_file_is_refused(sample_data_dir, tiny_encoder, tmp_path):
+    target = tmp_path / "taken"
+    target.write_text("not a folder")
+    with pytest.raises(ConfigError, match="is a file"):
+        train(run_config(sample_data_dir, tiny_encoder, target), quiet=True)
+    assert target.read_text() == "not a folder"
+
+
+def test_random_subsets_are_seeded_stable_and_independent_of_the_run_seed(sample_data_dir):
+    from trainer import load_config, task_sizes
+    from trainer.data import Subset
+    from trainer.readers import read_task_file, resolve_path
+    from trainer.tasks import PRESETS
+
+    rows = read_task_file(PRESETS["cola"], resolve_path(sample_data_dir, "CoLA/train.tsv"))
+    a = Subset(n=50, random=True, seed=3).apply(rows)
+    b = Subset(n=50, random=True, seed=3).apply(rows)
+    c = Subset(n=50, random=True, seed=4).apply(rows)
+    assert a.text_a == b.text_a and a.text_a != c.text_a and len(a) == 50
+    assert a.text_a != rows.text_a[:50]  # not the first rows
+    position = {t: i for i, t in enumerate(rows.text_a)}
+    assert [position[t] for t in a.text_a] == sorted(position[t] for t in a.text_a)  # file order
+    assert len(Subset(fraction=0.1, random=True).apply(rows)) == 30  # ceil(0.1 * 300)
+    base = {"data_dir": str(sample_data_dir), "tasks": ["cola", "mrpc"], "train_fraction": 0.25}
+    assert task_sizes(load_config(base)) == {"cola": 75, "mrpc": 75}  # both files hold 300 rows
+    assert task_sizes(load_config({**base, "seed": 7})) == task_sizes(load_config(base))
+
+
+def test_ranking_subsets_keep_lists_whole():
+    import numpy as np
+
+    from trainer.readers import TaskRows
+
+    groups = np.repeat(np.arange(20), 3)
+    rows = TaskRows(None, [f"q{i}" for i in range(60)], [f"c{i}" for i in range(60)],
+                    np.zeros(60, dtype=np.int64), groups)
+    picked = rows.sample(10, seed=1)
+    _, counts = np.unique(picked.groups, return_counts=True)
+    assert len(picked) == 9 and set(counts) == {3}
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"train_fraction": 0}, "train_fraction: 0 is out of range"),
+    ({"train_fraction": 1.5}, "train_fraction: 1.5 is out of range"),
+    ({"train_fraction": 0.5, "max_train_examples": 10}, "either train_fraction or max_train"),
+    ({"subsample": "tail"}, "subsample: 'tail' is not one of random, head"),
+])
+def test_bad_subset_settings(sample_data_dir, change, needle):
+    from trainer import load_config
+
+    with pytest.raises(ConfigError, match=needle):
+        load_config({"data_dir": str(sample_data_dir), "tasks": ["rte"], **change})

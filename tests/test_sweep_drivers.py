@@ -1,0 +1,191 @@
+"""Several drivers on one study: two `launch` and a `resume` started together (SQLite and
+PostgreSQL) train every cell exactly once; a SIGKILLed driver's cells are taken over."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from studies import schema as S
+from tests.test_sweep_resume import _complete_count, _kill_leftovers
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[1]
+CMD = [sys.executable, "-m", "weightsearch.cli"]
+# Three Ray instances share this machine with whatever else runs: Ray's memory monitor would
+# kill tiny trials at its node-wide threshold, which is not what these tests are about.
+NO_OOM_KILLS = {"RAY_memory_monitor_refresh_ms": "0",
+                "RAY_AUTH_MODE": "disabled"}  # a private test cluster: no tokens to hand round
+
+
+def _study_file(tmp_path: Path, name: str, tiny_encoder: str, data_dir: Path) -> Path:
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({
+        "study": name,
+        "train": {"encoder": tiny_encoder, "data_dir": str(data_dir), "tasks": ["rte", "mrpc"],
+                  "epochs": 2, "batch_size": 16, "max_train_examples": 32,
+                  "max_eval_examples": 32},
+        "central_tasks": ["rte", "mrpc"],
+        "weights": [1, 9],
+        "max_concurrent": 1,
+        "workdir": str(tmp_path / "runs"),
+    }))
+    return path
+
+
+def _study_exists(url: str, name: str) -> bool:
+    import optuna
+
+    try:
+        return any(n.startswith(f"{name}/") for n in optuna.get_all_study_names(url))
+    except Exception:  # the schema is being created
+        return False
+
+
+def _driver(args: list[str], tmp_path: Path, env: dict) -> subprocess.Popen:
+    return subprocess.Popen([*CMD, *args, "--quiet"], cwd=tmp_path, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+
+
+def _check_exactly_once(url: str, name: str) -> None:
+    import optuna
+    from optuna.trial import TrialState
+
+    for central in ("rte", "mrpc"):
+        trials = optuna.load_study(study_name=f"{name}/{central}", storage=url).get_trials()
+        states = [t.state for t in trials]
+        assert TrialState.RUNNING not in states and TrialState.WAITING not in states
+        done = sorted(t.user_attrs[S.T_CELL] for t in trials if t.state == TrialState.COMPLETE)
+        assert done == sorted([S.cell_key(1, 1), S.cell_key(9, 1)]), done
+        folders = [t.user_attrs["output_dir"] for t in trials if t.state == TrialState.COMPLETE]
+        assert len(set(folders)) == len(folders)
+        for folder in folders:
+            check = subprocess.run([sys.executable, str(ROOT / "scripts/check_siwlm_steps.py"),
+                                    folder], capture_output=True, text=True)
+            assert check.returncode == 0, check.stdout + check.stderr
+        failed = [t for t in trials if t.state == TrialState.FAIL]
+        assert not failed, [t.user_attrs.get("error") for t in failed]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ray_head(ray_tmp: str, env: dict) -> str:
+    """One Ray cluster the drivers share, as on a real cluster (and one Ray start, not three,
+    on this small machine). Its processes are ended by `_kill_leftovers` (never `ray stop`,
+    which would stop every Ray on the machine)."""
+    port = _free_port()
+    ray = str(Path(sys.executable).with_name("ray"))
+    subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=2",
+                    "--include-dashboard=false", f"--temp-dir={ray_tmp}", "--disable-usage-stats"],
+                   env=env, check=True, capture_output=True, timeout=180)
+    return f"127.0.0.1:{port}"
+
+
+def _three_drivers(url: str, tmp_path: Path, tiny_encoder: str, data_dir: Path) -> None:
+    name = "shared"
+    study = _study_file(tmp_path, name, tiny_encoder, data_dir)
+    ray_tmp = tempfile.mkdtemp(prefix="wsray", dir="/tmp")
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT), **NO_OOM_KILLS}
+    drivers: list[subprocess.Popen] = []
+    try:
+        address = _ray_head(ray_tmp, env)
+        launch = ["launch", str(study), "--storage", url, "--ray-address", address]
+        drivers += [_driver(launch, tmp_path, env), _driver(launch, tmp_path, env)]
+        deadline = time.time() + 300
+        while not _study_exists(url, name):  # `resume` needs the study file stored
+            for d in drivers:
+                assert d.poll() is None, d.stdout.read()[-3000:]
+            assert time.time() < deadline, "no launch created the study"
+            time.sleep(0.1)
+        drivers.append(_driver(["resume", name, "--storage", url, "--ray-address", address],
+                               tmp_path, env))
+        outputs = [d.communicate(timeout=500)[0] for d in drivers]
+    finally:
+        for d in drivers:
+            if d.poll() is None:
+                os.killpg(d.pid, signal.SIGKILL)
+        _kill_leftovers(ray_tmp)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    for d, out in zip(drivers, outputs, strict=True):
+        assert d.returncode == 0, out[-3000:]
+        assert "4/4 cells done" in out, out[-3000:]
+    assert _complete_count(url) == 4
+    _check_exactly_once(url, name)
+
+
+def test_two_launches_and_a_resume_sqlite(tiny_encoder: str, sample_data_dir: Path,
+                                           tmp_path: Path) -> None:
+    _three_drivers(f"sqlite:///{tmp_path / 'studies.db'}", tmp_path, tiny_encoder,
+                   sample_data_dir)
+
+
+@pytest.mark.postgres
+def test_two_launches_and_a_resume_postgres(tiny_encoder: str, sample_data_dir: Path,
+                                             tmp_path: Path, postgres_url: str) -> None:
+    _three_drivers(postgres_url, tmp_path, tiny_encoder, sample_data_dir)
+
+
+def test_killed_driver_cells_taken_over(tiny_encoder: str, sample_data_dir: Path,
+                                        tmp_path: Path) -> None:
+    """A driver SIGKILLed mid-cell: a second driver, started while the first still held its
+    claim, waits for the lease to expire and continues the cell from its checkpoint."""
+    import optuna
+    from optuna.trial import TrialState
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    study = _study_file(tmp_path, "takeover", tiny_encoder, sample_data_dir)
+    ray_tmp = tempfile.mkdtemp(prefix="wsray", dir="/tmp")
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT), **NO_OOM_KILLS,
+           "WEIGHTSEARCH_CLAIM_TTL": "8"}
+    first = _driver(["launch", str(study), "--storage", url], tmp_path, env)
+    second = None
+    try:
+        deadline = time.time() + 180
+        while not list((tmp_path / "runs").glob("takeover/*/*/checkpoints/epoch-001")):
+            assert first.poll() is None, first.stdout.read()[-3000:]
+            assert time.time() < deadline, "no epoch checkpoint within 3 minutes"
+            time.sleep(0.2)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=30)
+        _kill_leftovers(ray_tmp)  # its Ray too, so nothing of it writes on
+        second = _driver(["launch", str(study), "--storage", url], tmp_path, env)
+        out = second.communicate(timeout=500)[0]
+    finally:
+        for d in (first, second):
+            if d is not None and d.poll() is None:
+                os.killpg(d.pid, signal.SIGKILL)
+        _kill_leftovers(ray_tmp)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert second.returncode == 0, out[-3000:]
+    continued = 0
+    for central in ("rte", "mrpc"):
+        trials = optuna.load_study(study_name=f"takeover/{central}", storage=url).get_trials()
+        assert TrialState.RUNNING not in [t.state for t in trials]
+        done = [t for t in trials if t.state == TrialState.COMPLETE]
+        assert sorted(t.user_attrs[S.T_CELL] for t in done) == [S.cell_key(1, 1),
+                                                                S.cell_key(9, 1)]
+        for t in trials:
+            if t.state == TrialState.FAIL:
+                assert t.user_attrs["error"] == "driver stopped before it ended"
+        for t in done:
+            if t.user_attrs[S.T_ATTEMPT] > 0:
+                continued += 1
+                assert t.user_attrs["output_dir"].endswith(f"-attempt{t.user_attrs[S.T_ATTEMPT]}")
+                assert sorted(t.intermediate_values) == [1, 2]
+    assert continued >= 1

@@ -1,0 +1,302 @@
+"""Knowledge distillation from teacher ensembles (MT-DNN-KD, Liu et al. 2019b).
+
+For each task with teachers, the student's loss on a batch is the mean of the hard-label loss
+and the soft-target loss: cross-entropy against the teachers' mean class distribution, or the
+squared error to their mean score for regression (`Head.soft_loss`).
+
+Soft targets belong to the exact training rows a student sees (after subsampling and dropping
+over-long examples), in their order: a file holds one row of targets per training example and a
+fingerprint of those tokenized rows, and a student refuses a file whose fingerprint, row count,
+task type or label set differ. Built from teacher runs, they are cached under the cache folder
+(`soft-targets/`), keyed by the rows and the teachers' weights, so the teachers run once for
+every student of a study. Teachers must use the student's tokenizer (as in MT-DNN-KD, where
+teachers and student share BERT), since they read the student's tokenized rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from weightsearch.errors import ConfigError
+
+if TYPE_CHECKING:  # torch is imported where targets are built or read, not by config parsing
+    import torch
+
+    from trainer.config import RunConfig
+    from trainer.data import TaskData
+    from trainer.device import Runtime
+
+SOFT_TARGETS_DIR = "soft-targets"
+DISTILLABLE = ("classification", "regression")
+
+
+@dataclass(frozen=True)
+class DistillSettings:
+    # task -> teacher run folders (an ensemble), or a single soft-target file
+    teachers: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def sources(self) -> dict[str, tuple[str, ...]]:
+        return dict(self.teachers)
+
+
+def parse_distill(raw: object, tasks: Mapping[str, str], problems: list[str]
+                  ) -> DistillSettings | None:
+    """`distill: {teachers: {task: [RUN_DIR, ...] | SOFT_TARGETS.safetensors}}`;
+    `tasks` maps each task of the run to its type."""
+    if raw is None:
+        return None
+    teachers = raw.get("teachers") if isinstance(raw, Mapping) else None
+    if not isinstance(teachers, Mapping) or not teachers:
+        problems.append("distill: expected {teachers: {task: [teacher run folders] or a soft-"
+                        f"target file}}, got {raw!r}")
+        return None
+    for key in set(raw) - {"teachers"}:
+        problems.append(f"distill.{key}: unknown setting; use teachers")
+    out = []
+    for task, value in teachers.items():
+        where = f"distill.teachers.{task}"
+        if task not in tasks:
+            problems.append(f"{where}: {task!r} is not among the run's tasks "
+                            f"({', '.join(tasks)}); give teachers for tasks the run trains")
+            continue
+        if tasks[task] not in DISTILLABLE:
+            problems.append(f"{where}: {tasks[task]} tasks cannot be distilled; teachers work "
+                            f"for {' and '.join(DISTILLABLE)} tasks")
+            continue
+        paths = [value] if isinstance(value, str) else value
+        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+            problems.append(f"{where}: expected a list of teacher run folders or one soft-target "
+                            f"file, got {value!r}")
+            continue
+        missing = [p for p in paths if not Path(p).expanduser().exists()]
+        if missing:
+            problems.append(f"{where}: {', '.join(missing)} does not exist; give finished "
+                            "teacher runs' output folders or a file from `weightsearch "
+                            "soft-targets`")
+            continue
+        files = [p for p in paths if Path(p).is_file()]
+        if files and len(paths) > 1:
+            problems.append(f"{where}: give either one soft-target file or teacher run "
+                            "folders, not both")
+            continue
+        out.append((task, tuple(os.path.expanduser(p) for p in paths)))
+    return DistillSettings(teachers=tuple(out))
+
+
+def pick_teachers(cfg: RunConfig, candidates: list[str], k: int
+                  ) -> dict[str, list[tuple[Path, float]]]:
+    """Per distillable task of the student, the `k` finished candidate runs with the best dev
+    score on it (their result.json's best primary metric), best first."""
+    scored: dict[str, list[tuple[Path, float]]] = {}
+    problems = []
+    for folder in map(Path, candidates):
+        result = folder / "result.json"
+        try:
+            best = json.loads(result.read_text())["best"]
+        except (OSError, ValueError, KeyError, TypeError):
+            problems.append(f"--candidates: {folder} is not a finished run (no readable "
+                            "result.json); train it first or leave it out")
+            continue
+        for spec in cfg.tasks:
+            value = best.get(spec.name, {}).get(spec.primary_metric)
+            if spec.type in DISTILLABLE and isinstance(value, (int, float)):
+                scored.setdefault(spec.name, []).append((folder, float(value)))
+    if problems:
+        raise ConfigError(problems)
+    if not scored:
+        raise ConfigError(["--candidates: no candidate run trained any of the student's "
+                           f"tasks ({', '.join(cfg.task_names)})"])
+    return {t: sorted(runs, key=lambda r: -r[1])[:k] for t, runs in scored.items()}
+
+
+def fingerprint(data: TaskData) -> str:
+    """sha256 of a task's tokenized training rows, in order: what soft targets are tied to."""
+    table = data.train.with_format("arrow")[:]
+    digest = hashlib.sha256()
+    for name in ("input_ids", "token_type_ids", "label"):
+        column = table.column(name).combine_chunks()
+        if hasattr(column, "flatten"):
+            digest.update(column.offsets.to_numpy().tobytes())
+            column = column.flatten()
+        digest.update(column.to_numpy(zero_copy_only=False).tobytes())
+    return digest.hexdigest()
+
+
+def soft_targets(cfg: RunConfig, data: dict[str, TaskData], tokenizer: Any, runtime: Runtime,
+                 note: Callable[[str], None] = print) -> dict[str, torch.Tensor]:
+    """Each distilled task's soft targets, one row per training example (on the CPU)."""
+    if cfg.distill is None:
+        return {}
+    out = {}
+    for task, sources in cfg.distill.sources().items():
+        where = f"distill.teachers.{task}"
+        rows = fingerprint(data[task])
+        if len(sources) == 1 and Path(sources[0]).is_file():
+            out[task] = read_soft_targets(Path(sources[0]), data[task], rows, where)
+            continue
+        out[task] = _cached_or_built(cfg, task, sources, data[task], rows, tokenizer, runtime,
+                                     where, note)[0]
+    return out
+
+
+def build_soft_target_files(cfg: RunConfig, data: dict[str, TaskData], tokenizer: Any,
+                            runtime: Runtime, note: Callable[[str], None] = print
+                            ) -> dict[str, Path]:
+    """`weightsearch soft-targets`: build (or find) each task's file; task -> its path."""
+    assert cfg.distill is not None
+    paths = {}
+    for task, sources in cfg.distill.sources().items():
+        where = f"distill.teachers.{task}"
+        if len(sources) == 1 and Path(sources[0]).is_file():
+            read_soft_targets(Path(sources[0]), data[task], fingerprint(data[task]), where)
+            paths[task] = Path(sources[0])
+            continue
+        paths[task] = _cached_or_built(cfg, task, sources, data[task], fingerprint(data[task]),
+                                       tokenizer, runtime, where, note)[1]
+    return paths
+
+
+def read_soft_targets(path: Path, data: TaskData, rows: str, where: str) -> torch.Tensor:
+    import torch
+    from safetensors import safe_open
+
+    spec = data.spec
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            targets = f.get_tensor("targets").float()
+    except Exception as exc:  # safetensors raises its own types for damaged files
+        raise ConfigError([f"{where}: cannot read soft targets from {path} "
+                           f"({type(exc).__name__}); build them with `weightsearch soft-targets`"
+                           ]) from None
+    problems = []
+    if meta.get("rows") != rows or targets.shape[0] != data.train_size:
+        problems.append(f"{where}: {path} was built for other training rows than this run's "
+                        f"({targets.shape[0]} rows, this run has {data.train_size}); rebuild it "
+                        "with the student's data settings (subsample, max_seq_len, overlong)")
+    if meta.get("type") != spec.type:
+        problems.append(f"{where}: {path} holds {meta.get('type')} targets, the task is "
+                        f"{spec.type}; build them from teachers of this task")
+    elif spec.type == "regression" and targets.ndim != 1:
+        problems.append(f"{where}: {path} holds class probabilities for the regression task "
+                        f"{spec.name}; a regression task takes one score per example")
+    elif spec.type == "classification":
+        labels = json.loads(meta.get("labels", "null"))
+        if labels != list(spec.labels or ()):
+            problems.append(f"{where}: {path} has labels {labels}, the task has "
+                            f"{list(spec.labels or ())}; use teachers with the same label set")
+        elif targets.ndim != 2 or targets.shape[1] != spec.num_labels:
+            problems.append(f"{where}: {path} does not hold one distribution over "
+                            f"{spec.num_labels} classes per example")
+        elif (targets.min() < 0 or not torch.allclose(targets.sum(1), torch.ones(1), atol=1e-3)):
+            problems.append(f"{where}: {path} has rows that are not probability distributions "
+                            "(negative, or not summing to 1); rebuild it")
+    if not torch.isfinite(targets).all():
+        problems.append(f"{where}: {path} holds NaN or infinite targets; rebuild it")
+    if problems:
+        raise ConfigError(problems)
+    return targets
+
+
+def _cached_or_built(cfg: RunConfig, task: str, teachers: tuple[str, ...], data: TaskData,
+                     rows: str, tokenizer: Any, runtime: Runtime, where: str,
+                     note: Callable[[str], None]) -> tuple[torch.Tensor, Path]:
+    import torch
+    from safetensors.torch import save_file
+
+    runs = [_teacher_run(Path(t), task, data, tokenizer, where) for t in teachers]
+    key = hashlib.sha256(json.dumps(
+        {"rows": rows, "teachers": sorted(_file_sha256(w) for _, w in runs)}).encode()
+    ).hexdigest()
+    path = Path(cfg.cache_dir).expanduser().parent / SOFT_TARGETS_DIR / f"{task}-{key[:24]}"
+    path = path.with_suffix(".safetensors")
+    if path.is_file():
+        try:
+            return read_soft_targets(path, data, rows, where), path
+        except ConfigError:
+            note(f"note: soft targets {path} are damaged; rebuilding them")
+    note(f"building soft targets for {task} from {len(runs)} teacher(s)")
+    targets = torch.stack([_predict(c, w, task, data, tokenizer, runtime) for c, w in runs])
+    mean = targets.mean(0)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+    save_file({"targets": mean.contiguous()}, str(tmp), metadata={
+        "task": task, "type": data.spec.type, "rows": rows,
+        "labels": json.dumps(list(data.spec.labels or ())),
+        "teachers": json.dumps([str(t) for t in teachers]),
+    })
+    os.replace(tmp, path)  # atomic: concurrent trials publish the same content
+    return mean, path
+
+
+def _teacher_run(folder: Path, task: str, data: TaskData, tokenizer: Any, where: str
+                 ) -> tuple[RunConfig, Path]:
+    """A teacher's config and the weights file of its newest intact checkpoint, checked."""
+    from trainer.checkpoint import latest_checkpoint
+    from trainer.config import load_config
+    from trainer.encoders import load_tokenizer, resolve_encoder
+
+    try:
+        cfg = load_config(folder / "config.yaml")
+    except ConfigError as exc:
+        raise ConfigError([f"{where}: {folder} is not a finished run folder "
+                           f"({exc.problems[0]})"]) from None
+    ckpt = latest_checkpoint(folder, warn=print)
+    if ckpt is None:
+        raise ConfigError([f"{where}: {folder} holds no intact checkpoint; train the teacher "
+                           "first or give another run"])
+    if task not in cfg.task_names:
+        raise ConfigError([f"{where}: teacher {folder} did not train {task} "
+                           f"(it trained {', '.join(cfg.task_names)})"])
+    spec = cfg.task(task)
+    if (spec.type, spec.labels) != (data.spec.type, data.spec.labels):
+        raise ConfigError([f"{where}: teacher {folder} has {task} as {spec.type} with labels "
+                           f"{list(spec.labels or ())}, the student {data.spec.type} with "
+                           f"{list(data.spec.labels or ())}; teachers must share the label set"])
+    theirs = load_tokenizer(os.path.expanduser(resolve_encoder(cfg.encoder)))
+    if theirs.get_vocab() != tokenizer.get_vocab():
+        raise ConfigError([f"{where}: teacher {folder} uses another tokenizer than the student; "
+                           "teachers read the student's tokenized rows, so use one encoder "
+                           "family for both"])
+    return cfg, ckpt.path / "model.safetensors"
+
+
+def _predict(cfg: RunConfig, weights: Path, task: str, data: TaskData, tokenizer: Any,
+             runtime: Runtime) -> torch.Tensor:
+    """One teacher's probabilities (classification) or scores (regression), in row order."""
+    import torch
+    from safetensors.torch import load_model
+
+    from trainer.data import collate, eval_batches
+    from trainer.encoders import resolve_encoder, resolve_pooling
+    from trainer.model import MTDNN, load_encoder
+
+    path = os.path.expanduser(resolve_encoder(cfg.encoder))
+    model = MTDNN(load_encoder(path, cfg.seed), cfg.tasks, resolve_pooling(cfg.pooling, path))
+    load_model(model, str(weights), strict=True)
+    model = model.to(runtime.device).eval()
+    out = torch.empty((data.train_size, data.spec.num_labels) if data.spec.type ==
+                      "classification" else (data.train_size,))
+    for indices in eval_batches(data.train, cfg.eval_batch_size):
+        batch = collate(data.train, indices, tokenizer.pad_token_id or 0)
+        batch = {k: v.to(runtime.device) for k, v in batch.items()}
+        with torch.inference_mode(), runtime.autocast():
+            logits = model(task, batch).float()
+        values = logits.softmax(-1) if data.spec.type == "classification" else logits
+        out[torch.as_tensor(indices)] = values.cpu()
+    return out
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,92 @@
+"""What a checkpoint must match for a run to continue from it: settings, data files, precision.
+
+A resumed run must reach the result of an uninterrupted one, so a checkpoint records the
+settings that shape the outcome, a digest of every data file, and the precision that was
+actually used (`auto` resolves to bf16 on one machine and fp32 on another). A mismatch is
+refused with the names of what changed.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from trainer.config import RunConfig
+from trainer.readers import resolve_path
+
+# Settings that may differ between a run and its resumption without changing its outcome.
+RESUME_FREE = ("output_dir", "device", "num_threads", "cache_dir", "log_every", "keep_checkpoints")
+
+
+def resume_settings(cfg: RunConfig) -> dict[str, Any]:
+    return {k: v for k, v in cfg.to_dict().items() if k not in RESUME_FREE}
+
+
+def settings_digest(cfg: RunConfig) -> str:
+    text = json.dumps(resume_settings(cfg), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def data_digests(cfg: RunConfig) -> dict[str, str]:
+    """sha256 of each task split's file, keyed 'task/split'."""
+    out = {}
+    for spec in cfg.tasks:
+        for split, name in (("train", spec.train_file), *spec.dev_files):
+            out[f"{spec.name}/{split}"] = file_sha256(resolve_path(cfg.data_dir, name))
+    return out
+
+
+def file_sha256(path: Path) -> str:
+    stat = path.stat()
+    return _sha256(str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=256)
+def _sha256(path: str, mtime_ns: int, size: int) -> str:  # (mtime, size): re-hash on change
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def resume_record(cfg: RunConfig, precision: str) -> dict[str, Any]:
+    """What save_checkpoint stores in meta.json for `resume_problems` to check later."""
+    return {
+        "resume_digest": settings_digest(cfg),
+        "resume_settings": json.loads(json.dumps(resume_settings(cfg), default=str)),
+        "data_digests": data_digests(cfg),
+        "precision": precision,
+    }
+
+
+def resume_problems(meta: dict[str, Any], cfg: RunConfig, precision: str,
+                    where: str | os.PathLike) -> list[str]:
+    """Why the run in `where` cannot continue with `cfg`, one message per kind of change."""
+    problems = []
+    if meta.get("resume_digest") != settings_digest(cfg):
+        old = meta.get("resume_settings")
+        new = json.loads(json.dumps(resume_settings(cfg), default=str))
+        changed = (sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+                   if isinstance(old, dict) else [])
+        names = f" ({', '.join(changed)})" if changed else ""
+        problems.append(f"output_dir: {where} holds a run with different settings{names}; resume "
+                        f"it with its own config ({Path(where) / 'config.yaml'}) or choose "
+                        "another output_dir")
+    old_data = meta.get("data_digests")
+    if isinstance(old_data, dict):
+        now = data_digests(cfg)
+        changed = sorted(k for k in old_data.keys() | now.keys() if old_data.get(k) != now.get(k))
+        if changed:
+            problems.append(f"data_dir: the data files of {', '.join(changed)} changed since the "
+                            f"run in {where} started; restore them or start a new output_dir")
+    old_precision = meta.get("precision")
+    if old_precision is not None and old_precision != precision:
+        problems.append(f"precision: the run in {where} trained in {old_precision} and this "
+                        f"machine resolves {cfg.precision} to {precision}; set precision: "
+                        f"{old_precision} to continue it here")
+    return problems

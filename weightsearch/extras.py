@@ -1,0 +1,21 @@
+"""Clear messages for features whose optional dependencies (extras) are not installed."""
+
+from __future__ import annotations
+
+import importlib
+
+from weightsearch.errors import ConfigError
+
+
+def require_extra(extra: str, *modules: str, feature: str) -> None:
+    """ConfigError naming the extra to install when one of `modules` cannot be imported (the
+    feature imports them next anyway)."""
+    missing = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise ConfigError(f"{feature} needs {', '.join(missing)}, which the core install lacks; "
+                          f"pip install 'weightsearch[{extra}]'")
