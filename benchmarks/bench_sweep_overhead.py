@@ -12,12 +12,27 @@ study spends on top of it (Ray start, worker start and imports, scheduling, data
 
     python benchmarks/bench_sweep_overhead.py                  # tiny random-init encoder
     python benchmarks/bench_sweep_overhead.py --encoder minilm # the real MiniLM encoder
+
+`--drivers` measures what sharing a study costs instead: on one Ray cluster of 2 CPUs started
+beforehand (`ray start --head`), the same study (2 central tasks x 4 weights) once with one
+`weightsearch launch` at max_concurrent 2, and once with two `weightsearch launch` of the same
+file started together at max_concurrent 1 each (the same total concurrency), each on a fresh
+SQLite database; then the cost of the claims themselves, timed on their own (claim, renewals,
+release per cell) against the study's wall time.
+
+    python benchmarks/bench_sweep_overhead.py --drivers --repeats 2
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -72,14 +87,148 @@ def run(encoder: str | None, concurrency: int, work: Path, epochs: int, examples
             "overhead": wall * concurrency / own - 1 if own else float("nan")}
 
 
+# --- two drivers sharing one study ---------------------------------------------------------
+def _ray_head(ray_tmp: str, env: dict) -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    ray = str(Path(sys.executable).with_name("ray"))
+    subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=2",
+                    "--include-dashboard=false", f"--temp-dir={ray_tmp}",
+                    "--disable-usage-stats"], env=env, check=True, capture_output=True)
+    return f"127.0.0.1:{port}"
+
+
+def _stop_ray(ray_tmp: str) -> None:
+    """End the processes of our private Ray (never `ray stop`, which ends every Ray here)."""
+    for _ in range(20):
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit() and int(entry.name) != os.getpid():
+                try:
+                    cmd = (entry / "cmdline").read_bytes()
+                except OSError:
+                    continue
+                if ray_tmp.encode() in cmd:
+                    pids.append(int(entry.name))
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+
+
+def _drivers_run(n_drivers: int, encoder: str | None, work: Path, address: str, env: dict,
+                 epochs: int, examples: int, tag: str) -> dict:
+    import optuna
+    import yaml
+
+    from studies import schema as S
+
+    train = {"data_dir": str(ROOT / "data" / "glue_sample"), "tasks": ["rte", "mrpc", "stsb"],
+             "epochs": epochs, "batch_size": 16, "max_train_examples": examples,
+             "num_threads": 1}
+    if encoder:
+        train["encoder"] = encoder
+    study = work / f"{tag}.yaml"
+    url = f"sqlite:///{work / f'{tag}.db'}"
+    study.write_text(yaml.safe_dump({
+        "study": tag, "train": train, "central_tasks": ["rte", "mrpc"],
+        "weights": [1, 3, 9, 12], "max_concurrent": 2 // n_drivers,
+        "workdir": str(work / f"runs-{tag}"),
+    }))
+    cmd = [sys.executable, "-m", "weightsearch.cli", "launch", str(study), "--storage", url,
+           "--ray-address", address, "--quiet"]
+    started = time.perf_counter()
+    procs = [subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for _ in range(n_drivers)]
+    outs = [p.communicate()[0] for p in procs]
+    wall = time.perf_counter() - started
+    for p, out in zip(procs, outs, strict=True):
+        if p.returncode != 0:
+            raise SystemExit(f"driver failed ({p.returncode}):\n{out[-2000:]}")
+    trials, done = [], []
+    for name in optuna.get_all_study_names(url):
+        found = optuna.load_study(study_name=name, storage=url).get_trials()
+        cells = [t.user_attrs[S.T_CELL] for t in found if t.state.name == "COMPLETE"]
+        if sorted(cells) != sorted(set(cells)) or len(cells) != 4:
+            raise SystemExit(f"{name}: cells trained {cells}, expected each of 4 once")
+        trials += found
+        done += [t for t in found if t.state.name == "COMPLETE"]
+    return {"drivers": n_drivers, "wall_s": wall, "trials": len(trials),
+            "trials_s": sum(t.user_attrs.get(S.T_WALL_TIME, 0.0) for t in done)}
+
+
+def _claims_cost(work: Path, cells: int, renewals: int) -> float:
+    """Seconds the claims of one study cost on their own: per cell a claim, `renewals`
+    renewals and a release, on a SQLite study database like the drivers'."""
+    from studies.storage import open_storage
+    from sweep.claims import Claims
+
+    storage = open_storage(f"sqlite:///{work / 'claims-cost.db'}")
+    claims = Claims(storage.engine, ttl=120)
+    started = time.perf_counter()
+    for i in range(cells):
+        claims.claim("cost/rte", f"{i}|1")
+        for _ in range(renewals):
+            claims.renew()
+        claims.release("cost/rte", f"{i}|1")
+    return time.perf_counter() - started
+
+
+def drivers_main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-drivers-") as tmp:
+        work = Path(tmp)
+        os.environ.setdefault("WEIGHTSEARCH_CACHE", str(work / "cache"))
+        encoder = tiny_encoder(work / "tiny") if args.encoder == "tiny" else None
+        ray_tmp = tempfile.mkdtemp(prefix="wsbench", dir="/tmp")
+        env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT),
+               "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1",
+               # A private cluster: no auth tokens to hand round; no memory-monitor kills
+               # from other work on the machine.
+               "RAY_AUTH_MODE": "disabled", "RAY_memory_monitor_refresh_ms": "0"}
+        rows = []
+        try:
+            address = _ray_head(ray_tmp, env)
+            for r in range(args.repeats):
+                for n in (1, 2):
+                    rows.append(_drivers_run(n, encoder, work, address, env, args.epochs,
+                                             args.max_train_examples, f"d{n}-{r}"))
+        finally:
+            _stop_ray(ray_tmp)
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+        wall = sum(r["wall_s"] for r in rows if r["drivers"] == 2) / args.repeats
+        # A cell's lease is renewed every TTL/6 = 20 s while it trains.
+        per_cell = max(1, int(wall / 2 / 20))
+        cost = _claims_cost(work, 8, per_cell)
+    print(f"encoder={args.encoder} epochs={args.epochs} "
+          f"max_train_examples={args.max_train_examples} cpus={os.cpu_count()} "
+          "cells=8 (2 central tasks x 4 weights) Ray cluster: 2 CPUs")
+    print("drivers  max_concurrent each  study_wall_s  sum_trial_s  trials")
+    for r in rows:
+        print(f"{r['drivers']:>7}  {2 // r['drivers']:>19}  {r['wall_s']:>12.1f}  "
+              f"{r['trials_s']:>11.1f}  {r['trials']:>6}")
+    one = sum(r["wall_s"] for r in rows if r["drivers"] == 1) / args.repeats
+    print(f"mean wall: one driver {one:.1f}s, two drivers {wall:.1f}s "
+          f"({wall / one - 1:+.1%}); the claims themselves: {cost * 1000:.0f} ms for 8 cells "
+          f"({cost / wall:.2%} of the study's wall time)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--encoder", choices=("tiny", "minilm"), default="tiny")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--max-train-examples", type=int, default=100)
+    parser.add_argument("--drivers", action="store_true",
+                        help="two drivers sharing one study against one driver")
+    parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if args.drivers:
+        drivers_main(args)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         work = Path(tmp)
         os.environ.setdefault("WEIGHTSEARCH_CACHE", str(work / "cache"))

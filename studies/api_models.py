@@ -9,10 +9,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class ErrorBody(BaseModel):
-    """Every error: a message, and for an invalid study file the list of its problems."""
+    """Every error the service answers, whatever its status (400, 401, 403, 404, 409, 413, 414,
+    415, 422, 429, 431, 503, 500): one message, and the list of single problems behind it (each
+    invalid setting of a study file, each invalid query parameter; empty when there is one)."""
 
-    detail: str | list[Any] = Field(description="what is wrong and how to fix it")
-    problems: list[str] | None = Field(None, description="each problem of an invalid study file")
+    detail: str = Field(description="what is wrong and how to fix it")
+    problems: list[str] = Field(default_factory=list,
+                                description="each problem on its own, e.g. 'query.train_size: "
+                                "Input should be greater than 0'")
 
 
 class Health(BaseModel):
@@ -59,11 +63,15 @@ class Recommendation(BaseModel):
     train_size: int
     task_type: str | None
     source: str = Field(description="prior, studies or both")
-    regime: dict[str, str] = Field(description="the encoder and stage the answer is built for")
+    regime: dict[str, str] = Field(description="the encoder, its size, the stage and the "
+                                   "weighting variant the answer is built for")
     notes: list[str] = Field(description="which evidence was used and which was discounted")
     evidence: list[dict[str, Any]]
     effective_points: float
     method: str
+    unmatched_encoder: dict[str, Any] | None = Field(
+        None, description="set when no study used the encoder asked for: the answer comes "
+        "from the other regimes; lists the encoders the evidence has")
 
 
 class Started(BaseModel):
@@ -91,7 +99,9 @@ def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     reasons = {400: "invalid input", 401: "bearer token missing", 403: "wrong token, or a "
                "cross-origin write", 404: "no such study", 409: "the study already exists",
                413: "body too large", 415: "body neither JSON nor YAML",
-               503: "the study database is unreachable"}
+               422: "invalid path or query parameters (each one in `problems`)",
+               429: "the server is busy reading other study files; retry after the "
+               "Retry-After header's seconds", 503: "the study database is unreachable"}
     # The explicit JSON content keeps errors JSON on routes that answer text (the job log).
     json_error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
     return {code: {"model": ErrorBody, "description": reasons[code], "content": json_error}
@@ -102,11 +112,14 @@ class JobInfo(BaseModel):
     id: int
     kind: str = Field(description="launch or resume")
     study: str
-    state: str = Field(description="running, cancelling, succeeded, failed or cancelled")
+    state: str = Field(description="running, cancelling (SIGTERM sent; SIGKILL follows after a "
+                       "grace period), succeeded, failed or cancelled")
     pid: int
     returncode: int | None
     log: str
     started: float = Field(description="Unix time")
+    ended: float | None = Field(None, description="Unix time it ended; null while it runs")
+    updated: float | None = Field(None, description="Unix time of the log's last write")
     progress: str = Field(description="the last line of the job's log")
 
 

@@ -12,12 +12,13 @@ import sys
 from pathlib import Path
 
 from studies.storage import ENV_STORAGE, default_storage_url
+from trainer.task_types import NAMES as TASK_TYPES
 from weightsearch.errors import ConfigError
 from weightsearch.extras import require_extra
 
 _STORAGE_HELP = f"study database URL (default: ${ENV_STORAGE} or sqlite:///weightsearch.db)"
 TOKEN_ENV = "WEIGHTSEARCH_TOKEN"
-TASK_TYPES = ("classification", "regression", "ranking")  # = studies.recommend.TASK_TYPES
+
 STAGES = ("multitask", "finetuned")  # = studies.schema.STAGES
 
 
@@ -31,8 +32,9 @@ def register(subparsers) -> None:
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",
                    help="table (for reading), csv (one row per cell) or json (everything, "
                    "for scripts); default: table")
-    p.add_argument("--plot", metavar="FILE.png", help="metric vs central weight per central task "
-                   "(.png, .pdf, .svg, .eps or .jpg, by the extension; needs the plot extra)")
+    p.add_argument("--plot", metavar="FILE", help="metric vs central weight per central task, mean "
+                   "+- 1 sd over seeds; the format by the extension: .pdf, .svg or .eps (vector, "
+                   "for papers), .png or .jpg (needs the plot extra)")
     p.set_defaults(handler=run_inspect)
 
     p = subparsers.add_parser("recommend", help="a central weight for a training-set size",
@@ -54,10 +56,13 @@ def register(subparsers) -> None:
     p.add_argument("--stage", choices=STAGES,
                    help="answer for scores of this stage (default: the strongest evidence)")
     p.add_argument("--storage", default=None, help=_STORAGE_HELP)
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("--plot", metavar="FILE.png",
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text (the weight, its range and the evidence table, for reading) or "
+                   "json (everything, for scripts); default: text")
+    p.add_argument("--plot", metavar="FILE",
                    help="best weight vs training size, with the curve; with --evaluate: "
-                   "recommended vs best weight per task")
+                   "recommended vs best weight per task. The format by the extension: .pdf, "
+                   ".svg or .eps (vector), .png or .jpg (needs the plot extra)")
     p.set_defaults(handler=run_recommend)
 
     p = subparsers.add_parser("import", help="external results (e.g. a paper's table) as a study",
@@ -79,6 +84,10 @@ def register(subparsers) -> None:
                    help="address to listen on (default 127.0.0.1); anything but localhost or a "
                    f"loopback address needs ${TOKEN_ENV}")
     p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="a Host name to answer besides localhost and loopback addresses, e.g. "
+                   "the name of a reverse proxy in front of a loopback server (repeatable); a "
+                   "server on loopback refuses other names, against DNS rebinding")
     p.add_argument("--storage", default=None, help=_STORAGE_HELP)
     p.set_defaults(handler=run_serve)
 
@@ -192,8 +201,6 @@ def run_import(args) -> int:
     return 0
 
 
-
-
 def run_serve(args) -> int:
     require_extra("serve", "fastapi", "fastapi_offline", "uvicorn", feature="weightsearch serve")
     import uvicorn
@@ -209,6 +216,9 @@ def run_serve(args) -> int:
             f"start training runs; set {TOKEN_ENV} to a secret token (clients send "
             f"'Authorization: Bearer <token>'), or bind to 127.0.0.1"
         )
-    app = create_app(_storage(args), token_env=TOKEN_ENV, require_token=exposed)
+    # Bound to loopback (or told which names to answer): other Host names are refused, so a
+    # page whose DNS name the attacker re-points at 127.0.0.1 cannot reach the service.
+    hosts = args.allow_host if not exposed or args.allow_host else None
+    app = create_app(_storage(args), token_env=TOKEN_ENV, require_token=exposed, hosts=hosts)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", http=LimitedH11Protocol)
     return 0

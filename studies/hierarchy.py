@@ -63,7 +63,8 @@ class _Fit:
         return mu, var_f + self.tau2, influence
 
 
-def _fit_with(x: np.ndarray, y: np.ndarray, noise: np.ndarray, tau2: float) -> tuple[Law, float]:
+def _fit_with(x: np.ndarray, y: np.ndarray, noise: np.ndarray,
+              tau2: float) -> tuple[_Fit, float]:
     total = noise + tau2
     m = float(np.sum(y / total) / np.sum(1.0 / total))
     K = _kernel(x, x) + np.diag(total)

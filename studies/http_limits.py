@@ -44,7 +44,7 @@ class LimitedH11Protocol(H11Protocol):
     def send_400_response(self, msg: str) -> None:
         limit = self.config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
         status = refused_head_status(self.conn.trailing_data[0], limit)
-        body = json.dumps({"detail": _MESSAGES[status]}).encode()
+        body = json.dumps({"detail": _MESSAGES[status], "problems": []}).encode()
         self.transport.write(
             b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
             b"connection: close\r\n\r\n%s" % (status, _REASONS[status], len(body), body))

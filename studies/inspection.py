@@ -32,9 +32,60 @@ def overview(studies: list[CentralStudy]) -> list[dict]:
 def cell_rows(studies: list[CentralStudy]) -> list[dict]:
     rows = []
     for s in studies:
-        for c in sorted(s.cells, key=lambda c: (c.weight is None, c.weight or 0, c.seed or 0)):
-            rows.append({"central_task": s.central_task, "central_weight": c.weight,
+        for c in sorted(s.cells, key=lambda c: (c.weight is None, c.weight or 0,
+                                                _point_text(c.point), c.seed or 0)):
+            shown = {k: _value_text(k, v) for k, v in c.point.items()
+                     if k != "weighting.central_weight"}
+            rows.append({"central_task": s.central_task, "central_weight": c.weight, **shown,
                          "seed": c.seed, "state": c.state, "value": c.value, **c.metrics})
+    return rows
+
+
+def _value_text(path: str, value) -> str:
+    if isinstance(value, list):  # a task group: the auxiliary tasks trained with the central
+        return "+".join(value) if value else "(alone)"
+    return value if isinstance(value, str) else f"{value:g}" if isinstance(value, float) \
+        else str(value)
+
+
+def _point_text(point: dict) -> str:
+    return " ".join(f"{'group' if k == schema.T_GROUP_PATH else k}={_value_text(k, v)}"
+                    for k, v in point.items())
+
+
+def point_rows(studies: list[CentralStudy]) -> list[dict]:
+    """Studies that search more than the central weight: each central task's best point (mean
+    over seeds of COMPLETE trials) and, for task grouping, its gain over the central task
+    trained alone (the same point otherwise)."""
+    import statistics
+
+    rows = []
+    for s in studies:
+        values: dict[str, list[float]] = {}
+        points: dict[str, dict] = {}
+        for c in s.cells:
+            if c.point and c.state == "complete" and c.value is not None:
+                key = json.dumps(c.point, sort_keys=True)
+                values.setdefault(key, []).append(c.value)
+                points[key] = c.point
+        if not values:
+            continue
+        sign = 1.0 if s.maximize else -1.0
+        best = max(values, key=lambda k: sign * statistics.fmean(values[k]))
+        mean = statistics.fmean(values[best])
+        row = {"central_task": s.central_task, "primary_metric": s.primary_metric,
+               "best": _point_text(points[best]), "mean": mean,
+               "sd": statistics.stdev(values[best]) if len(values[best]) > 1 else None,
+               "seeds": len(values[best]), "points_done": len(values)}
+        group = schema.T_GROUP_PATH
+        if group in points[best]:
+            alone = {**points[best], group: []}
+            key = json.dumps(alone, sort_keys=True)
+            row["best_group"] = _value_text(group, points[best][group])
+            if key in values:
+                row["alone"] = statistics.fmean(values[key])
+                row["gain"] = mean - row["alone"]
+        rows.append(row)
     return rows
 
 
@@ -94,10 +145,13 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str) -> str:
                     df[col] = df[col].map(_compact)
             return df.to_csv(index=False)
         return _table(rows) if rows else "no studies yet"
-    cells, best = cell_rows(studies), best_rows(studies)
+    cells, best, points = cell_rows(studies), best_rows(studies), point_rows(studies)
     if fmt == "json":
+        best_point = {r["central_task"]: r for r in points}
         out = [{**s.summary(), "curve": [vars(w) for w in s.curve],
-                "cells": [r for r in cells if r["central_task"] == s.central_task]}
+                "cells": [r for r in cells if r["central_task"] == s.central_task],
+                **({"best_point": best_point[s.central_task]}
+                   if s.central_task in best_point else {})}
                for s in studies]
         return json.dumps({"study": name, "central_tasks": out}, indent=2)
     if fmt == "csv":
@@ -105,49 +159,31 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str) -> str:
     parts = [f"{s.name} ({s.source}, {s.counts['complete']} complete):\n"
              + _table([r for r in cells if r["central_task"] == s.central_task])
              for s in studies]
-    parts.append("best weight per central task (mean over seeds, COMPLETE trials):\n"
-                 + _table(best))
+    if any(s.curve for s in studies) or not points:
+        parts.append("best weight per central task (mean over seeds, COMPLETE trials):\n"
+                     + _table(best))
+    if points:
+        parts.append("best point per central task (mean over seeds, COMPLETE trials):\n"
+                     + _table(points))
+    for r in points:
+        if "best_group" in r:
+            gain = (f", {r['gain']:+.4f} over {r['central_task']} alone" if "gain" in r
+                    else "")
+            parts.append(f"best group for {r['central_task']}: {r['best_group']} "
+                         f"({r['primary_metric']} {r['mean']:.4f}{gain})")
     return "\n\n".join(parts)
 
 
 def plot(studies: list[CentralStudy], title: str, path: str | Path) -> Path:
-    """Primary metric vs central weight, one panel per central task: every seed as a dot, the
-    mean over seeds as a line, the min-max over seeds as a band (cf. the SIWLM paper's Fig. 3)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Primary metric vs central weight, one panel per central task: every seed as a dot, mean
+    +- 1 sd over seeds, the best weight marked (cf. the SIWLM paper's Fig. 3); studies.plots
+    has the figure itself."""
+    from studies.plots import plot_study
 
     shown = [s for s in studies if s.curve]
     if not shown:
         raise ConfigError(f"--plot: {title} has no COMPLETE trials to plot yet")
-    ncols = min(4, len(shown))
-    nrows = -(-len(shown) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.6 * ncols, 3.0 * nrows), squeeze=False)
-    for ax, s in zip(axes.flat, shown, strict=False):
-        w = [c.weight for c in s.curve]
-        ax.fill_between(w, [c.low for c in s.curve], [c.high for c in s.curve], alpha=0.2,
-                        label="min-max over seeds")
-        ax.plot(w, [c.mean for c in s.curve], marker="o", label="mean")
-        pts = [(c.weight, c.value) for c in s.cells
-               if c.state == "complete" and c.value is not None]
-        ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=10, color="black", alpha=0.5,
-                   label="seeds")
-        if s.best:
-            ax.axvline(s.best.weight, color="grey", linestyle=":", label="best")
-        ax.set_title(f"{s.central_task} (n={s.train_size or '?'})")
-        ax.set_xlabel("central weight")
-        ax.set_ylabel(f"{s.primary_metric or 'value'} ({s.stage or 'multitask'} stage)")
-        ax.set_xticks(w)
-    for ax in list(axes.flat)[len(shown):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(title)
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return plot_study(shown, title, path)
 
 
 def inspect(storage_url: str, name: str | None = None, fmt: str = "table",

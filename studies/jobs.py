@@ -1,8 +1,10 @@
 """The launches and resumes this server started, as resources: list, follow, cancel.
 
 Each child runs in its own session (a Ctrl-C of the server does not stop it), so cancelling
-signals the whole process group: `weightsearch launch` and the Ray workers it starts. A thread
-per child waits on it, so a finished child is reaped at once instead of staying defunct.
+signals the whole process group: `weightsearch launch` and the Ray workers it starts. SIGTERM
+first, so the sweep can mark its trials; SIGKILL after `grace_s` if the group is still there.
+A thread per child waits on it, so a finished child is reaped at once instead of staying
+defunct. The table keeps every running job and the newest `keep_finished` finished ones.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 LOG_TAIL_BYTES = 64 << 10
+GRACE_S = 30.0  # Ray's driver takes several seconds to stop its workers on SIGTERM
+KEEP_FINISHED = 200
 
 
 @dataclass
@@ -28,6 +32,7 @@ class Job:
     log: Path
     proc: subprocess.Popen
     started: float = field(default_factory=time.time)
+    ended: float | None = None
     cancelled: bool = False
 
     @property
@@ -52,17 +57,26 @@ class Job:
         except FileNotFoundError:
             return ""
 
+    def updated(self) -> float | None:
+        try:
+            return self.log.stat().st_mtime
+        except FileNotFoundError:
+            return None
+
     def to_dict(self) -> dict:
         return {"id": self.id, "kind": self.kind, "study": self.study, "state": self.state,
                 "pid": self.proc.pid, "returncode": self.proc.poll(), "log": str(self.log),
-                "started": self.started, "progress": self.last_line()}
+                "started": self.started, "ended": self.ended, "updated": self.updated(),
+                "progress": self.last_line()}
 
 
 class JobTable:
-    def __init__(self) -> None:
+    def __init__(self, grace_s: float = GRACE_S, keep_finished: int = KEEP_FINISHED) -> None:
         self._jobs: dict[int, Job] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self.grace_s = grace_s
+        self.keep_finished = keep_finished
 
     def start(self, kind: str, study: str, argv: list[str], log: Path) -> Job:
         with open(log, "w") as out:
@@ -71,8 +85,19 @@ class JobTable:
         with self._lock:
             job = Job(next(self._ids), kind, study, log, proc)
             self._jobs[job.id] = job
-        threading.Thread(target=proc.wait, daemon=True).start()  # reaps it when it ends
+            self._prune()
+        threading.Thread(target=self._reap, args=(job,), daemon=True).start()
         return job
+
+    def _reap(self, job: Job) -> None:
+        job.proc.wait()
+        job.ended = time.time()
+
+    def _prune(self) -> None:
+        """Forget the oldest finished jobs beyond `keep_finished` (their logs stay on disk)."""
+        finished = [j for j in self._jobs.values() if j.proc.poll() is not None]
+        for job in finished[:max(0, len(finished) - self.keep_finished)]:
+            del self._jobs[job.id]
 
     def all(self) -> list[Job]:
         with self._lock:
@@ -83,9 +108,21 @@ class JobTable:
             return self._jobs.get(job_id)
 
     def cancel(self, job: Job) -> None:
-        """SIGTERM to the job's process group; a finished job is left as it is."""
-        if job.proc.poll() is not None:
+        """SIGTERM to the job's process group, SIGKILL `grace_s` later if it still runs; a
+        finished job is left as it is."""
+        if job.proc.poll() is not None or job.cancelled:
             return
         job.cancelled = True
-        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
-            os.killpg(job.proc.pid, signal.SIGTERM)
+        _signal_group(job, signal.SIGTERM)
+        threading.Thread(target=self._kill_after_grace, args=(job,), daemon=True).start()
+
+    def _kill_after_grace(self, job: Job) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            job.proc.wait(timeout=self.grace_s)
+            return
+        _signal_group(job, signal.SIGKILL)
+
+
+def _signal_group(job: Job, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+        os.killpg(job.proc.pid, sig)

@@ -32,6 +32,9 @@ class Cell:
     state: str  # complete | running | failed | pending | pruned
     value: float | None
     metrics: dict[str, float]  # flattened "<task>.<metric>"
+    # {run-config path: value} of a study searching more than the central weight (a task
+    # group as a list of auxiliary tasks); empty for the classic weight search.
+    point: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,7 @@ class CentralStudy:
     encoder: str | None = None  # None: not recorded (imported results)
     stage: str | None = None  # multitask | finetuned; None: not recorded (a sweep: multitask)
     variant: str | None = None  # weighting variant, e.g. reference | paper
+    encoder_size: str | None = None  # hidden x layers, e.g. "768x12"; None: not recorded
 
     def values_by_weight(self) -> dict[float, list[float]]:
         """Every COMPLETE trial's value, per central weight."""
@@ -138,6 +142,15 @@ def _flatten(metrics) -> dict[str, float]:
     return flat
 
 
+def _point(raw) -> dict:
+    """A trial's search point, as far as it is plain data (foreign studies may hold anything)."""
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): v for k, v in raw.items()
+            if isinstance(v, str | int | float | bool) or (
+                isinstance(v, list) and all(isinstance(x, str) for x in v))}
+
+
 def _curve(cells: list[Cell]) -> tuple[WeightStats, ...]:
     by_weight: dict[float, list[float]] = {}
     for c in cells:
@@ -194,6 +207,7 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
             state=STATE_KEYS.get(t.state.name, t.state.name.lower()),
             value=t.values[0] if complete else None,
             metrics=_flatten(t.user_attrs.get(schema.T_METRICS)),
+            point=_point(t.user_attrs.get(schema.T_POINT)),
         ))
     counts = {k: 0 for k in STATE_KEYS.values()}
     for c in cells:
@@ -207,6 +221,7 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
         counts=counts, curve=_curve(cells), cells=tuple(cells),
         encoder=_as_str(attrs.get(schema.A_ENCODER)), stage=_as_str(attrs.get(schema.A_STAGE)),
         variant=_as_str(attrs.get(schema.A_VARIANT)),
+        encoder_size=_as_str(attrs.get(schema.A_ENCODER_SIZE)),
     )
 
 

@@ -11,11 +11,14 @@ single runs; a flat or tied curve gets almost no say). `studies.hierarchy` combi
 noisy observations of a smooth law in log training size (a Gaussian process with a fitted
 task-to-task scatter); both modules' docstrings give the reasoning and the alternatives.
 
-Regimes: a point carries its encoder, the stage its scores come from (multitask | finetuned) and
-the weighting variant. The prior is BERT-base, fine-tuned, single runs; studies without these
-attributes count as encoder "unknown", stage multitask. The answer is built for one regime (the
-one asked for, else the one with the most evidence, i.e. the largest summed precision); points
-from other regimes still count, with REGIME_VAR added to their variance (the stated discount).
+Regimes (`studies.regime`): a point carries its encoder, the encoder's size, the stage its scores
+come from (multitask | finetuned) and the weighting variant. The prior is BERT-base (768x12),
+fine-tuned, variant reference, single runs; studies without these attributes count as encoder
+"unknown", stage multitask. The answer is built for one regime (the one asked for, else the one
+with the most evidence, i.e. the largest summed precision of the points compatible with it);
+points from other regimes still count, with REGIME_VAR added to their variance (the stated
+discount, whatever the parts they differ in). An encoder with no evidence is answered from the
+others, and the answer says so (`unmatched_encoder`), listing the encoders the evidence has.
 When the task type is given and has evidence, points of other types get TYPE_VAR added.
 Deterministic: no random state outside a fixed-seed draw per task.
 """
@@ -24,20 +27,22 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from dataclasses import asdict, dataclass, field
 
 from studies import schema
 from studies.hierarchy import REGIME_VAR, fit_law, interval80
 from studies.prior import PRIOR, PRIOR_STUDY
+from studies.regime import UNKNOWN, VARIANTS, Regime, encoder_size, is_known, short_name
 from studies.task_curve import locate_best
+from trainer.task_types import NAMES as TASK_TYPES
 from weightsearch.errors import ConfigError
 
-TASK_TYPES = ("classification", "regression", "ranking")
 SAME_DATA_DECADES = 0.05  # |log10 size ratio| below which two points are the same data (~12%)
 TYPE_VAR = 1.0  # extra variance of a point of another task type, when the type is asked for
 MAX_TRAIN_SIZE = 10 ** 12  # far beyond any dataset; larger numbers are typos
-PRIOR_ENCODER, PRIOR_STAGE = "bert-base-uncased", "finetuned"
-UNKNOWN_ENCODER = "unknown"
+PRIOR_ENCODER, PRIOR_STAGE, PRIOR_VARIANT = "bert-base-uncased", "finetuned", "reference"
+UNKNOWN_ENCODER = UNKNOWN
 ENCODER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)?$"  # also the HTTP schema's
 _ENCODER_NAME = re.compile(ENCODER_PATTERN)
 
@@ -59,10 +64,11 @@ class EvidencePoint:
     encoder: str = UNKNOWN_ENCODER
     stage: str = "multitask"
     variant: str | None = None
+    encoder_size: str = UNKNOWN  # hidden x layers, e.g. "768x12"
 
     @property
-    def regime(self) -> tuple[str, str]:
-        return self.encoder, self.stage
+    def regime(self) -> Regime:
+        return Regime(self.encoder, self.encoder_size, self.stage, self.variant or UNKNOWN)
 
 
 @dataclass(frozen=True)
@@ -72,10 +78,14 @@ class Recommendation:
     train_size: int
     task_type: str | None
     source: str  # "prior" | "studies" | "both"
-    regime: dict = field(default_factory=dict)  # {"encoder", "stage"} the answer is built for
+    # {"encoder", "encoder_size", "stage", "variant"}: the regime the answer is built for
+    regime: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what was used and what was discounted
     evidence: list[dict] = field(default_factory=list)
     effective_points: float = 0.0
+    # Set when the encoder asked for has no evidence: {"asked", "known_encoder",
+    # "encoders_with_evidence"}; the answer then comes from the other regimes.
+    unmatched_encoder: dict | None = None
     method: str = ("hierarchical: each task's best weight located from all its trials, "
                    "combined as a Gaussian process in log10 size")
 
@@ -86,7 +96,7 @@ class Recommendation:
 
 
 def _point(task, study, size, task_type, source, values, maximize, encoder, stage, variant,
-           ) -> EvidencePoint | None:
+           size_of_encoder: str | None = None) -> EvidencePoint | None:
     located = locate_best(values, maximize, int(size))
     if located is None:
         return None
@@ -99,12 +109,14 @@ def _point(task, study, size, task_type, source, values, maximize, encoder, stag
         n_seeds=min(len(v) for v in values.values()), location=located.location,
         variance=located.variance, informativeness=located.informativeness,
         encoder=(encoder or UNKNOWN_ENCODER).lower(), stage=stage or "multitask", variant=variant,
+        encoder_size=size_of_encoder or encoder_size(encoder),
     )
 
 
 def prior_evidence() -> list[EvidencePoint]:
     return [_point(t.task, PRIOR_STUDY, t.train_size, t.task_type, "prior",
-                   {w: [v] for w, v in t.scores.items()}, True, PRIOR_ENCODER, PRIOR_STAGE, None)
+                   {w: [v] for w, v in t.scores.items()}, True, PRIOR_ENCODER, PRIOR_STAGE,
+                   PRIOR_VARIANT)
             for t in PRIOR]
 
 
@@ -116,7 +128,8 @@ def study_evidence(studies) -> list[EvidencePoint]:
         if not s.train_size or s.train_size <= 0 or len(s.curve) < 2:
             continue
         p = _point(s.central_task, s.name, s.train_size, s.task_type, "studies",
-                   s.values_by_weight(), s.maximize, s.encoder, s.stage, s.variant)
+                   s.values_by_weight(), s.maximize, s.encoder, s.stage, s.variant,
+                   s.encoder_size)
         if p is not None:
             out.append(p)
     return out
@@ -125,7 +138,7 @@ def study_evidence(studies) -> list[EvidencePoint]:
 def _same_data(a: EvidencePoint, b: EvidencePoint) -> bool:
     # A study with no recorded encoder may be a copy of the same results (e.g. the paper's table
     # imported); measured in a known other regime, the task counts once per regime.
-    comparable = a.regime == b.regime or UNKNOWN_ENCODER in (a.encoder, b.encoder)
+    comparable = not a.regime.differences(b.regime) or UNKNOWN_ENCODER in (a.encoder, b.encoder)
     return comparable and a.task.lower() == b.task.lower() and \
         abs(math.log10(a.train_size / b.train_size)) < SAME_DATA_DECADES
 
@@ -161,17 +174,23 @@ def check_train_size(train_size) -> int:
         train_size = None
     if isinstance(train_size, float) and train_size.is_integer():
         train_size = int(train_size)
+    digits = None  # how many digits a huge number has, to say so without converting it
     if isinstance(train_size, str) and re.fullmatch(r"\s*\d+\s*", train_size):
-        digits = train_size.strip()
-        train_size = int(digits) if len(digits) <= 20 else MAX_TRAIN_SIZE + 1
+        text = train_size.strip().lstrip("0") or "0"
+        if len(text) <= 20:
+            train_size = int(text)
+        else:  # int() of thousands of digits is slow, and refused beyond 4,300
+            digits, train_size = len(text), MAX_TRAIN_SIZE + 1
     if not isinstance(train_size, int):
         raise ConfigError(f"train_size must be a positive whole number of examples, "
                           f"got {train_size!r}")
     if train_size <= 0:
         raise ConfigError(f"train_size must be a positive number of examples, got {train_size}")
     if train_size > MAX_TRAIN_SIZE:
-        shown = str(train_size) if len(str(train_size)) <= 20 else \
-            f"a {len(str(train_size))}-digit number"
+        if digits is None:  # str() of an int is refused beyond 4,300 digits: estimate those
+            digits = len(str(train_size)) if train_size.bit_length() < 14_000 else \
+                int(train_size.bit_length() * math.log10(2)) + 1
+        shown = str(train_size) if digits <= 20 else f"a {digits}-digit number"
         raise ConfigError(f"train_size must be at most {MAX_TRAIN_SIZE:,} examples (10^12), got "
                           f"{shown}; give the number of training examples of the central task")
     return train_size
@@ -191,46 +210,86 @@ def check_request(train_size, task_type: str | None) -> tuple[int, str | None]:
     return size, task_type  # type: ignore[return-value]
 
 
-def check_regime(encoder: str | None, stage: str | None) -> tuple[str | None, str | None]:
+def check_regime(encoder: str | None, stage: str | None,
+                 variant: str | None = None) -> tuple[str | None, str | None]:
     problems = []
-    if encoder is not None and (not _ENCODER_NAME.match(encoder) or len(encoder) > 200):
+    if encoder is not None and (not isinstance(encoder, str) or len(encoder) > 200
+                                or not _ENCODER_NAME.match(encoder)):
         problems.append(f"encoder must be a model name such as bert-base-uncased or "
                         f"sentence-transformers/all-MiniLM-L6-v2 (as studies record it), "
                         f"got {encoder!r}")
     if stage is not None and stage not in schema.STAGES:
         problems.append(f"stage must be one of {', '.join(schema.STAGES)}, got {stage!r}")
+    if variant is not None and variant not in VARIANTS:
+        problems.append(f"variant must be one of {', '.join(VARIANTS)}, got {variant!r}")
     if problems:
         raise ConfigError(problems)
     return (encoder.lower() if encoder else None), stage
 
 
+def asked_encoder(recorded: str | None) -> str | None:
+    """A study's recorded encoder (a name, or a local folder) as the recommender is asked for
+    it: the name itself when well-formed, else the folder's last part; None when neither is."""
+    if not recorded:
+        return None
+    for name in (recorded, short_name(recorded)):
+        if len(name) <= 200 and _ENCODER_NAME.match(name):
+            return name
+    return None
+
+
 def _encoder_matches(asked: str, recorded: str) -> bool:
-    return asked == recorded or asked.rsplit("/", 1)[-1] == recorded.rsplit("/", 1)[-1]
+    return asked == recorded or short_name(asked) == short_name(recorded)
 
 
-def choose_regime(evidence: list[EvidencePoint], encoder: str | None,
-                  stage: str | None) -> tuple[tuple[str, str], list[str]]:
-    """The regime to answer for, and notes on how it was chosen. Unset parts: the regime with
-    the largest summed precision among those that match the set parts."""
+def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str | None,
+                  variant: str | None = None,
+                  size: str | None = None) -> tuple[Regime, list[str]]:
+    """The regime to answer for, and notes on how it was chosen. Unset parts: among the regimes
+    of the points that match the set parts, the one whose compatible points have the largest
+    summed precision (ties: the one with more parts recorded)."""
     def fits(p: EvidencePoint) -> bool:
         return (encoder is None or _encoder_matches(encoder, p.encoder)) and \
-            (stage is None or p.stage == stage)
+            (stage is None or p.stage == stage) and \
+            (variant is None or p.regime.variant in (variant, UNKNOWN)) and \
+            (size in (None, UNKNOWN) or p.regime.size in (size, UNKNOWN))
 
-    precision: dict[tuple[str, str], float] = {}
-    for p in evidence:
-        if fits(p):
-            precision[p.regime] = precision.get(p.regime, 0.0) + 1.0 / p.variance
-    if precision:
-        regime = max(precision, key=lambda r: (precision[r], r))
+    candidates = {p.regime for p in evidence if fits(p)}
+    # A regime with an unknown size or variant stands only where no recorded one refines it.
+    candidates = {r for r in candidates if not any(
+        o != r and not r.differences(o) and o.known_parts() > r.known_parts()
+        for o in candidates)} or candidates
+    if candidates:
+        def support(r: Regime) -> tuple:
+            total = sum(1.0 / p.variance for p in evidence if not r.differences(p.regime))
+            return total, r.known_parts(), r.label()
+
+        regime = max(candidates, key=support)
+        if variant is not None and regime.variant == UNKNOWN:
+            regime = Regime(regime.encoder, regime.size, regime.stage, variant)
+        if size not in (None, UNKNOWN) and regime.size == UNKNOWN:
+            regime = Regime(regime.encoder, size, regime.stage, regime.variant)
         how = "as asked" if encoder and stage else "the strongest evidence available"
-        return regime, [f"regime: encoder {regime[0]}, stage {regime[1]} ({how})"]
-    regime = (encoder or UNKNOWN_ENCODER, stage or "multitask")
-    return regime, [f"no evidence for encoder {regime[0]}, stage {regime[1]}: answered from "
-                    f"the other regimes, each discounted"]
+        return regime, [f"regime: encoder {regime.encoder} ({regime.size}), stage "
+                        f"{regime.stage}, variant {regime.variant} ({how})"]
+    regime = Regime(encoder or UNKNOWN_ENCODER, size or encoder_size(encoder),
+                    stage or "multitask", variant or UNKNOWN)
+    return regime, [f"no evidence for encoder {regime.encoder}, stage {regime.stage}"
+                    + (f", variant {variant}" if variant else "")
+                    + ": answered from the other regimes, each discounted"]
+
+
+def _unmatched_encoder(evidence: list[EvidencePoint], encoder: str | None) -> dict | None:
+    """What to say when no point was measured with the encoder asked for."""
+    if encoder is None or any(_encoder_matches(encoder, p.encoder) for p in evidence):
+        return None
+    return {"asked": encoder, "known_encoder": is_known(encoder),
+            "encoders_with_evidence": sorted({p.encoder for p in evidence})}
 
 
 _LAWS: list[tuple[list[EvidencePoint], tuple, object]] = []  # the last few fits
 _LAWS_KEPT = 8
+_LAWS_LOCK = threading.Lock()  # the service answers from several worker threads
 
 
 def _law_for(evidence: list[EvidencePoint], variances: list[float], discounted: list[bool]):
@@ -238,37 +297,54 @@ def _law_for(evidence: list[EvidencePoint], variances: list[float], discounted: 
     evidence list until the database changes, fits it once per regime and task type."""
     key = (tuple(variances), tuple(discounted),
            tuple((p.train_size, p.location) for p in evidence))  # in case a list was edited
-    for ev, k, law in _LAWS:
-        if ev is evidence and k == key:
-            return law
+    with _LAWS_LOCK:
+        for ev, k, law in _LAWS:
+            if ev is evidence and k == key:
+                return law
     law = fit_law([math.log10(p.train_size) for p in evidence],
                   [p.location for p in evidence], variances, own=[not d for d in discounted])
-    _LAWS.insert(0, (evidence, key, law))
-    del _LAWS[_LAWS_KEPT:]
+    with _LAWS_LOCK:
+        _LAWS.insert(0, (evidence, key, law))
+        del _LAWS[_LAWS_KEPT:]
     return law
 
 
 def recommend_from(evidence: list[EvidencePoint], train_size: int,
                    task_type: str | None = None, encoder: str | None = None,
-                   stage: str | None = None) -> Recommendation:
+                   stage: str | None = None, variant: str | None = None,
+                   encoder_size: str | None = None) -> Recommendation:
+    """`encoder_size` (hidden x layers) narrows the regime where one encoder name was measured
+    at several sizes; a launch passes its study's."""
     train_size, task_type = check_request(train_size, task_type)
-    encoder, stage = check_regime(encoder, stage)
+    encoder, stage = check_regime(encoder, stage, variant)
     if not evidence:
         raise ConfigError("no evidence to recommend from (no prior and no finished study)")
-    regime, notes = choose_regime(evidence, encoder, stage)
+    regime, notes = choose_regime(evidence, encoder, stage, variant, encoder_size)
+    unmatched = _unmatched_encoder(evidence, encoder)
+    if unmatched:
+        notes.append(
+            f"no study used encoder {encoder}"
+            + ("" if unmatched["known_encoder"] else " (nor is it an encoder this tool knows: "
+               "check the spelling)")
+            + f"; the evidence has encoders {', '.join(unmatched['encoders_with_evidence'])}")
     typed = task_type is not None and any(p.task_type == task_type for p in evidence)
-    variances, discounted = [], []
+    variances, discounted, why = [], [], []
     for p in evidence:
-        same = _encoder_matches(regime[0], p.encoder) and p.stage == regime[1]
-        extra = (0.0 if same else REGIME_VAR) + \
+        differs = regime.differences(p.regime)
+        extra = (REGIME_VAR if differs else 0.0) + \
             (TYPE_VAR if typed and p.task_type != task_type else 0.0)
         variances.append(p.variance + extra)
-        discounted.append(not same)
-    others = sorted({f"{p.encoder}/{p.stage}" for p, d in zip(evidence, discounted, strict=True)
-                     if d})
+        discounted.append(bool(differs))
+        why.append(differs)
+    others = sorted({f"{p.encoder}/{p.stage} (differs in {', '.join(d)})"
+                     for p, d in zip(evidence, why, strict=True) if d})
     if others:
         notes.append(f"discounted (variance +{REGIME_VAR:g}, i.e. sd +{math.sqrt(REGIME_VAR):g} "
-                     f"weight units): {', '.join(others)}")
+                     f"weight units): {'; '.join(others)}")
+    if any(p.source == "prior" for p in evidence):
+        notes.append(f"the built-in prior: the SIWLM paper's Table 2, encoder {PRIOR_ENCODER} "
+                     f"(768x12), stage {PRIOR_STAGE}, variant {PRIOR_VARIANT}, single runs "
+                     f"(one seed per weight)")
     law = _law_for(evidence, variances, discounted)
     mean, var, influence = law.predict(math.log10(train_size))
     lo, hi = interval80(mean, var)
@@ -281,7 +357,7 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
     return Recommendation(
         central_weight=clip(mean), interval=(clip(lo), clip(hi)), train_size=train_size,
         task_type=task_type, source="both" if len(sources) > 1 else sources.pop(),
-        regime={"encoder": regime[0], "stage": regime[1]},
+        regime=regime.as_dict(),
         notes=[*notes, f"task scatter around the law: sd {math.sqrt(law.tau2):.2f}"],
         evidence=[{
             "task": p.task, "study": p.study, "train_size": p.train_size,
@@ -289,19 +365,30 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
             "sd": round(math.sqrt(v), 2), "n_seeds": p.n_seeds,
             "informativeness": p.informativeness, "task_type": p.task_type,
             "say": round(s / total, 4), "source": p.source, "encoder": p.encoder,
-            "stage": p.stage, "variant": p.variant, "discounted": d,
+            "encoder_size": p.encoder_size, "stage": p.stage, "variant": p.variant,
+            "discounted": d,
         } for p, s, v, d in rows],
-        effective_points=round(n_eff, 2),
+        effective_points=round(n_eff, 2), unmatched_encoder=unmatched,
     )
 
 
 def recommend(train_size: int, task_type: str | None = None,
               storage_url: str | None = None, encoder: str | None = None,
-              stage: str | None = None) -> Recommendation:
+              stage: str | None = None, variant: str | None = None,
+              encoder_size: str | None = None) -> Recommendation:
     """Recommend a central weight; `storage_url=None` uses the built-in prior alone."""
     train_size, task_type = check_request(train_size, task_type)
-    check_regime(encoder, stage)
-    return recommend_from(load_evidence(storage_url), train_size, task_type, encoder, stage)
+    check_regime(encoder, stage, variant)
+    return recommend_from(load_evidence(storage_url), train_size, task_type, encoder, stage,
+                          variant, encoder_size)
+
+
+def start_weights(grid, weight: float, interval, least: int = 2) -> list[float]:
+    """The grid weights a search seeded by a recommendation starts with, nearest first: those
+    inside its 80% interval, and at least the `least` nearest (benchmarks/bench_search.py
+    measures the choice)."""
+    order = sorted({float(g) for g in grid}, key=lambda g: (abs(g - weight), g))
+    return [g for i, g in enumerate(order) if i < least or interval[0] <= g <= interval[1]]
 
 
 def nearest(weight: float, grid: tuple[float, ...]) -> float:
@@ -317,9 +404,10 @@ def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None
                        stage: str | None = None) -> tuple[list[dict], float | None, str]:
     """For each measured task (the prior's tasks when no study is usable): recommend without
     every point of that task, and check whether the grid weight nearest the recommendation is
-    among the task's two best weights (chance: 2 / that task's grid size), and whether the 80%
-    interval holds the task's best weight. Returns (rows, hit rate, which points were
-    evaluated)."""
+    among the task's two best weights (chance: 2 / that task's grid size), how far the
+    recommendation lies from the task's best weight (chance: the mean distance of that task's
+    grid weights from it), and whether the 80% interval holds the task's best weight. Returns
+    (rows, hit rate, which points were evaluated)."""
     targets = [p for p in evidence if p.source == "studies"]
     over = "studies"
     if not targets:
@@ -338,6 +426,8 @@ def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None
             "interval": list(rec.interval), "best_weight": p.best_weight,
             "top2": list(p.top2), "hit": snapped in p.top2, "grid_size": len(grid),
             "chance": round(chance_of_top2(grid), 4),
+            "abs_error": round(abs(rec.central_weight - p.best_weight), 3),
+            "chance_abs_error": round(sum(abs(g - p.best_weight) for g in grid) / len(grid), 3),
             "in_interval": rec.interval[0] <= p.best_weight <= rec.interval[1],
         })
     rate = sum(r["hit"] for r in rows) / len(rows) if rows else None
@@ -345,10 +435,15 @@ def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None
 
 
 def evaluation_summary(rows: list[dict]) -> dict:
-    """Hit rate against the chance level of the tasks' own grids, and interval coverage."""
+    """Hit rate against the chance level of the tasks' own grids, the point error (mean
+    absolute distance of the recommended from the best weight) against a random grid weight's,
+    and interval coverage."""
     if not rows:
-        return {"hit_rate": None, "chance": None, "coverage": None, "tasks": 0}
+        return {"hit_rate": None, "chance": None, "mean_abs_error": None,
+                "chance_abs_error": None, "coverage": None, "tasks": 0}
     n = len(rows)
     return {"hit_rate": sum(r["hit"] for r in rows) / n,
             "chance": sum(r["chance"] for r in rows) / n,
+            "mean_abs_error": sum(r["abs_error"] for r in rows) / n,
+            "chance_abs_error": sum(r["chance_abs_error"] for r in rows) / n,
             "coverage": sum(r["in_interval"] for r in rows) / n, "tasks": n}

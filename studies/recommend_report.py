@@ -18,13 +18,15 @@ def recommendation_text(rec: Recommendation, shown: int = 8) -> str:
         *rec.notes,
         "",
         f"{'task':<12} {'train size':>10} {'best w':>6} {'located':>7} {'sd':>5} {'seeds':>5} "
-        f"{'say':>6}  {'regime':<28} study",
+        f"{'say':>6}  {'regime':<46} study",
     ]
     for e in rec.evidence[:shown]:
-        regime = f"{e['encoder']}/{e['stage']}" + (" (disc.)" if e["discounted"] else "")
+        regime = f"{e['encoder']} {e.get('encoder_size', '')}/{e['stage']}" + \
+            (f"/{e['variant']}" if e.get("variant") else "") + \
+            (" (disc.)" if e["discounted"] else "")
         lines.append(f"{e['task']:<12} {e['train_size']:>10} {e['best_weight']:>6g} "
                      f"{e['location']:>7.2f} {e['sd']:>5.1f} {e['n_seeds']:>5} {e['say']:>6.3f}"
-                     f"  {regime:<28} {e['study']}")
+                     f"  {regime:<46} {e['study']}")
     if len(rec.evidence) > shown:
         lines.append(f"... {len(rec.evidence) - shown} more with less say")
     return "\n".join(lines)
@@ -49,6 +51,9 @@ def evaluation_text(rows: list[dict], rate: float | None, over: str) -> str:
     lines.append(f"hit rate (grid weight nearest the recommendation among the task's top 2): "
                  f"{sum(r['hit'] for r in rows)}/{len(rows)} = {rate:.2f}; chance level (a random "
                  f"weight of each task's own grid, averaged): {summary['chance']:.2f}")
+    lines.append(f"point error (mean |recommended - best weight|): "
+                 f"{summary['mean_abs_error']:.2f} weight units; chance (a random weight of each "
+                 f"task's own grid): {summary['chance_abs_error']:.2f}")
     lines.append(f"80% interval holds the task's best weight: "
                  f"{sum(r['in_interval'] for r in rows)}/{len(rows)} = {summary['coverage']:.2f}")
     return "\n".join(lines)
@@ -57,73 +62,84 @@ def evaluation_text(rows: list[dict], rate: float | None, over: str) -> str:
 def plot_recommendation(evidence: list[EvidencePoint], rec: Recommendation | None,
                         path: str | Path, task_type: str | None = None,
                         encoder: str | None = None, stage: str | None = None) -> Path:
-    """Best central weight vs training-set size (log x) for every point, with the recommender's
-    curve and its interval band across sizes, and the requested size marked."""
-    import matplotlib
+    """Where each task's best central weight lies against its training-set size (log x), with
+    the recommender's curve and 80% band across sizes, and the requested size marked. A point
+    is the weight its trials locate as best, +- 1 sd of that location from the seeds' spread
+    (studies.task_curve); a task with one seed per weight has no bar."""
+    import math
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
 
+    from studies.plots import pyplot, regime_text, save, train_size_text
+
+    plt = pyplot()
     sizes = [p.train_size for p in evidence]
     lo_x = min([*sizes, rec.train_size if rec else sizes[0]]) / 3
     hi_x = max([*sizes, rec.train_size if rec else sizes[0]]) * 3
     xs = np.logspace(np.log10(lo_x), np.log10(hi_x), 60)
     curve = [recommend_from(evidence, round(x), task_type, encoder, stage) for x in xs]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
     ax.fill_between(xs, [c.interval[0] for c in curve], [c.interval[1] for c in curve],
-                    alpha=0.2, label="plausible range")
-    ax.plot(xs, [c.central_weight for c in curve], label="recommendation")
+                    alpha=0.2, label="80% range of a new task's best weight")
+    ax.plot(xs, [c.central_weight for c in curve], label="recommended weight")
     for source, marker in (("prior", "o"), ("studies", "s")):
         pts = [p for p in evidence if p.source == source]
-        if pts:
-            ax.scatter([p.train_size for p in pts], [p.best_weight for p in pts], marker=marker,
-                       zorder=3, label=f"best weight ({source})")
-            for p in pts:
-                ax.annotate(p.task, (p.train_size, p.best_weight), fontsize=7,
-                            xytext=(3, 3), textcoords="offset points")
+        if not pts:
+            continue
+        bars = [math.sqrt(p.variance) if p.n_seeds > 1 else 0.0 for p in pts]
+        spread = "± 1 sd over seeds" if any(bars) else "(one seed: no bar)"
+        ax.errorbar([p.train_size for p in pts], [p.location for p in pts], yerr=bars,
+                    fmt=marker, capsize=2, markersize=4, zorder=3,
+                    label=f"a task's located best weight {spread}, {_SOURCES[source]}")
+        for p in pts:
+            ax.annotate(p.task, (p.train_size, p.location), fontsize=7,
+                        xytext=(3, 3), textcoords="offset points")
     if rec is not None:
         ax.errorbar([rec.train_size], [rec.central_weight], color="red", capsize=4,
                     yerr=[[rec.central_weight - rec.interval[0]],
                           [rec.interval[1] - rec.central_weight]],
-                    fmt="*", markersize=12, zorder=4, label="this task")
+                    fmt="*", markersize=11, zorder=4,
+                    label=f"this task ({train_size_text(rec.train_size)}), 80% range")
     ax.set_xscale("log")
     ax.set_ylim(0, 16)
-    ax.set_xlabel("training examples of the central task")
-    ax.set_ylabel("central weight")
-    ax.legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    ax.set_xlabel("training examples of the central task (count, log scale)")
+    ax.set_ylabel("central-task loss weight (×)")
+    regime = rec.regime if rec is not None else {}
+    ax.set_title("Best central weight vs training-set size: " + regime_text(
+        [regime.get("encoder", encoder)], [regime.get("stage", stage)]))
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    return save(fig, path)
+
+
+_SOURCES = {"prior": "SIWLM paper", "studies": "your studies"}
 
 
 def plot_evaluation(rows: list[dict], path: str | Path) -> Path:
     """Leave-one-task-out: recommended weight (with its 80% interval) against each task's own
     best weight; points on the diagonal are exact."""
-    import matplotlib
+    from studies.plots import pyplot, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 5))
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(4.2, 4.2))
     ax.plot([1, 15], [1, 15], color="grey", lw=1, label="recommended = best")
-    for r in rows:
-        lo, hi = r["interval"]
-        ax.errorbar([r["best_weight"]], [r["recommended"]], capsize=3, fmt="o",
-                    color="tab:green" if r["hit"] else "tab:red",
-                    yerr=[[r["recommended"] - lo], [hi - r["recommended"]]])
-        ax.annotate(r["task"], (r["best_weight"], r["recommended"]), fontsize=7,
-                    xytext=(3, 3), textcoords="offset points")
+    for hit, color, what in ((True, "tab:green", "among the task's top 2 weights"),
+                             (False, "tab:red", "outside the task's top 2")):
+        chosen = [r for r in rows if bool(r["hit"]) == hit]
+        if not chosen:
+            continue
+        ax.errorbar([r["best_weight"] for r in chosen], [r["recommended"] for r in chosen],
+                    capsize=3, fmt="o", color=color, label=f"recommended, 80% range: {what}",
+                    yerr=[[r["recommended"] - r["interval"][0] for r in chosen],
+                          [r["interval"][1] - r["recommended"] for r in chosen]])
+        for r in chosen:
+            ax.annotate(r["task"], (r["best_weight"], r["recommended"]), fontsize=7,
+                        xytext=(3, 3), textcoords="offset points")
     ax.set_xlim(0, 16)
     ax.set_ylim(0, 16)
-    ax.set_xlabel("best central weight of the task (its own trials)")
-    ax.set_ylabel("recommended without the task (80% interval)")
-    ax.set_title("leave-one-task-out (green: among the task's top 2)", fontsize=9)
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    ax.set_xlabel("task's own best central weight (×)")
+    ax.set_ylabel("recommended without the task (×)")
+    ax.set_title("Leave-one-task-out check")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    return save(fig, path)

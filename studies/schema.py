@@ -20,6 +20,7 @@ A_AUX_TASKS = "aux_tasks"  # list of auxiliary task names, config order
 A_AUX_SIZES = "aux_sizes"  # {aux task: training examples}
 A_PRIMARY = "primary_metric"  # the central task's metric that the trial value is
 A_ENCODER = "encoder"
+A_ENCODER_SIZE = "encoder_size"  # hidden size x layers, e.g. "384x6"; absent: unknown
 A_VARIANT = "variant"  # siwlm variant: reference | paper
 A_STAGE = "stage"  # the stage the scores come from: multitask | finetuned (absent: multitask)
 STAGES = ("multitask", "finetuned")
@@ -27,6 +28,10 @@ A_DIGEST = "config_digest"  # sha256 of the canonical study config
 A_SPEC = "spec"  # the study file as a dict, so `resume NAME` needs nothing else
 A_SOURCE = "source"  # "sweep" for launched studies, "imported" for `weightsearch import`
 A_CREATED = "created_at"
+A_SPACE = "search_space"  # the run-config paths a study searches over; absent: central_weight
+A_STRATEGY = "strategy"  # the search strategy: grid | guided | halving | forward
+# {"central_weight", "interval", "regime"}: the recommender's answer a seeded search starts from
+A_RECOMMENDATION = "recommendation"
 
 STAGES = ("multitask", "finetuned")
 SOURCE_SWEEP = "sweep"
@@ -48,6 +53,11 @@ T_WALL_TIME = "wall_time_s"  # the trial's own training time, evaluation include
 T_EXAMPLES_PER_S = "examples_per_s"
 T_ATTEMPT = "attempt"  # 0 for the first try of a cell, +1 per retry or resume
 T_SLOT = "slot"  # guided search: "slot:<seed>:<i>", the claimable unit the trial fills
+T_UNIT = "unit"  # the claimable unit of work the trial fills (a cell, a slot, a halving rung)
+T_POINT = "point"  # {run-config path: value}: the search point the trial trained
+T_GROUP = "group"  # task grouping: the auxiliary tasks trained with the central task
+T_GROUP_PATH = "tasks"  # the key of a task group in a trial's `point`
+T_BUDGET = "budget"  # successive halving: the epoch this trial's stint trains up to
 
 
 def study_name(study: str, central_task: str) -> str:

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -43,10 +44,11 @@ from studies.recommend import (
 )
 from studies.request_guard import RequestGuard
 from studies.safe_body import parse_body
+from trainer.task_types import NAMES as TASK_TYPE_NAMES
 from weightsearch.errors import ConfigError, StorageError, WeightsearchError
 
 log = logging.getLogger("weightsearch.service")
-TaskType = Literal["classification", "regression", "ranking"]
+TaskType = Literal[TASK_TYPE_NAMES]  # type: ignore[valid-type]  (from the registry)
 
 
 class _Database:
@@ -113,6 +115,19 @@ class _Database:
             self._refreshing = False
 
 
+def _warm_up(db: _Database) -> None:
+    """Before the first request: read the studies, and import what reading a study file needs
+    (a third of a second), so that no request pays for it."""
+    import importlib
+
+    db.refresh()
+    for module in ("sweep.spec", "trainer.config"):  # sweep.spec imports the second on first use
+        importlib.import_module(module)
+
+
+MAX_PROBLEMS = 20  # listed in one answer; a hostile body can have thousands
+
+
 def _redacted(url: str) -> str:
     try:
         from sqlalchemy.engine import make_url
@@ -122,9 +137,15 @@ def _redacted(url: str) -> str:
         return "<invalid URL>"
 
 
+# Study files read at once (each within milliseconds: YAML bodies are capped at 16 KiB); more
+# get 429 with Retry-After, so a burst of bodies cannot hold the interpreter while /health waits.
+PARSE_SLOTS = 1
+
+
 def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
                require_token: bool = False, refresh_s: float = 5.0,
-               log_dir: str | os.PathLike | None = None, command: list[str] | None = None):
+               log_dir: str | os.PathLike | None = None, command: list[str] | None = None,
+               hosts: Sequence[str] | None = None):
     """The FastAPI app.
 
     Whenever $<token_env> is set, every write route needs `Authorization: Bearer <token>`
@@ -132,11 +153,15 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
     (the server listens beyond loopback). refresh_s: how stale the recommender's evidence may get.
     log_dir: where launched runs write their study file and log. command: the program that
     launch/resume run, `weightsearch` by default (the same interpreter, `-m weightsearch.cli`).
+    hosts: None answers any `Host` header; a list (a server bound to loopback) answers only
+    loopback names and these, against DNS rebinding.
     """
     from fastapi import Depends, FastAPI, HTTPException, Query, Request
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, PlainTextResponse
     from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
     from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException as StarletteHTTPException
 
     from weightsearch import __version__
 
@@ -145,23 +170,47 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
         raise ConfigError(f"the service requires a bearer token but ${token_env} is not set; "
                           f"export {token_env}=<secret>")
     db = _Database(storage_url, refresh_s)
-    threading.Thread(target=db.refresh, daemon=True).start()  # warm up before the first request
+    threading.Thread(target=_warm_up, args=(db,), daemon=True).start()
     program = list(command or [sys.executable, "-m", "weightsearch.cli"])
     jobs = JobTable()
     runs = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "weightsearch-service"
     app = FastAPI(title="weightsearch", version=__version__,
                   description="Weight-search studies of the central task (MT-DNN + SIWLM).",
                   docs_url=None, redoc_url=None)
-    app.add_middleware(RequestGuard)
+    app.add_middleware(RequestGuard, hosts=hosts)
     add_offline_docs(app)
+    parse_slots = threading.BoundedSemaphore(PARSE_SLOTS)
+
+    # Every error answers one shape, ErrorBody: {"detail": str, "problems": [str, ...]}.
+    def error(code: int, detail: str, problems: list[str] | None = None,
+              headers: dict[str, str] | None = None):
+        return JSONResponse(status_code=code, headers=headers,
+                            content={"detail": detail, "problems": problems or []})
 
     @app.exception_handler(WeightsearchError)
     async def _user_error(request: Request, exc: WeightsearchError):
         code = 503 if isinstance(exc, StorageError) else 400
-        body = {"detail": str(exc)}
-        if isinstance(exc, ConfigError):
-            body["problems"] = exc.problems
-        return JSONResponse(status_code=code, content=body)
+        if not isinstance(exc, ConfigError):
+            return error(code, str(exc))
+        problems = exc.problems[:MAX_PROBLEMS]
+        if len(exc.problems) > MAX_PROBLEMS:
+            problems.append(f"... and {len(exc.problems) - MAX_PROBLEMS} more")
+        return error(code, str(ConfigError(problems, exc.source)), problems)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(request: Request, exc: RequestValidationError):
+        problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
+                    for e in exc.errors()]
+        return error(422, f"invalid request: {'; '.join(problems)}", problems)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        return error(exc.status_code, str(exc.detail), headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request: Request, exc: Exception):
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return error(500, "internal error; the server's log has the details")
 
     bearer = HTTPBearer(auto_error=False, description=f"the value of ${token_env}; needed by "
                         "every write route whenever it is set on the server")
@@ -194,7 +243,8 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
 
         return {"studies": overview(db.studies())}
 
-    @app.get("/studies/{name:path}", response_model=StudyDetail, responses=errors(404, 503))
+    @app.get("/studies/{name:path}", response_model=StudyDetail,
+             responses=errors(404, 422, 503))
     def get_study(name: str) -> dict:
         from studies.inspection import cell_rows
 
@@ -209,7 +259,7 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
              "cells": [c for c in cells if c["central_task"] == s.central_task]}
             for s in studies]}
 
-    @app.get("/recommend", response_model=Recommendation, responses=errors(400, 503))
+    @app.get("/recommend", response_model=Recommendation, responses=errors(400, 422, 503))
     def recommend(train_size: int = Query(gt=0, le=10**12, description="training examples"),
                   task_type: TaskType | None = None,
                   encoder: str | None = Query(None, pattern=ENCODER_PATTERN, max_length=200),
@@ -235,26 +285,28 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
     def list_jobs() -> dict:
         return {"jobs": [j.to_dict() for j in jobs.all()]}
 
-    @app.get("/jobs/{job_id}", response_model=JobInfo, responses=errors(404))
+    @app.get("/jobs/{job_id}", response_model=JobInfo, responses=errors(404, 422))
     def get_job(job_id: int) -> dict:
         return find_job(job_id).to_dict()
 
-    @app.get("/jobs/{job_id}/log", response_class=PlainTextResponse, responses=errors(404))
+    @app.get("/jobs/{job_id}/log", response_class=PlainTextResponse,
+             responses=errors(404, 422))
     def job_log(job_id: int) -> str:
         """The last 64 KiB of the job's log."""
         return find_job(job_id).tail()
 
     @app.delete("/jobs/{job_id}", response_model=JobInfo, dependencies=[Depends(authorized)],
-                responses=errors(401, 403, 404))
+                responses=errors(401, 403, 404, 422))
     def cancel_job(job_id: int) -> dict:
-        """Stops the job (SIGTERM to its process group); a finished job is left as it is."""
+        """Stops the job: SIGTERM to its process group, SIGKILL if it still runs after a grace
+        period (state `cancelling` meanwhile); a finished job is left as it is."""
         job = find_job(job_id)
         jobs.cancel(job)
         return job.to_dict()
 
     @app.post("/studies", status_code=202, dependencies=[Depends(authorized)],
               response_model=Started, openapi_extra=STUDY_FILE_BODY,
-              responses=errors(400, 401, 403, 409, 413, 415, 503))
+              responses=errors(400, 401, 403, 409, 413, 415, 429, 503))
     async def launch(request: Request) -> dict:
         """Body: the study file, as application/yaml or application/json (aliases refused,
         nesting bounded). Starts `weightsearch launch`."""
@@ -264,6 +316,15 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
         return await run_in_threadpool(start_study, text, request.headers.get("content-type", ""))
 
     def start_study(text: str, content_type: str) -> dict:
+        if not parse_slots.acquire(blocking=False):
+            raise HTTPException(429, "the server is reading other study files; retry in a "
+                                "second", headers={"Retry-After": "1"})
+        try:
+            return read_and_start(text, content_type)
+        finally:
+            parse_slots.release()
+
+    def read_and_start(text: str, content_type: str) -> dict:
         from sweep.spec import load_study_spec
 
         source = parse_body(text, content_type) if text.strip() else None
@@ -281,7 +342,7 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
         return {"study": spec.study, **started}
 
     @app.post("/studies/{name:path}/resume", status_code=202, dependencies=[Depends(authorized)],
-              response_model=Started, responses=errors(401, 403, 404, 503))
+              response_model=Started, responses=errors(401, 403, 404, 422, 503))
     def resume(name: str) -> dict:
         if not base_exists(name):
             raise HTTPException(404, f"no study named {name!r}; GET /studies lists them")

@@ -208,23 +208,28 @@ def _is_transient(exc: BaseException) -> bool:
     return False
 
 
+def call_retrying(what: str, fn, *args, **kwargs):
+    """`fn(*args, **kwargs)`, retried with backoff while the database is briefly unreachable
+    (or, for SQLite, locked) for up to RETRY_DEADLINE_S; any other error is raised at once."""
+    deadline = time.monotonic() + RETRY_DEADLINE_S
+    delay = 0.5
+    while True:
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:
+            if not _is_transient(exc) or time.monotonic() + delay > deadline:
+                raise
+            cause = exc.__cause__ or exc
+            first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+            _log.warning("study storage: %s failed (%s); retrying in %.1fs", what, first, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 8.0)
+
+
 def _retrying(method):
     @functools.wraps(method)
     def call(self, *args, **kwargs):
-        deadline = time.monotonic() + RETRY_DEADLINE_S
-        delay = 0.5
-        while True:
-            try:
-                return method(self, *args, **kwargs)
-            except Exception as exc:
-                if not _is_transient(exc) or time.monotonic() + delay > deadline:
-                    raise
-                cause = exc.__cause__ or exc
-                first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-                _log.warning("study storage: %s failed (%s); retrying in %.1fs",
-                             method.__name__, first, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 8.0)
+        return call_retrying(method.__name__, method, self, *args, **kwargs)
 
     return call
 

@@ -73,9 +73,9 @@ def count_rows(path: str | Path) -> int:
 
 
 def count_preset_rows(spec, data_dir: str | Path) -> int:
-    """Training examples of a task preset's train file, read and validated as the trainer reads
-    it, through `trainer.readers` (numpy only): `trainer.data` would import torch and datasets,
-    seconds of start-up for a row count."""
-    from trainer.readers import read_task_file, resolve_path
+    """Training examples of a task preset's train file (rows; questions of a SQuAD file), read
+    as the trainer reads it, through `trainer.readers` (numpy only): the task types' heads would
+    import torch, seconds of start-up for a count."""
+    from trainer.readers import count_examples, resolve_path
 
-    return len(read_task_file(spec, resolve_path(data_dir, spec.train_file)))
+    return count_examples(spec, resolve_path(data_dir, spec.train_file))

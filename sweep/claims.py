@@ -1,13 +1,23 @@
 """Leases on a study's units of work, kept in the study database so that any number of drivers
 (two `launch`, a `resume`, the HTTP service) share one study and train each unit exactly once.
 
-A unit is a grid cell (`"<weight>|<seed>"`) or a guided-search slot (`"slot:<seed>:<i>"`).
-A driver claims a unit before it creates the unit's Optuna trial: the claim is one row keyed by
-(study, unit), so two drivers racing for it meet at the primary key and exactly one wins. The
-holder renews its leases from a background thread while the trials train; a driver that dies
-stops renewing, and once the lease has expired the next driver that asks takes the unit over
-(compare-and-set on the old holder and expiry), failing the dead driver's trial and continuing
-from its last epoch checkpoint.
+A unit is a grid cell (`"<point>|<seed>"`), a guided-search slot (`"slot:<seed>:<i>"`) or a
+successive-halving stint (`"r<rung>:<cell>"`); a guided search also claims the cell its sampler
+proposed, so two drivers never train one proposal. A driver claims a unit before it creates
+the unit's Optuna trial: the claim is one row keyed by (study, unit), so two drivers racing
+for it meet at the primary key and exactly one wins. The holder renews its leases from a
+background thread while the trials train; a driver that dies stops renewing, and once the
+lease has expired the next driver that asks takes the unit over (one UPDATE that matches only
+an expired row), failing the dead driver's trial and continuing from its last epoch checkpoint.
+
+Times are the database's clock, never a driver's: every expiry is computed and compared inside
+the SQL statement (SQLite's, PostgreSQL's or MySQL's own `now`), so drivers on machines whose
+clocks disagree still agree on who holds what. Other backends fall back to the driver's clock.
+
+A driver that finds at renewal time that its lease is gone (it stalled past the expiry and
+another driver took the unit over) records the unit as lost; the sweep then stops that trial
+and writes nothing more to it. A released unit's row is deleted, so a renewal that raced the
+release cannot bring the lease back.
 
 The table lives beside Optuna's own; Optuna and optuna-dashboard ignore it.
 """
@@ -21,6 +31,8 @@ import threading
 import time
 import uuid
 from typing import Any
+
+from studies.storage import call_retrying
 
 ENV_TTL = "WEIGHTSEARCH_CLAIM_TTL"
 DEFAULT_TTL_S = 120.0  # a lease lives this long unless renewed; renewed every TTL / 6
@@ -44,15 +56,30 @@ def claim_ttl() -> float:
 
 
 def _table(metadata: Any) -> Any:
-    from sqlalchemy import Column, Float, String, Table
+    from sqlalchemy import Column, Double, String, Table
 
     return Table(
         _TABLE, metadata,
         Column("study", String(512), primary_key=True),
         Column("unit", String(128), primary_key=True),
         Column("holder", String(128), nullable=False),
-        Column("expires", Float, nullable=False),
+        # Seconds since 1970 on the database's clock; double precision (MySQL's FLOAT is 4
+        # bytes, which rounds today's times to minutes).
+        Column("expires", Double, nullable=False),
     )
+
+
+def db_now(dialect: str) -> Any:
+    """A SQL expression for the database server's current time in Unix seconds."""
+    from sqlalchemy import literal, literal_column
+
+    if dialect == "sqlite":
+        return literal_column("((julianday('now') - 2440587.5) * 86400.0)")
+    if dialect == "postgresql":
+        return literal_column("CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)")
+    if dialect in ("mysql", "mariadb"):
+        return literal_column("UNIX_TIMESTAMP(NOW(6))")
+    return literal(time.time())  # documented fallback: this driver's clock
 
 
 class Claims:
@@ -66,10 +93,11 @@ class Claims:
         self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.table = _table(MetaData())
         self._held: set[tuple[str, str]] = set()
+        self._lost: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        _create_table(engine, self.table)
+        call_retrying("create claims table", _create_table, engine, self.table)
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its searcher (for its own restore, which we never use): leave out the
@@ -78,40 +106,49 @@ class Claims:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.engine, self._held, self._thread = None, set(), None
+        self.engine, self._held, self._lost, self._thread = None, set(), set(), None
         self._lock, self._stop = threading.Lock(), threading.Event()
+
+    def _now(self) -> Any:
+        return db_now(self.engine.dialect.name)
 
     # --- claiming ---------------------------------------------------------------------
     def claim(self, study: str, unit: str) -> bool:
         """Take `unit` if nobody holds a live lease on it; atomic across drivers."""
-        from sqlalchemy import and_, select, update
+        won = call_retrying("claim", self._claim, study, unit)
+        if won:
+            with self._lock:
+                self._held.add((study, unit))
+                self._lost.discard((study, unit))
+        return won
+
+    def _claim(self, study: str, unit: str) -> bool:
+        from sqlalchemy import and_, insert, update
         from sqlalchemy.exc import IntegrityError
 
         t = self.table
-        now = time.time()
         try:
             with self.engine.begin() as conn:
-                conn.execute(t.insert().values(study=study, unit=unit, holder=self.holder,
-                                               expires=now + self.ttl))
+                conn.execute(insert(t).values(study=study, unit=unit, holder=self.holder,
+                                              expires=self._now() + self.ttl))
+            return True
         except IntegrityError:
-            with self.engine.begin() as conn:
-                row = conn.execute(select(t.c.holder, t.c.expires).where(
-                    and_(t.c.study == study, t.c.unit == unit))).first()
-                if row is None or row.expires > now:
-                    return False
-                # Compare-and-set: only one of several drivers seeing the same expired lease wins.
-                done = conn.execute(update(t).where(and_(
-                    t.c.study == study, t.c.unit == unit, t.c.holder == row.holder,
-                    t.c.expires == row.expires,
-                )).values(holder=self.holder, expires=now + self.ttl))
-                if done.rowcount != 1:
-                    return False
-        with self._lock:
-            self._held.add((study, unit))
-        return True
+            pass
+        # Taken over only if expired, judged by the database in the same statement: of
+        # several drivers seeing the same expired lease, exactly one matches the row.
+        with self.engine.begin() as conn:
+            done = conn.execute(update(t).where(and_(
+                t.c.study == study, t.c.unit == unit, t.c.expires < self._now(),
+            )).values(holder=self.holder, expires=self._now() + self.ttl))
+            return done.rowcount == 1
 
     def holds(self, study: str, unit: str) -> bool:
         """Whether this driver's lease on `unit` is still its own (not expired and taken over)."""
+        if self.lost(study, unit):
+            return False
+        return call_retrying("check claim", self._holds, study, unit)
+
+    def _holds(self, study: str, unit: str) -> bool:
         from sqlalchemy import and_, select
 
         t = self.table
@@ -120,17 +157,40 @@ class Claims:
                 and_(t.c.study == study, t.c.unit == unit))).scalar()
         return holder == self.holder
 
+    def held_by_others(self, study: str) -> set[str]:
+        """The units of `study` under another driver's live lease."""
+        from sqlalchemy import and_, select
+
+        t = self.table
+
+        def run() -> set[str]:
+            with self.engine.connect() as conn:
+                return set(conn.execute(select(t.c.unit).where(and_(
+                    t.c.study == study, t.c.holder != self.holder,
+                    t.c.expires >= self._now()))).scalars())
+
+        return call_retrying("read claims", run)
+
+    def lost(self, study: str, unit: str) -> bool:
+        """Whether a renewal found this driver's lease on `unit` taken over (no query)."""
+        with self._lock:
+            return (study, unit) in self._lost
+
     def release(self, study: str, unit: str) -> None:
         """Give `unit` back at once (finished or failed): the next driver may claim it now."""
-        from sqlalchemy import and_, update
+        from sqlalchemy import and_, delete
 
         t = self.table
         with self._lock:
             self._held.discard((study, unit))
-        with self.engine.begin() as conn:
-            conn.execute(update(t).where(and_(
-                t.c.study == study, t.c.unit == unit, t.c.holder == self.holder,
-            )).values(expires=0.0))
+            self._lost.discard((study, unit))
+
+        def run() -> None:
+            with self.engine.begin() as conn:
+                conn.execute(delete(t).where(and_(
+                    t.c.study == study, t.c.unit == unit, t.c.holder == self.holder)))
+
+        call_retrying("release claim", run)
 
     # --- renewal ----------------------------------------------------------------------
     def start(self) -> None:
@@ -149,26 +209,37 @@ class Claims:
             with contextlib.suppress(Exception):  # an unreleased lease simply expires
                 self.release(study, unit)
 
-    def renew(self) -> None:
+    def renew(self) -> list[tuple[str, str]]:
+        """Extend every held lease; returns the units found lost (taken over meanwhile)."""
         from sqlalchemy import and_, update
 
         t = self.table
         with self._lock:
             held = list(self._held)
         if not held:
-            return
-        expires = time.time() + self.ttl
+            return []
+        missing = []
         with self.engine.begin() as conn:
             for study, unit in held:
-                conn.execute(update(t).where(and_(
+                done = conn.execute(update(t).where(and_(
                     t.c.study == study, t.c.unit == unit, t.c.holder == self.holder,
-                )).values(expires=expires))
+                )).values(expires=self._now() + self.ttl))
+                if done.rowcount != 1:
+                    missing.append((study, unit))
+        lost = []
+        with self._lock:
+            for key in missing:
+                if key in self._held:  # not released while we renewed: really lost
+                    self._held.discard(key)
+                    self._lost.add(key)
+                    lost.append(key)
+        return lost
 
     def _renew_loop(self) -> None:
         interval = self.ttl / 6
         while not self._stop.wait(interval):
             with contextlib.suppress(Exception):  # a database hiccup: the next round retries
-                self.renew()
+                call_retrying("renew claims", self.renew)
 
 
 def _create_table(engine: Any, table: Any) -> None:

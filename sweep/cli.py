@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from studies.storage import default_storage_url
 
 if TYPE_CHECKING:
-    from sweep.launch import SweepSummary
+    from sweep.summary import SweepSummary
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,71 +1,157 @@
-"""One concise line on stderr per trial event: done / running / pending, best weights, ETA."""
+"""What `launch` shows while it runs, on stderr.
+
+On a terminal (with `rich` installed): a table of the running trials, refreshed at every epoch
+report, with each trial's epoch and current metric, under a line with the study's counts, best
+points and ETA. Elsewhere (logs, pipes, CI): one line per event (trial started, epoch reported,
+trial finished) with the same counts.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
+from dataclasses import dataclass
+from typing import Any, TextIO
 
-if TYPE_CHECKING:
-    from sweep.searcher import CentralPlan
+
+def say(text: str, enabled: bool = True) -> None:
+    """One line on stderr (Ray starting, rounds waiting for other drivers)."""
+    if enabled:
+        print(text, file=sys.stderr, flush=True)
+
+
+@dataclass
+class _Running:
+    central: str
+    label: str
+    seed: int
+    epochs: int
+    started: float
+    epoch: int = 0
+    value: float | None = None
 
 
 class Progress:
     def __init__(self, study: str, total: int, concurrency: int, enabled: bool = True,
-                 stream: TextIO | None = None) -> None:
+                 stream: TextIO | None = None, metric: str = "metric",
+                 live: bool | None = None) -> None:
         self.study = study
         self.total = total
         self.concurrency = max(1, concurrency)
         self.enabled = enabled
         self.stream = stream  # None: sys.stderr at print time (Tune pickles the searcher)
+        self.metric = metric
         self.started_at = time.time()
-        self.running = 0
         self.finished_count = 0
-        self.counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0}
+        self.counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0, "LOST": 0}
         self.durations: list[float] = []
-        self.best: dict[str, tuple[float, float]] = {}  # central -> (value, weight)
+        self.best: dict[str, tuple[float, str]] = {}  # central -> (value, point label)
+        self.running: dict[str, _Running] = {}
+        self._live: Any = None
+        want_live = live if live is not None else _is_tty(stream or sys.stderr)
+        if enabled and want_live:
+            self._live = _start_live(stream or sys.stderr)
 
-    def started(self, central: str, weight: float, seed: int) -> None:
-        self.running += 1
-        self._line(f"start {central} w={weight:g} seed={seed}")
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_live": None, "stream": None}
 
-    def finished(self, plan: CentralPlan, weight: float, seed: int, state: str, elapsed: float,
-                 value: float | None, reason: str | None = None) -> None:
-        self.running = max(0, self.running - 1)
+    # --- events ---------------------------------------------------------------------------
+    def started(self, trial_id: str, central: str, label: str, seed: int, epochs: int) -> None:
+        self.running[trial_id] = _Running(central, label, seed, epochs, time.time())
+        self._event(f"start {central} {label} seed={seed}")
+
+    def epoch(self, trial_id: str, epoch: int, value: float) -> None:
+        run = self.running.get(trial_id)
+        if run is None:
+            return
+        run.epoch, run.value = epoch, value
+        self._event(f"epoch {epoch}/{run.epochs} {run.central} {run.label} seed={run.seed} "
+                    f"{self.metric}={value:.4f}")
+
+    def finished(self, trial_id: str, state: str, elapsed: float, value: float | None,
+                 reason: str | None = None) -> None:
+        run = self.running.pop(trial_id, None)
         self.finished_count += 1
         self.counts[state] = self.counts.get(state, 0) + 1
-        if state != "FAIL":
+        if state not in ("FAIL", "LOST"):
             self.durations.append(elapsed)
-        if value is not None:
-            best = self.best.get(plan.central)
+        what = f"{run.central} {run.label} seed={run.seed}" if run else trial_id
+        if value is not None and run is not None and state == "COMPLETE":
+            best = self.best.get(run.central)
             if best is None or value > best[0]:
-                self.best[plan.central] = (value, weight)
-        shown = f" {plan.primary_metric}={value:.4f}" if value is not None else ""
+                self.best[run.central] = (value, run.label)
+        shown = f" {self.metric}={value:.4f}" if value is not None else ""
         why = f" ({reason})" if reason else ""
-        self._line(f"{state.lower()} {plan.central} w={weight:g} seed={seed}{shown} "
-                   f"in {_duration(elapsed)}{why}")
+        self._event(f"{state.lower()} {what}{shown} in {_duration(elapsed)}{why}")
 
-    def _line(self, event: str) -> None:
-        if not self.enabled:
-            return
-        pending = max(0, self.total - self.finished_count - self.running)
-        best = ", ".join(f"{c} w={w:g} ({v:.4f})" for c, (v, w) in sorted(self.best.items()))
-        parts = [f"[{self.study}] {event}",
-                 f"{self.finished_count}/{self.total} done, {self.running} running, "
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
+
+    # --- output ---------------------------------------------------------------------------
+    def status(self) -> str:
+        return f"[{self.study}] {self._counts()}"
+
+    def _counts(self) -> str:
+        pending = max(0, self.total - self.finished_count - len(self.running))
+        best = ", ".join(f"{c} {p} ({v:.4f})" for c, (v, p) in sorted(self.best.items()))
+        parts = [f"{self.finished_count}/{self.total} done, {len(self.running)} running, "
                  f"{pending} pending"]
         if best:
             parts.append(f"best {best}")
         eta = self.eta(pending)
         if eta is not None:
             parts.append(f"ETA {_duration(eta)}")
-        print(" | ".join(parts), file=self.stream or sys.stderr, flush=True)
+        return " | ".join(parts)
+
+    def _event(self, event: str) -> None:
+        if not self.enabled:
+            return
+        if self._live is not None:
+            self._live.update(self._table(), refresh=True)
+            return
+        print(f"[{self.study}] {event} | {self._counts()}", file=self.stream or sys.stderr,
+              flush=True)
+
+    def _table(self) -> Any:
+        from rich.console import Group
+        from rich.table import Table
+
+        table = Table(box=None, header_style="bold", pad_edge=False)
+        for col in ("central", "point", "seed", "epoch", self.metric, "time"):
+            table.add_column(col, justify="right" if col not in ("central", "point") else "left")
+        now = time.time()
+        for run in self.running.values():
+            table.add_row(run.central, run.label, str(run.seed), f"{run.epoch}/{run.epochs}",
+                          "-" if run.value is None else f"{run.value:.4f}",
+                          _duration(now - run.started))
+        return Group(self.status(), table)
 
     def eta(self, pending: int) -> float | None:
         """Mean trial time times the waves still to run; None before the first trial ends."""
         if not self.durations:
             return None
         mean = sum(self.durations) / len(self.durations)
-        return mean * (pending + self.running) / self.concurrency
+        return mean * (pending + len(self.running)) / self.concurrency
+
+
+def _is_tty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _start_live(stream: TextIO) -> Any:
+    try:
+        from rich.console import Console
+        from rich.live import Live
+    except ImportError:  # rich is optional: plain lines then
+        return None
+    live = Live(console=Console(file=stream), auto_refresh=False, transient=False)
+    live.start()
+    return live
 
 
 def _duration(seconds: float) -> str:

@@ -1,17 +1,21 @@
-"""The Ray Tune searcher that hands out cells and writes every Optuna record, in the driver.
+"""The Ray Tune searcher that hands out units of work and writes every Optuna record, in the
+driver.
 
-Why not Optuna's GridSampler or Ray's OptunaSearch: under parallel workers GridSampler can hand
-the same point out twice, and a crashed driver would leave no record of which points finished.
-Here the driver is the only writer: a cell (central task, weight, seed) is pending until its
-study holds a COMPLETE (or, under ASHA, PRUNED) trial carrying that cell, so a relaunch or
-`resume` runs exactly the missing cells.
+Why not Optuna's GridSampler or Ray's OptunaSearch: under parallel workers and several drivers
+a point could be handed out twice, and a crashed driver would leave no record of which points
+finished. Here a unit is pending until its study holds a COMPLETE or PRUNED trial labelled with
+it, a unit is claimed in the database before its trial is created, and each strategy decides
+from the study's trials alone, so a relaunch, a `resume` or a second driver runs exactly the
+missing units.
 
 Tune calls, all in the driver:
-- `suggest(trial_id)` when a trial slot is free: the next pending cell, round-robin over the
-  central tasks, and the Optuna trial for it (`study.ask`);
+- `suggest(trial_id)` when a trial slot is free: the next unit this driver can claim, round-robin
+  over the central tasks, its cell's RunConfig (built once, here) and its Optuna trial;
 - `on_trial_result(trial_id, result)` after every epoch: an intermediate value per epoch;
 - `on_trial_complete(trial_id, result, error)` once per trial, after Ray's retries are spent:
-  user attributes, then `study.tell`.
+  user attributes, then `study.tell`, then the claims are released.
+A trial whose claim this driver lost (it stalled past the lease and another driver took the
+unit over) is stopped by the scheduler (`should_stop`) and never written to again.
 """
 
 from __future__ import annotations
@@ -26,45 +30,54 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import FloatDistribution
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from studies import schema as S
+from sweep import study_db
 from sweep.claims import Claims
 from sweep.progress import Progress
-from sweep.spec import GuidedSearch
-from sweep.trainable import EPOCH, METRICS_JSON, OBJECTIVE, SUMMARY_JSON
+from sweep.space import Point
+from sweep.spec import StudySpec
+from sweep.strategies import Record, Strategy, Unit
+from sweep.strategies.base import done_units, taken_cells
+from sweep.trainable import (
+    EPOCH,
+    METRICS_JSON,
+    OBJECTIVE,
+    RUN_CONFIG,
+    STINT_END,
+    SUMMARY_JSON,
+    Carried,
+    attempt_folder,
+)
 
-DONE_STATES = (TrialState.COMPLETE, TrialState.PRUNED)
-_DUPLICATE_TRIES = 20  # guided search with a step: re-ask when a proposed weight is taken
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One claimable piece of work: a grid cell (weight fixed) or a guided-search slot."""
-
-    key: str
-    seed: int
-    weight: float | None  # None: the guided search's sampler chooses
+_PROPOSALS = 20  # guided search: proposals tried when other drivers keep winning the cells
+_REFRESH_S = 5.0  # an idle plan re-reads its study at most this often (other drivers' results)
 
 
 @dataclass
 class CentralPlan:
-    """What is left to run for one central task (one Optuna study)."""
+    """One central task (one Optuna study) and what this driver knows of its units."""
 
     central: str
     study: optuna.Study
+    strategy: Strategy
     primary_metric: str  # the metric the trial value is (the objective's)
-    distribution: FloatDistribution
     stage: str = "multitask"  # the stage the trial value scores: multitask | finetuned
-    units: deque[Unit] = field(default_factory=deque)
-    warm: dict[int, list[float]] = field(default_factory=dict)  # seed -> weights tried first
-    deferred: list[Unit] = field(default_factory=list)  # held by another driver's live claim
+    queue: deque[Unit] = field(default_factory=deque)
+    tried: set[str] = field(default_factory=set)  # units handed out or deferred this round
+    deferred: set[str] = field(default_factory=set)  # held by another driver's live claim
+    dirty: bool = True  # something finished since the last read: re-read before giving up
+    refreshed: float = 0.0
 
     @property
-    def remaining(self) -> int:
-        return len(self.units)
+    def name(self) -> str:
+        return self.study.study_name
+
+    def records(self) -> list[Record]:
+        return study_db.records(self.study, self.strategy.space, self.central)
 
 
 @dataclass
@@ -72,30 +85,28 @@ class _Live:
     plan: CentralPlan
     unit: Unit
     trial: optuna.Trial
-    weight: float
+    point: Point
     seed: int
+    claims: list[str]  # claim keys held for this trial (the unit, a guided search's cell)
     started: float
     history: dict[int, dict[str, Any]] = field(default_factory=dict)  # epoch -> metrics
     values: dict[int, float] = field(default_factory=dict)  # epoch -> objective
     summary: dict[str, Any] | None = None
+    stint_end: bool = False
+    lost: bool = False
 
 
 class CellSearcher(Searcher):
-    def __init__(
-        self,
-        plans: list[CentralPlan],
-        epochs: int,
-        progress: Progress,
-        stopped_by_scheduler: set[str],
-        claims: Claims,
-    ) -> None:
+    def __init__(self, spec: StudySpec, plans: list[CentralPlan], progress: Progress,
+                 stopped_by_scheduler: set[str], claims: Claims) -> None:
         super().__init__(metric=OBJECTIVE, mode="max")
-        self.plans = [p for p in plans if p.remaining]
-        self.epochs = epochs
+        self.spec = spec
+        self.plans = plans
         self.progress = progress
-        self.stopped = stopped_by_scheduler  # filled by the scheduler wrapper in launch
+        self.stopped = stopped_by_scheduler  # filled by the scheduler wrapper
         self.claims = claims
         self.tune_trials: dict[str, Any] = {}  # trial_id -> ray Trial, filled by a callback
+        self.ran = 0
         self._live: dict[str, _Live] = {}
         self._turn = 0
 
@@ -105,22 +116,36 @@ class CellSearcher(Searcher):
             plan = self.plans[self._turn % len(self.plans)]
             self._turn += 1
             picked = self._take(plan)
-            if picked is None:
-                continue
-            unit, trial, weight, attempt = picked
-            self._live[trial_id] = _Live(plan, unit, trial, weight, unit.seed, time.time())
-            self.progress.started(plan.central, weight, unit.seed)
-            return {"central_task": plan.central, "weight": weight, "seed": unit.seed,
-                    "cell": S.cell_key(weight, unit.seed), "trial_number": trial.number,
-                    "attempt": attempt}
+            if picked is not None:
+                return self._start(trial_id, plan, *picked)
+        if self._live:
+            # A trial of ours that ends may open new units (the next halving rung, the next
+            # forward-selection round): ask again later.
+            return None
         # Units another driver holds (plan.deferred) are not waited for here: an idle Tune
         # would keep its workers' CPUs from the other drivers. `launch` waits between rounds.
         return Searcher.FINISHED
 
+    def should_stop(self, trial_id: str) -> bool:
+        """Whether the trial lost its claim (the scheduler stops it at its next report)."""
+        live = self._live.get(trial_id)
+        if live is None:
+            return False
+        if not live.lost and self.claims.lost(live.plan.name, live.unit.key):
+            live.lost = True
+        return live.lost
+
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         live = self._live.get(trial_id)
-        if live is not None:
+        if live is None or self.should_stop(trial_id):
+            return
+        try:
             self._absorb(live, result)
+        except UpdateFinishedTrialError:  # another driver took the unit over and failed it
+            live.lost = True
+            return
+        if EPOCH in result and OBJECTIVE in result and SUMMARY_JSON not in result:
+            self.progress.epoch(trial_id, int(result[EPOCH]), float(result[OBJECTIVE]))
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
@@ -128,34 +153,25 @@ class CellSearcher(Searcher):
         live = self._live.pop(trial_id, None)
         if live is None:
             return
-        if result:
-            self._absorb(live, result)
-        trial, plan = live.trial, live.plan
-        name = plan.study.study_name
+        live.plan.dirty = True
         elapsed = time.time() - live.started
-        if not self.claims.holds(name, live.unit.key):
-            # Our lease ran out (a stalled driver) and another driver took the cell over: its
-            # attempt is the one that counts.
-            reason = "claim expired; another driver took the cell over"
-            trial.set_user_attr("error", reason)
-            plan.study.tell(trial, state=TrialState.FAIL)
-            self.progress.finished(plan, live.weight, live.seed, "FAIL", elapsed, None, reason)
+        if not live.lost and result:
+            self._absorb(live, result)
+        if live.lost or not self.claims.holds(live.plan.name, live.unit.key):
+            # Our lease ran out (a stalled driver) and another driver took the unit over:
+            # its attempt is the one that counts, and this trial is not ours to write.
+            self.progress.finished(trial_id, "LOST", elapsed, None,
+                                   "claim lost; another driver took the cell over")
+            self._release(live)
+            live.plan.deferred.add(live.unit.key)  # wait for the new holder, then report
             return
-        if not error and live.summary is not None:
-            value = self._complete(live)
-            self.progress.finished(plan, live.weight, live.seed, "COMPLETE", elapsed, value)
-        elif not error and trial_id in self.stopped and live.values:
-            self._history_attrs(live)
-            trial.set_user_attr(S.T_WALL_TIME, elapsed)
-            plan.study.tell(trial, state=TrialState.PRUNED)
-            self.progress.finished(plan, live.weight, live.seed, "PRUNED", elapsed, None)
-        else:
-            reason = self._error_text(trial_id) if error else "interrupted before it finished"
-            trial.set_user_attr("error", reason)
-            self._history_attrs(live)
-            plan.study.tell(trial, state=TrialState.FAIL)
-            self.progress.finished(plan, live.weight, live.seed, "FAIL", elapsed, None, reason)
-        self.claims.release(name, live.unit.key)
+        try:
+            state, value, reason = self._record(trial_id, live, error, elapsed)
+        except UpdateFinishedTrialError:  # taken over between the check and the write
+            state, value, reason = "LOST", None, "claim lost; another driver took the cell over"
+            live.plan.deferred.add(live.unit.key)
+        self.progress.finished(trial_id, state, elapsed, value, reason)
+        self._release(live)
 
     def abandon_live(self) -> int:
         """Trials Tune never finished (the driver is stopping): FAIL, claims released, so any
@@ -163,92 +179,115 @@ class CellSearcher(Searcher):
         left = len(self._live)
         for trial_id in list(self._live):
             live = self._live.pop(trial_id)
-            live.trial.set_user_attr("error", "driver stopped before it ended")
-            live.plan.study.tell(live.trial, state=TrialState.FAIL)
-            self.claims.release(live.plan.study.study_name, live.unit.key)
+            if not live.lost:
+                try:
+                    live.trial.set_user_attr("error", "driver stopped before it ended")
+                    live.plan.study.tell(live.trial, state=TrialState.FAIL)
+                except UpdateFinishedTrialError:
+                    pass
+            self._release(live)
         return left
 
     def save(self, checkpoint_path: str) -> None:
         """Nothing to save: the study database is this searcher's state."""
 
     def restore(self, checkpoint_path: str) -> None:
-        """Nothing to restore: pending cells are recomputed from the study database."""
+        """Nothing to restore: pending units are recomputed from the study database."""
 
-    # --- cells ------------------------------------------------------------------------
-    def _take(self, plan: CentralPlan) -> tuple[Unit, optuna.Trial, float, int] | None:
-        """The next unit this driver could claim, with its Optuna trial; None if none now."""
-        name = plan.study.study_name
-        while plan.units:
-            unit = plan.units.popleft()
+    # --- units --------------------------------------------------------------------------
+    def _take(self, plan: CentralPlan) -> tuple[Unit, Point, list[str], list[Record]] | None:
+        """The next unit this driver claimed, its point and claim keys; None if none now."""
+        if not plan.queue and (plan.dirty or time.monotonic() - plan.refreshed > _REFRESH_S):
+            plan.dirty, plan.refreshed = False, time.monotonic()
+            plan.queue = deque(u for u in plan.strategy.units(plan.records())
+                               if u.key not in plan.tried)
+        name = plan.name
+        while plan.queue:
+            unit = plan.queue.popleft()
+            plan.tried.add(unit.key)
             if not self.claims.claim(name, unit.key):
-                plan.deferred.append(unit)
+                plan.deferred.add(unit.key)
                 continue
+            plan.deferred.discard(unit.key)
             # Read the study only now that the unit is ours: a driver that finished it told
-            # Optuna COMPLETE before it released the claim.
-            trials = plan.study.get_trials(deepcopy=False)
-            if _unit_done(unit, trials):
+            # Optuna before it released the claim.
+            records = plan.records()
+            if unit.key in done_units(records):
                 self.claims.release(name, unit.key)
                 continue
-            weight = unit.weight if unit.weight is not None else self._resumed_weight(unit, trials)
-            _fail_stale(plan.study, unit, trials)
-            if weight is None:
-                warm = plan.warm.get(unit.seed) or []
-                taken = _taken_cells(trials)
-                while warm and weight is None:
-                    w = warm.pop(0)
-                    weight = w if S.cell_key(w, unit.seed) not in taken else None
-            if weight is None:
-                trial, weight = self._ask_sampler(plan, unit.seed, _taken_cells(trials))
-                attempt = _attempts(trials, S.cell_key(weight, unit.seed))
-                self._label(trial, unit, weight, attempt)
-            else:
-                attempt = _attempts(trials, S.cell_key(weight, unit.seed))
-                trial = self._fixed(plan, unit, weight, attempt)
-            return unit, trial, weight, attempt
+            keys = [unit.key]
+            point = unit.point or _resumed_point(unit, records)
+            if unit.point is None:  # a guided slot: its cell is claimed too
+                point, cell_key = self._claim_cell(plan, unit, point, records)
+                if point is None:  # every point taken for now (or the resumed one is held)
+                    self.claims.release(name, unit.key)
+                    plan.deferred.add(unit.key)
+                    continue
+                keys.append(cell_key)
+                records = plan.records()
+            return unit, point, keys, records
         return None
 
-    @staticmethod
-    def _resumed_weight(unit: Unit, trials: list) -> float | None:
-        """A slot taken over from a dead driver continues that driver's weight (and checkpoint)."""
-        for t in reversed(trials):
-            if t.user_attrs.get(S.T_SLOT) == unit.key and t.state == TrialState.RUNNING:
-                return float(t.params[S.PARAM])
-        return None
+    def _claim_cell(self, plan: CentralPlan, unit: Unit, resumed: Point | None,
+                    records: list[Record]) -> tuple[Point | None, str]:
+        space, name = plan.strategy.space, plan.name
+        if resumed is not None:  # a dead driver's slot: continue its point
+            cell = space.cell_key(resumed, unit.seed)
+            return (resumed, cell) if self.claims.claim(name, cell) else (None, cell)
+        taken = taken_cells(records)
+        for _ in range(_PROPOSALS):
+            point = plan.strategy.propose(unit, records, taken)
+            if point is None:
+                return None, ""
+            cell = space.cell_key(point, unit.seed)
+            if self.claims.claim(name, cell):
+                if cell not in taken_cells(plan.records()):  # not finished meanwhile
+                    return point, cell
+                self.claims.release(name, cell)
+            taken.add(cell)  # another driver trains (or just proposed) it: ask again
+        return None, ""
 
-    @staticmethod
-    def _fixed(plan: CentralPlan, unit: Unit, weight: float, attempt: int) -> optuna.Trial:
-        """A RUNNING trial at `weight`, labelled in the same insert. Not enqueue + ask: another
-        driver's ask could pop the enqueued trial and train it under its own cell."""
-        attrs = _labels(unit, weight, attempt)
-        template = optuna.trial.create_trial(
-            state=TrialState.RUNNING, params={S.PARAM: weight},
-            distributions={S.PARAM: plan.distribution}, user_attrs=attrs,
-        )
-        storage = plan.study._storage
-        trial_id = storage.create_new_trial(plan.study._study_id, template_trial=template)
-        return optuna.Trial(plan.study, trial_id)
+    def _start(self, trial_id: str, plan: CentralPlan, unit: Unit, point: Point,
+               keys: list[str], records: list[Record]) -> dict[str, Any]:
+        space = plan.strategy.space
+        cell = space.cell_key(point, unit.seed)
+        _fail_stale(plan.study, unit, records)
+        attempt = sum(1 for r in records if r.cell == cell)
+        base = self.spec.trial_dir(plan.central, point, unit.seed)
+        cfg = self.spec.for_cell(plan.central, point, unit.seed, attempt_folder(base, attempt))
+        trial = _create_trial(plan, unit, point, cell, attempt)
+        self._live[trial_id] = _Live(plan, unit, trial, point, unit.seed, keys, time.time())
+        self.ran += 1
+        self.progress.started(trial_id, plan.central, space.label(point), unit.seed,
+                              self.spec.epochs if unit.budget is None else unit.budget)
+        return {
+            "central_task": plan.central, "seed": unit.seed, "cell": cell,
+            "point": json.dumps(point, default=list), "attempt": attempt,
+            "trial_number": trial.number, "budget": unit.budget, "base_dir": base,
+            "metric": plan.primary_metric, "stage": plan.stage, RUN_CONFIG: Carried(cfg),
+        }
 
-    def _ask_sampler(self, plan: CentralPlan, seed: int, taken: set[str]
-                     ) -> tuple[optuna.Trial, float]:
-        """A weight proposed by the study's sampler (TPE or random); taken weights are skipped."""
-        for _ in range(_DUPLICATE_TRIES):
-            trial = _quiet_ask(plan.study, plan.distribution)
-            weight = float(trial.params[S.PARAM])
-            if S.cell_key(weight, seed) not in taken:
-                break
-            trial.set_user_attr("skipped", f"weight {weight:g} already tried with seed {seed}")
-            plan.study.tell(trial, state=TrialState.FAIL)
-        else:  # the sampler insists: run the repeat rather than stall the study
-            trial = _quiet_ask(plan.study, plan.distribution)
-            weight = float(trial.params[S.PARAM])
-        return trial, weight
-
-    @staticmethod
-    def _label(trial: optuna.Trial, unit: Unit, weight: float, attempt: int) -> None:
-        for key, value in _labels(unit, weight, attempt).items():
-            trial.set_user_attr(key, value)
+    def _release(self, live: _Live) -> None:
+        for key in live.claims:
+            self.claims.release(live.plan.name, key)
 
     # --- results ----------------------------------------------------------------------
+    def _record(self, trial_id: str, live: _Live, error: bool, elapsed: float
+                ) -> tuple[str, float | None, str | None]:
+        trial, plan = live.trial, live.plan
+        if not error and live.summary is not None:
+            return "COMPLETE", self._complete(live), None
+        if not error and (trial_id in self.stopped or live.stint_end) and live.values:
+            self._history_attrs(live)
+            trial.set_user_attr(S.T_WALL_TIME, elapsed)
+            plan.study.tell(trial, state=TrialState.PRUNED)
+            return "PRUNED", live.values[max(live.values)], None
+        reason = self._error_text(trial_id) if error else "interrupted before it finished"
+        trial.set_user_attr("error", reason)
+        self._history_attrs(live)
+        plan.study.tell(trial, state=TrialState.FAIL)
+        return "FAIL", None, reason
+
     def _absorb(self, live: _Live, result: dict[str, Any]) -> None:
         if SUMMARY_JSON in result:
             live.summary = json.loads(result[SUMMARY_JSON])
@@ -258,6 +297,8 @@ class CellSearcher(Searcher):
         epoch, value = int(result[EPOCH]), float(result[OBJECTIVE])
         if METRICS_JSON in result:
             live.history[epoch] = json.loads(result[METRICS_JSON])
+        if result.get(STINT_END):
+            live.stint_end = True
         if epoch not in live.values and math.isfinite(value):
             live.values[epoch] = value
             live.trial.report(value, step=epoch)  # a retried trial re-reports nothing twice
@@ -311,66 +352,50 @@ class CellSearcher(Searcher):
         return lines[-1][:500] if lines else "the trial raised an error"
 
 
-def _quiet_ask(study: optuna.Study, distribution: FloatDistribution) -> optuna.Trial:
-    # The storage has heartbeats on for crash detection elsewhere; ask/tell outside
-    # Study.optimize makes Optuna warn about that on every trial.
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Heartbeat of storage")
-        return study.ask({S.PARAM: distribution})
-
-
-def _labels(unit: Unit, weight: float, attempt: int) -> dict[str, Any]:
-    attrs: dict[str, Any] = {S.T_SEED: int(unit.seed), S.T_CELL: S.cell_key(weight, unit.seed),
-                             S.T_ATTEMPT: attempt}
-    if unit.weight is None:
+def _create_trial(plan: CentralPlan, unit: Unit, point: Point, cell: str,
+                  attempt: int) -> optuna.Trial:
+    """A RUNNING trial at `point`, labelled in the same insert. Not enqueue + ask: another
+    driver's ask could pop the enqueued trial and train it under its own cell."""
+    space = plan.strategy.space
+    guided = unit.point is None
+    attrs: dict[str, Any] = {S.T_SEED: int(unit.seed), S.T_CELL: cell, S.T_ATTEMPT: attempt,
+                             S.T_UNIT: unit.key}
+    if guided:
         attrs[S.T_SLOT] = unit.key
-    return attrs
+    if not space.central_weight_only:
+        attrs[S.T_POINT] = {k: list(v) if isinstance(v, tuple) else v for k, v in point.items()}
+    if space.group is not None:
+        attrs[S.T_GROUP] = list(point[space.group.path])
+    if unit.budget is not None:
+        attrs[S.T_BUDGET] = unit.budget
+    template = optuna.trial.create_trial(
+        state=TrialState.RUNNING, params=space.params(point, plan.central),
+        distributions=space.distributions(plan.central, guided=guided), user_attrs=attrs,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trial_id = plan.study._storage.create_new_trial(plan.study._study_id,
+                                                        template_trial=template)
+    return optuna.Trial(plan.study, trial_id)
 
 
-def _unit_done(unit: Unit, trials: list) -> bool:
-    if unit.weight is not None:
-        return any(t.state in DONE_STATES and t.user_attrs.get(S.T_CELL) == unit.key
-                   for t in trials)
-    if any(t.state in DONE_STATES and t.user_attrs.get(S.T_SLOT) == unit.key for t in trials):
-        return True
-    # Studies from before slots were labelled: the first n slots of a seed are its n done trials.
-    legacy = sum(1 for t in trials if t.state in DONE_STATES and S.T_SLOT not in t.user_attrs
-                 and t.user_attrs.get(S.T_SEED) == unit.seed and S.T_CELL in t.user_attrs)
-    return slot_index(unit.key) < legacy
+def _resumed_point(unit: Unit, records: list[Record]) -> Point | None:
+    """A slot taken over from a dead driver continues that driver's point (and checkpoint)."""
+    for r in reversed(records):
+        if r.unit == unit.key and r.state == "running":
+            return r.point
+    return None
 
 
-def _taken_cells(trials: list) -> set[str]:
-    """Cells finished or in training (by any driver)."""
-    return {t.user_attrs[S.T_CELL] for t in trials if S.T_CELL in t.user_attrs
-            and t.state in (*DONE_STATES, TrialState.RUNNING)}
-
-
-def _attempts(trials: list, cell: str) -> int:
-    """Earlier trials of `cell`: this attempt's number, and its folder's."""
-    return sum(1 for t in trials if t.user_attrs.get(S.T_CELL) == cell)
-
-
-def _fail_stale(study: optuna.Study, unit: Unit, trials: list) -> None:
+def _fail_stale(study: optuna.Study, unit: Unit, records: list[Record]) -> None:
     """Trials of `unit` still RUNNING although we now hold its claim: their driver died (its
     lease expired) or predates claims. FAIL them; their checkpoints stay for the next attempt."""
     storage = study._storage
-    for t in trials:
-        if t.state not in (TrialState.RUNNING, TrialState.WAITING):
-            continue
-        mine = (t.user_attrs.get(S.T_SLOT) == unit.key if unit.weight is None
-                else t.user_attrs.get(S.T_CELL) == unit.key)
-        if mine:
-            storage.set_trial_user_attr(t._trial_id, "error", "driver stopped before it ended")
-            storage.set_trial_state_values(t._trial_id, state=TrialState.FAIL)
-
-
-def slot_key(seed: int, index: int) -> str:
-    return f"slot:{int(seed)}:{int(index)}"
-
-
-def slot_index(key: str) -> int:
-    return int(key.rsplit(":", 1)[1])
-
-
-def guided_distribution(search: GuidedSearch) -> FloatDistribution:
-    return FloatDistribution(search.low, search.high, step=search.step)
+    for r in records:
+        if r.unit == unit.key and r.state in ("running", "waiting"):
+            trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, r.number)
+            try:
+                storage.set_trial_user_attr(trial_id, "error", "driver stopped before it ended")
+                storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
+            except UpdateFinishedTrialError:
+                pass  # finished meanwhile

@@ -2,22 +2,29 @@
 
     study: glue-small                 # letters, digits, - _ . ; studies are named <study>/<central>
     storage: sqlite:///weightsearch.db  # default: $WEIGHTSEARCH_STORAGE or ./weightsearch.db
-    train: {...}                      # the trainer's run config, shared by every trial
+    train: {...}                      # the run-config template every cell starts from
     central_tasks: [rte, mrpc]        # default: every task of train.tasks
-    weights: [1, 3, 6, 9, 12, 15]     # a grid, or {low, high, n_trials, sampler: tpe, step}
-    seeds: [1]                        # replicates of every weight
+    search:                           # what varies and how points are chosen (sweep/space.py,
+      strategy: grid                  # sweep/strategies/): grid | guided | halving | forward
+      space: {weighting.central_weight: [1, 3, 6, 9, 12, 15]}   # the default space
+    weights: [1, 3, 6, 9, 12, 15]     # shorthand for the central weight alone: a grid, or
+                                      # {low, high, n_trials, sampler: tpe, step} (guided)
+    seeds: [1]                        # replicates of every point
     resources: {cpu: 1, gpu: 0}       # per trial; fractional GPUs share one device
     max_concurrent: null              # default: what the cluster's CPUs/GPUs allow
     scheduler: fifo                   # or asha, or {name: asha, grace_period: 1,
                                       #                reduction_factor: 3}
     max_failures: 1                   # Ray retries per trial; a retry resumes its checkpoint
     workdir: ./weightsearch_runs      # trial outputs and checkpoints; every node must reach it
-    warm_start: [9]                   # guided search only: weights tried first, or `recommend`
+    warm_start: [9]                   # guided/halving: points tried first, or `recommend`
     objective: {stage: multitask, metric: primary}  # the score a trial is: which stage, which
                                       # metric of the central task (finetuned needs train.finetune)
 
-Relative paths (workdir, train.data_dir, train.cache_dir, a local train.encoder) are resolved
-against the working directory once, here, because Ray runs trials in other directories.
+Relative paths (workdir, train.data_dir, train.cache_dir, train.init_from, a task's data_dir,
+a local train.encoder) resolve against the study file's folder (against the working directory for a
+study given as a mapping or on the command line with --set), once, here, because Ray runs
+trials in other directories. The storage URL, like every command's --storage, is relative to
+the working directory.
 """
 
 from __future__ import annotations
@@ -27,58 +34,64 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from studies.schema import DEFAULT_GRID, STAGES, WEIGHT_HIGH, WEIGHT_LOW
+from studies.schema import DEFAULT_GRID, STAGES
 from studies.storage import default_storage_url
+from sweep.space import (
+    CENTRAL_WEIGHT,
+    EXHAUSTIVE_GROUP_MAX,
+    SWEEP_OWNED,
+    Dimension,
+    Point,
+    Space,
+    parse_space,
+)
+from sweep.strategies import STRATEGIES, Strategy
 from weightsearch.errors import ConfigError
 from weightsearch.yamlio import load_yaml
 
 KEYS = (
-    "study", "storage", "train", "central_tasks", "weights", "seeds", "resources",
+    "study", "storage", "train", "central_tasks", "search", "weights", "seeds", "resources",
     "max_concurrent", "scheduler", "max_failures", "workdir", "warm_start", "objective",
 )
-# Keys of `train` that the sweep sets per trial; a value in the study file would be ignored.
-SWEEP_OWNED = {
-    "central_task": "central_tasks",
-    "seed": "seeds",
-    "output_dir": "workdir",
-}
-SAMPLERS = ("tpe", "random")
 SCHEDULERS = ("fifo", "asha")
 DEFAULT_WORKDIR = "./weightsearch_runs"
 _NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 _NAME_MAX = 100  # the name is a folder name (and part of every trial folder's path)
+_PATH_KEYS = ("data_dir", "cache_dir", "init_from")  # train keys that hold local paths
 
 
 @dataclass(frozen=True)
-class GridSearch:
-    """Every weight of the grid, for every seed: the paper's protocol."""
+class Search:
+    """What a study varies (`space`) and how it chooses points (`strategy` + its settings)."""
 
-    weights: tuple[float, ...]
+    strategy: str
+    settings: Any
+    space: Space
+    shorthand: bool = False  # written as `weights:`; the canonical form keeps that spelling
 
-    def to_plain(self) -> list[float]:
-        return list(self.weights)
-
-
-@dataclass(frozen=True)
-class GuidedSearch:
-    """`n_trials` weights per (central task, seed), each proposed by an Optuna sampler."""
-
-    low: float
-    high: float
-    n_trials: int
-    sampler: str = "tpe"
-    step: float | None = None
+    def build(self, central: str, seeds: Sequence[int], epochs: int,
+              first: Sequence[Point] = ()) -> Strategy:
+        return STRATEGIES[self.strategy](self.settings, self.space, central, seeds, epochs,
+                                         first)
 
     def to_plain(self) -> dict[str, Any]:
-        return {"low": self.low, "high": self.high, "n_trials": self.n_trials,
-                "sampler": self.sampler, "step": self.step}
+        return {"strategy": self.strategy, **self.settings.to_plain(),
+                "space": self.space.to_plain()}
+
+    def weights_plain(self) -> Any:
+        """The `weights:` spelling of a central-weight-only grid or guided search."""
+        dim = self.space.dims[0]
+        if self.strategy == "grid":
+            return list(dim.values)
+        return {"low": dim.low, "high": dim.high, "n_trials": self.settings.n_trials,
+                "sampler": self.settings.sampler, "step": dim.step}
 
 
 @dataclass(frozen=True)
@@ -109,35 +122,44 @@ class Objective:
 class StudySpec:
     study: str
     storage: str
-    train: Mapping[str, Any]  # the run config mapping, paths made absolute
+    train: Mapping[str, Any]  # the run-config template, paths made absolute, validated
     tasks: tuple[str, ...]  # every task of train.tasks, config order
     central_tasks: tuple[str, ...]
-    search: GridSearch | GuidedSearch
+    search: Search
     seeds: tuple[int, ...]
     resources: Resources
     max_concurrent: int | None
     scheduler: Scheduler
     max_failures: int
     workdir: str  # absolute
-    warm_start: tuple[float, ...] = ()
-    # Start each central task's guided search at the recommender's weight for its size.
+    epochs: int = 5  # train.epochs as the trainer reads it
+    warm_start: tuple[Point, ...] = ()
+    # Start each central task's search at the recommender's weight for its size.
     warm_recommend: bool = False
     objective: Objective = Objective()
+    _strategies: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
-    def is_grid(self) -> bool:
-        return isinstance(self.search, GridSearch)
+    def space(self) -> Space:
+        return self.search.space
 
     def to_dict(self) -> dict[str, Any]:
         """The study file in canonical form; stored with the study so `resume` needs nothing else.
 
         `storage` is left out: the database that holds the study is given on the command line.
+        A classic central-weight search keeps the `weights:` spelling, so the studies launched
+        before `search:` existed keep their digest.
         """
-        out = {
+        out: dict[str, Any] = {
             "study": self.study,
             "train": json.loads(json.dumps(self.train)),
             "central_tasks": list(self.central_tasks),
-            "weights": self.search.to_plain(),
+        }
+        if self.search.shorthand:
+            out["weights"] = self.search.weights_plain()
+        else:
+            out["search"] = self.search.to_plain()
+        out.update({
             "seeds": list(self.seeds),
             "resources": {"cpu": self.resources.cpu, "gpu": self.resources.gpu},
             "max_concurrent": self.max_concurrent,
@@ -146,28 +168,49 @@ class StudySpec:
                           "reduction_factor": self.scheduler.reduction_factor},
             "max_failures": self.max_failures,
             "workdir": self.workdir,
-            "warm_start": "recommend" if self.warm_recommend else list(self.warm_start),
-        }
+            "warm_start": "recommend" if self.warm_recommend else self._warm_plain(),
+        })
         if self.objective != Objective():  # studies from before `objective` keep their digest
             out["objective"] = {"stage": self.objective.stage, "metric": self.objective.metric}
         return out
+
+    def _warm_plain(self) -> list[Any]:
+        if self.search.shorthand:
+            return [p[CENTRAL_WEIGHT] for p in self.warm_start]
+        return [{k: list(v) if isinstance(v, tuple) else v for k, v in p.items()}
+                for p in self.warm_start]
 
     def digest(self) -> str:
         text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def run_mapping(self, central: str, weight: float, seed: int, output_dir: str) -> dict:
-        """The run config of one trial, for `trainer.load_config`."""
-        raw = json.loads(json.dumps(self.train))
+    # --- cells ------------------------------------------------------------------------------
+    def strategy(self, central: str, first: Sequence[Point] = ()) -> Strategy:
+        return self.search.build(central, self.seeds, self.epochs, first)
+
+    def cell_mapping(self, central: str, point: Mapping[str, Any], seed: int,
+                     output_dir: str) -> dict[str, Any]:
+        """The run-config mapping of one cell: the template with the point's paths set."""
+        raw = self.space.apply(self.train, point, central, self.tasks)
         raw["central_task"] = central
         raw["seed"] = int(seed)
         raw["output_dir"] = output_dir
-        raw["weighting"] = {**(raw.get("weighting") or {"scheme": "siwlm"}),
-                            "central_weight": float(weight)}
         return raw
 
-    def trial_dir(self, central: str, weight: float, seed: int) -> str:
-        return os.path.join(self.workdir, self.study, central, f"w{float(weight):g}_s{int(seed)}")
+    def for_cell(self, central: str, point: Mapping[str, Any], seed: int,
+                 output_dir: str) -> Any:
+        """The validated trainer RunConfig of one cell, built once (by the driver)."""
+        from trainer.config import load_config
+
+        try:
+            return load_config(self.cell_mapping(central, point, seed, output_dir))
+        except ConfigError as exc:
+            label = self.space.label(point)
+            raise ConfigError([f"train.{p} (search point {label})" for p in exc.problems]
+                              ) from None
+
+    def trial_dir(self, central: str, point: Mapping[str, Any], seed: int) -> str:
+        return os.path.join(self.workdir, self.study, central, self.space.folder(point, seed))
 
 
 def load_study_spec(
@@ -180,24 +223,28 @@ def load_study_spec(
     """
     from trainer.config import apply_overrides
 
-    label, raw = _read(source)
+    label, raw, base = _read(source)
     if not isinstance(raw, Mapping):
         raise ConfigError(["the study file must hold a mapping of settings (key: value)"], label)
-    raw = apply_overrides(raw, list(overrides), label)
-    return _parse(raw, label)
+    overrides = list(overrides)
+    raw = apply_overrides(raw, overrides, label)
+    # Paths given with --set are typed relative to where the command runs.
+    from_cli = {item.partition("=")[0].strip() for item in overrides}
+    return _parse(raw, label, base, from_cli)
 
 
-def _read(source: str | os.PathLike | Mapping[str, Any]) -> tuple[str | None, Any]:
+def _read(source: str | os.PathLike | Mapping[str, Any]) -> tuple[str | None, Any, Path]:
     if isinstance(source, Mapping):
-        return None, dict(source)
+        return None, dict(source), Path.cwd()
     text_given = isinstance(source, str) and (
         "\n" in source or (":" in source and not Path(source).is_file())
     )
     if text_given:
-        label, text = None, str(source)
+        label, text, base = None, str(source), Path.cwd()
     else:
         path = Path(source)
         label = str(path)
+        base = path.expanduser().resolve().parent
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -205,7 +252,7 @@ def _read(source: str | os.PathLike | Mapping[str, Any]) -> tuple[str | None, An
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError([f"cannot read study file {path}: {exc}"], label) from None
     try:
-        return label, load_yaml(text) or {}
+        return label, load_yaml(text) or {}, base
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -221,16 +268,8 @@ def _is_real(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _weight_problem(where: str, value: Any) -> str | None:
-    fix = f"use a weight from {WEIGHT_LOW:g} to {WEIGHT_HIGH:g}"
-    if not _is_real(value):
-        return f"{where}: {value!r} is not a number; {fix}"
-    if not WEIGHT_LOW <= value <= WEIGHT_HIGH:
-        return f"{where}: {value!r} is out of range; {fix}"
-    return None
-
-
-def _parse(raw: Mapping[str, Any], label: str | None) -> StudySpec:
+def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
+           from_cli: set[str]) -> StudySpec:
     problems: list[str] = []
     for key in sorted(set(raw) - set(KEYS)):
         problems.append(f"{key}: unknown setting; known settings: {', '.join(KEYS)}")
@@ -249,12 +288,20 @@ def _parse(raw: Mapping[str, Any], label: str | None) -> StudySpec:
     if not isinstance(storage, str):
         problems.append(f"storage: expected a SQLAlchemy URL, got {storage!r}")
 
-    train, tasks = _parse_train(raw.get("train"), problems)
+    def where(key: str) -> Path:
+        return Path.cwd() if key in from_cli else base
+
+    train_raw = raw.get("train")
+    tasks = _task_names(train_raw.get("tasks")) if isinstance(train_raw, Mapping) else ()
+    search = _parse_search(raw, tasks, problems)
+    train = _parse_train(train_raw, search.space, problems, where)
     central = _parse_central(raw.get("central_tasks"), tasks, problems)
-    search = _parse_weights(raw.get("weights", list(DEFAULT_GRID)), problems)
     seeds = _parse_seeds(raw.get("seeds", [1]), problems)
     resources = _parse_resources(raw.get("resources"), problems)
     scheduler = _parse_scheduler(raw.get("scheduler", "fifo"), problems)
+    if scheduler.name == "asha" and search.strategy == "halving":
+        problems.append("scheduler: asha and strategy halving both stop trials early; use "
+                        "scheduler: fifo with halving")
 
     max_concurrent = raw.get("max_concurrent")
     if max_concurrent is not None and (not _is_int(max_concurrent) or max_concurrent < 1):
@@ -269,120 +316,226 @@ def _parse(raw: Mapping[str, Any], label: str | None) -> StudySpec:
     if not isinstance(workdir, str) or not workdir.strip():
         problems.append(f"workdir: expected a folder path, got {workdir!r}")
     else:
-        workdir = str(Path(workdir).expanduser().resolve())
+        workdir = _absolute(workdir, where("workdir"))
 
-    warm = raw.get("warm_start") or []
-    warm_recommend = warm == "recommend"
-    if warm_recommend:
-        warm = []
-    elif not isinstance(warm, list):
-        problems.append(f"warm_start: expected a list of weights or `recommend`, got {warm!r}")
-        warm = []
-    for i, value in enumerate(warm):
-        problem = _weight_problem(f"warm_start[{i}]", value)
-        if problem:
-            problems.append(problem)
-    if isinstance(search, GuidedSearch):
-        for i, value in enumerate(warm):
-            if _is_real(value) and not search.low <= value <= search.high:
-                problems.append(f"warm_start[{i}]: {value:g} lies outside the search range "
-                                f"{search.low:g}..{search.high:g}; move it inside or widen "
-                                "weights.low/high")
-    if (warm or warm_recommend) and isinstance(search, GridSearch):
-        problems.append("warm_start: applies to a guided search (weights: {n_trials: ...}) only; "
-                        "a grid tries every weight anyway")
-
+    warm, warm_recommend = _parse_warm(raw.get("warm_start"), search, central, problems)
     objective = _parse_objective(raw.get("objective"), train, central, problems)
+    # Early stopping ranks trials by their multi-task epoch scores; a fine-tuned score exists
+    # only once a trial has finished, so the two would rank different things.
+    if objective.stage == "finetuned" and (scheduler.name == "asha"
+                                           or search.strategy == "halving"):
+        stopper = "scheduler: asha" if scheduler.name == "asha" else "strategy: halving"
+        problems.append(f"objective.stage: finetuned cannot be combined with {stopper}, which "
+                        "stops trials on their multi-task epoch scores before any fine-tuned "
+                        "score exists; use scheduler: fifo and the grid, guided or forward "
+                        "strategy")
+    epochs = 5
+    if train:
+        epochs = _check_points(train, tasks, central or tasks[:1], search,
+                               seeds, str(workdir), problems)
+    STRATEGIES[search.strategy].check(search.settings, search.space, central, problems,
+                                      where="weights" if search.shorthand else "search",
+                                      epochs=epochs if train else None)
 
     if problems:
         raise ConfigError(problems, label)
     return StudySpec(
         study=study, storage=storage, train=train, tasks=tasks, central_tasks=central,
         search=search, seeds=seeds, resources=resources, max_concurrent=max_concurrent,
-        scheduler=scheduler, max_failures=max_failures, workdir=workdir,
-        warm_start=tuple(float(w) for w in warm), warm_recommend=warm_recommend,
-        objective=objective,
+        scheduler=scheduler, max_failures=max_failures, workdir=workdir, epochs=epochs,
+        warm_start=warm, warm_recommend=warm_recommend, objective=objective,
     )
 
 
-def _parse_objective(raw: Any, train: Mapping[str, Any], central: tuple[str, ...],
-                     problems: list[str]) -> Objective:
-    if raw is None:
-        return Objective()
+# --- search ------------------------------------------------------------------------------
+def _parse_search(raw: Mapping[str, Any], tasks: tuple[str, ...],
+                  problems: list[str]) -> Search:
+    if "weights" in raw and "search" in raw:
+        problems.append("weights: give either weights (the central weight alone) or search, "
+                        "not both")
+    if "search" in raw:
+        return _parse_search_mapping(raw["search"], tasks, problems)
+    return _parse_weights(raw.get("weights", list(DEFAULT_GRID)), problems)
+
+
+def _parse_weights(raw: Any, problems: list[str]) -> Search:
+    """The shorthand `weights:` for a search over the central weight alone."""
+    from sweep.space import _parse_range, _parse_values  # the same checks as search.space
+
+    grid = STRATEGIES["grid"]
+    if isinstance(raw, Mapping):
+        guided = STRATEGIES["guided"]
+        known = ("low", "high", "n_trials", "sampler", "step")
+        for key in sorted(set(raw) - set(known)):
+            problems.append(f"weights.{key}: unknown setting; known: {', '.join(known)}")
+        dim = _parse_range(CENTRAL_WEIGHT, {k: v for k, v in raw.items()
+                                            if k in ("low", "high", "step")},
+                           problems, "weights")
+        settings = guided.settings_type.from_mapping(raw, Space(()), problems, "weights")
+        dim = dim or Dimension(CENTRAL_WEIGHT, low=1.0, high=15.0)
+        return Search("guided", settings, Space((dim,)), shorthand=True)
+    if not isinstance(raw, list):
+        problems.append(f"weights: expected a list of weights or a mapping "
+                        f"{{low, high, n_trials}}, got {raw!r}")
+        raw = list(DEFAULT_GRID)
+    if not raw:
+        problems.append("weights: the grid is empty; list at least one weight, "
+                        "e.g. weights: [1, 3, 6, 9, 12, 15]")
+        raw = list(DEFAULT_GRID)
+    dim = _parse_values(CENTRAL_WEIGHT, raw, problems, "weights", categorical=False)
+    dim = dim or Dimension(CENTRAL_WEIGHT, values=DEFAULT_GRID)
+    return Search("grid", grid.settings_type(), Space((dim,)), shorthand=True)
+
+
+def _parse_search_mapping(raw: Any, tasks: tuple[str, ...], problems: list[str]) -> Search:
     if not isinstance(raw, Mapping):
-        problems.append(f"objective: expected {{stage: multitask | finetuned, metric: primary}}, "
-                        f"got {raw!r}")
-        return Objective()
-    for key in sorted(set(raw) - {"stage", "metric"}):
-        problems.append(f"objective.{key}: unknown setting; use stage and metric")
-    stage, metric = raw.get("stage", "multitask"), raw.get("metric", "primary")
-    if stage not in STAGES:
-        problems.append(f"objective.stage: {stage!r} is not one of {', '.join(STAGES)}")
-        stage = "multitask"
-    if not isinstance(metric, str) or not metric:
-        problems.append(f"objective.metric: expected a metric name or primary, got {metric!r}")
-        metric = "primary"
-    if stage == "finetuned":
-        finetune = train.get("finetune")
-        tasks = finetune.get("tasks", "central") if isinstance(finetune, Mapping) else None
-        if not finetune or (isinstance(finetune, Mapping) and finetune.get("enabled") is False):
-            problems.append("objective.stage: finetuned scores the fine-tuning stage; turn it on "
-                            "with train.finetune: {tasks: central, epochs: ...}")
-        elif isinstance(tasks, list) and not set(central) <= set(tasks):
-            missing = ", ".join(sorted(set(central) - set(tasks)))
-            problems.append(f"objective.stage: finetuned needs every central task fine-tuned; "
-                            f"train.finetune.tasks leaves out {missing} (use tasks: central)")
-    return Objective(stage=stage, metric=metric)
+        problems.append("search: expected a mapping such as {strategy: grid, space: "
+                        "{weighting.central_weight: [1, 9]}}")
+        raw = {}
+    space = parse_space(raw.get("space"), tasks, problems)
+    default = "grid"
+    group = space.group
+    if group is not None and len(group.candidates) > EXHAUSTIVE_GROUP_MAX:
+        default = "forward"  # 2^6 = 64 groups and up: greedy forward selection
+    name = raw.get("strategy", default)
+    if name not in STRATEGIES:
+        problems.append(f"search.strategy: {name!r} is not one of {', '.join(STRATEGIES)}")
+        name = "grid"
+    settings_type = STRATEGIES[name].settings_type
+    known = ("strategy", "space", *settings_type.KEYS)
+    for key in sorted(set(raw) - set(known)):
+        problems.append(f"search.{key}: not a setting of strategy {name}; its settings are "
+                        f"{', '.join(known)}")
+    settings = settings_type.from_mapping(raw, space, problems, "search")
+    return Search(name, settings, space)
 
 
-def _absolute(path: str) -> str:
-    return str(Path(path).expanduser().resolve())
+def _parse_warm(raw: Any, search: Search, central: tuple[str, ...],
+                problems: list[str]) -> tuple[tuple[Point, ...], bool]:
+    if raw is None or raw == []:
+        return (), False
+    if search.strategy not in ("guided", "halving"):
+        problems.append("warm_start: applies to a guided search (weights: {n_trials: ...}) or "
+                        "halving only; a grid tries every point anyway")
+        return (), False
+    if raw == "recommend":
+        if search.space.dim(CENTRAL_WEIGHT) is None:
+            problems.append("warm_start: recommend proposes a central weight, and this space "
+                            "does not search weighting.central_weight; list points instead")
+        return (), True
+    if not isinstance(raw, list):
+        problems.append(f"warm_start: expected a list of points or `recommend`, got {raw!r}")
+        return (), False
+    space = search.space
+    out: list[Point] = []
+    for i, item in enumerate(raw):
+        point = {CENTRAL_WEIGHT: item} if space.central_weight_only and \
+            not isinstance(item, Mapping) else item
+        if not isinstance(point, Mapping) or set(point) != set(space.paths):
+            problems.append(f"warm_start[{i}]: give a value for every searched path "
+                            f"({', '.join(space.paths)}), e.g. {{{space.paths[0]}: ...}}")
+            continue
+        point = space.normalise(point)
+        ok = True
+        for d in space.dims:
+            value = point[d.path]
+            if d.path == CENTRAL_WEIGHT and not _is_real(value):
+                problems.append(f"warm_start[{i}]: {value!r} is not a number; use a weight "
+                                "inside the search range")
+                ok = False
+            elif not d.contains(value, central[0] if central else ""):
+                bounds = (f"the search range {d.low:g}..{d.high:g}; move it inside or widen "
+                          f"{'weights' if search.shorthand else 'search.space.' + d.path}"
+                          ".low/high") if d.kind == "range" else "the searched values"
+                problems.append(f"warm_start[{i}]: {value!r} lies outside {bounds}")
+                ok = False
+        if ok:
+            out.append({p: float(v) if p == CENTRAL_WEIGHT else v for p, v in point.items()})
+    return tuple(out), False
 
 
-def _parse_train(raw: Any, problems: list[str]) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """Validate `train` through the trainer itself, with a placeholder central task and weight."""
+def _check_points(train: Mapping[str, Any], tasks: tuple[str, ...], central: tuple[str, ...],
+                  search: Search, seeds: tuple[int, ...], workdir: str,
+                  problems: list[str]) -> int:
+    """Validate the template through the trainer at every value of every dimension (the
+    others at their first value), for each central task; returns train.epochs."""
     from trainer.config import load_config
 
+    space = search.space
+    seen: set[str] = set()
+    epochs = 5
+    for c in central or (None,):
+        base = {d.path: d.first(c or "") for d in space.dims}
+        probes = [base]
+        for d in space.dims:
+            found = d.options(c or "")
+            values = found if found is not None else [d.low, d.high]
+            probes += [{**base, d.path: v} for v in values if v != base[d.path]]
+        for i, point in enumerate(probes):
+            raw = space.apply(train, point, c or "", tasks)
+            raw.update(seed=seeds[0] if seeds else 1, output_dir=workdir)
+            if c is not None:
+                raw["central_task"] = c
+            try:
+                cfg = load_config(raw)
+                epochs = cfg.epochs
+            except ConfigError as exc:
+                for p in exc.problems:
+                    if p in seen:
+                        continue
+                    seen.add(p)
+                    at = "" if i == 0 else f" (at search point {space.label(point)})"
+                    problems.append(f"train.{p}{at}")
+    return epochs
+
+
+# --- train -------------------------------------------------------------------------------
+def _absolute(path: str, base: Path) -> str:
+    return str((base / Path(path).expanduser()).resolve())
+
+
+def _parse_train(raw: Any, space: Space, problems: list[str], where: Any) -> dict[str, Any]:
+    """The template's own problems; every point is judged by the trainer in _check_points."""
     if raw is None:
         problems.append("train: required; give the run config every trial shares "
                         "(encoder, data_dir, tasks, epochs, ...)")
-        return {}, ()
+        return {}
     if not isinstance(raw, Mapping):
         problems.append(f"train: expected a mapping of run settings, got {type(raw).__name__}")
-        return {}, ()
+        return {}
     train = json.loads(json.dumps(dict(raw), default=str))
-    for key, owner in SWEEP_OWNED.items():
+    owners = {"central_task": "central_tasks", "seed": "seeds", "output_dir": "workdir"}
+    for key in SWEEP_OWNED:
         if key in train:
-            problems.append(f"train.{key}: set per trial by the sweep; use `{owner}` instead")
+            problems.append(f"train.{key}: set per trial by the sweep; use `{owners[key]}` "
+                            "instead")
             train.pop(key)
     weighting = train.get("weighting")
-    if weighting is not None:
+    if space.dim(CENTRAL_WEIGHT) is not None and weighting is not None:
         if not isinstance(weighting, Mapping) or weighting.get("scheme", "siwlm") != "siwlm":
             problems.append("train.weighting: a weight search sweeps SIWLM's central weight; "
                             "use weighting: {scheme: siwlm, ...} or leave it out")
             train.pop("weighting")
         elif "central_weight" in weighting:
             problems.append("train.weighting.central_weight: set per trial by the sweep; "
-                            "use `weights` instead")
+                            "use `weights` (or search.space) instead")
             train["weighting"] = {k: v for k, v in weighting.items() if k != "central_weight"}
-    # Ray runs trials in their own folders: pin relative paths to this working directory.
-    for key in ("data_dir", "cache_dir"):
+    # Ray runs trials in their own folders: pin relative paths now.
+    for key in _PATH_KEYS:
         if isinstance(train.get(key), str) and train[key].strip():
-            train[key] = _absolute(train[key])
+            train[key] = _absolute(train[key], where(f"train.{key}"))
+    tasks = train.get("tasks")
+    for task in tasks if isinstance(tasks, list) else ():
+        if isinstance(task, dict) and isinstance(task.get("data_dir"), str) \
+                and task["data_dir"].strip():
+            task["data_dir"] = _absolute(task["data_dir"], where("train.tasks"))
     encoder = train.get("encoder")
     # A hub id looks like "org/name"; a local folder is made absolute.
-    if isinstance(encoder, str) and (
-        encoder.startswith((".", "~")) or Path(encoder).expanduser().is_dir()
-    ):
-        train["encoder"] = _absolute(encoder)
-
-    probe = {**train, "weighting": {**(train.get("weighting") or {}),
-                                    "scheme": "siwlm", "central_weight": WEIGHT_LOW}}
-    try:
-        load_config(probe)
-    except ConfigError as exc:
-        problems.extend(f"train.{p}" for p in exc.problems)
-    return train, _task_names(train.get("tasks"))
+    if isinstance(encoder, str):
+        local = where("train.encoder") / Path(encoder).expanduser()
+        if encoder.startswith((".", "~", "/")) or local.is_dir():
+            train["encoder"] = _absolute(encoder, where("train.encoder"))
+    return train
 
 
 def _task_names(raw_tasks: Any) -> tuple[str, ...]:
@@ -418,70 +571,36 @@ def _parse_central(raw: Any, tasks: tuple[str, ...], problems: list[str]) -> tup
     return tuple(out)
 
 
-def _parse_weights(raw: Any, problems: list[str]) -> GridSearch | GuidedSearch:
-    if isinstance(raw, Mapping):
-        return _parse_guided(raw, problems)
-    if not isinstance(raw, list):
-        problems.append(f"weights: expected a list of weights or a mapping "
-                        f"{{low, high, n_trials}}, got {raw!r}")
-        return GridSearch(())
-    if not raw:
-        problems.append("weights: the grid is empty; list at least one weight, "
-                        "e.g. weights: [1, 3, 6, 9, 12, 15]")
-    seen: set[float] = set()
-    out: list[float] = []
-    for i, value in enumerate(raw):
-        problem = _weight_problem(f"weights[{i}]", value)
-        if problem:
-            problems.append(problem)
-        elif float(value) in seen:
-            problems.append(f"weights[{i}]: {value!r} is listed twice")
-        else:
-            seen.add(float(value))
-            out.append(float(value))
-    return GridSearch(tuple(out))
+def _parse_objective(raw: Any, train: Mapping[str, Any], central: tuple[str, ...],
+                     problems: list[str]) -> Objective:
+    if raw is None:
+        return Objective()
+    if not isinstance(raw, Mapping):
+        problems.append(f"objective: expected {{stage: multitask | finetuned, metric: primary}}, "
+                        f"got {raw!r}")
+        return Objective()
+    for key in sorted(set(raw) - {"stage", "metric"}):
+        problems.append(f"objective.{key}: unknown setting; use stage and metric")
+    stage, metric = raw.get("stage", "multitask"), raw.get("metric", "primary")
+    if stage not in STAGES:
+        problems.append(f"objective.stage: {stage!r} is not one of {', '.join(STAGES)}")
+        stage = "multitask"
+    if not isinstance(metric, str) or not metric:
+        problems.append(f"objective.metric: expected a metric name or primary, got {metric!r}")
+        metric = "primary"
+    if stage == "finetuned":
+        from trainer.presets import expand_preset
 
-
-def _parse_guided(raw: Mapping[str, Any], problems: list[str]) -> GuidedSearch:
-    known = ("low", "high", "n_trials", "sampler", "step")
-    for key in sorted(set(raw) - set(known)):
-        problems.append(f"weights.{key}: unknown setting; known: {', '.join(known)}")
-    low, high = raw.get("low", WEIGHT_LOW), raw.get("high", WEIGHT_HIGH)
-    ok = True
-    for key, value in (("low", low), ("high", high)):
-        problem = _weight_problem(f"weights.{key}", value)
-        if problem:
-            problems.append(problem)
-            ok = False
-    if ok and low >= high:
-        problems.append(f"weights: low ({low!r}) must be below high ({high!r})")
-    n_trials = raw.get("n_trials")
-    if not _is_int(n_trials) or n_trials < 1:
-        problems.append(f"weights.n_trials: expected a whole number >= 1 (trials per central "
-                        f"task and seed), got {n_trials!r}")
-    sampler = raw.get("sampler", "tpe")
-    if sampler not in SAMPLERS:
-        problems.append(f"weights.sampler: {sampler!r} is not one of {', '.join(SAMPLERS)}")
-    step = raw.get("step")
-    if step is not None and (not _is_real(step) or step <= 0):
-        problems.append(f"weights.step: expected a number > 0 or null, got {step!r}")
-        step = None
-    if ok and step is not None and low < high and _is_int(n_trials):
-        # Each seed tries each weight once: more trials than grid points cannot be filled.
-        points = math.floor((high - low) / step + 1e-9) + 1
-        if n_trials > points:
-            problems.append(
-                f"weights.n_trials: {n_trials} trials per seed, but low {low:g} to high "
-                f"{high:g} in steps of {step:g} holds only {points} distinct weights; lower "
-                f"n_trials to at most {points}, or use a finer step"
-            )
-    return GuidedSearch(
-        low=float(low) if _is_real(low) else WEIGHT_LOW,
-        high=float(high) if _is_real(high) else WEIGHT_HIGH,
-        n_trials=n_trials if _is_int(n_trials) else 1,
-        sampler=sampler if isinstance(sampler, str) else "tpe",
-        step=float(step) if step is not None else None,
-    )
+        finetune = expand_preset(train, []).get("finetune")  # a preset may turn it on
+        tasks = finetune.get("tasks", "central") if isinstance(finetune, Mapping) else None
+        if not finetune or (isinstance(finetune, Mapping) and finetune.get("enabled") is False):
+            problems.append("objective.stage: finetuned scores the fine-tuning stage; turn it on "
+                            "with train.finetune: {tasks: central, epochs: ...}")
+        elif isinstance(tasks, list) and not set(central) <= set(tasks):
+            missing = ", ".join(sorted(set(central) - set(tasks)))
+            problems.append(f"objective.stage: finetuned needs every central task fine-tuned; "
+                            f"train.finetune.tasks leaves out {missing} (use tasks: central)")
+    return Objective(stage=stage, metric=metric)
 
 
 def _parse_seeds(raw: Any, problems: list[str]) -> tuple[int, ...]:

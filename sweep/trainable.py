@@ -1,9 +1,16 @@
-"""The Ray Tune function trainable: one trial = one trainer run for one cell.
+"""The Ray Tune function trainable: one trial = one trainer run (or stint) for one cell.
+
+The driver builds each cell's validated RunConfig once and hands it over in the trial's
+config (`RUN_CONFIG`); the worker only prepares the attempt folder and trains.
 
 Checkpoints: the trainer writes an epoch checkpoint into the trial's own output folder in the
 shared workdir, and `resume=True` continues from it. That folder is the single source of truth,
 so no Ray checkpoint is reported: a Ray retry (FailureConfig) and a later `weightsearch resume`
 both find the same folder and continue the interrupted cell instead of retraining it.
+
+A stint with an epoch `budget` (successive halving) stops once that epoch is trained and
+checkpointed: its report says so (`STINT_END`) and the run ends there; the next rung's stint
+continues from that checkpoint, with the full run's learning-rate schedule.
 
 Results cross the Ray boundary as flat scalars plus JSON strings, because Tune flattens nested
 dicts (`metrics/rte/accuracy`) before the searcher sees them.
@@ -17,65 +24,88 @@ import os
 import shutil
 from typing import Any
 
-from sweep.spec import StudySpec
-
 # Keys of the results this trainable reports (read by sweep.searcher).
-OBJECTIVE = "objective"  # the central task's primary metric at this epoch (ASHA's metric)
+OBJECTIVE = "objective"  # the central task's objective metric at this epoch (ASHA's metric)
 EPOCH = "epoch"  # ASHA's time attribute
 METRICS_JSON = "metrics_json"  # {task: {metric: value}} of this epoch
 SUMMARY_JSON = "summary_json"  # only in the last report: the trainer's RunResult, as JSON
+STINT_END = "stint_end"  # 1 in the report of the epoch a budgeted stint stops at
+# Keys of the trial config the searcher hands over.
+RUN_CONFIG = "run_config"
 
 
-def run_cell(config: dict[str, Any], spec: StudySpec) -> None:
-    """Train the cell named by `config` (central_task, weight, seed); report every epoch.
+class Carried:
+    """The cell's RunConfig inside Tune's trial config. Tune writes trial configs into its
+    result files as JSON, stringifying what it cannot encode: this keeps that string short."""
 
-    `spec` arrives through `tune.with_parameters`, so Ray puts it in the object store once
-    instead of copying it into every trial's config.
-    """
+    def __init__(self, cfg: Any) -> None:
+        self.cfg = cfg
+
+    def __str__(self) -> str:
+        return f"RunConfig({self.cfg.output_dir})"
+
+    __repr__ = __str__
+
+
+class _BudgetReached(Exception):
+    """Raised from the report callback once a stint's last epoch is checkpointed."""
+
+
+def run_cell(config: dict[str, Any]) -> None:
+    """Train the cell `config[RUN_CONFIG]`; report every multi-task epoch."""
     from ray import tune
 
     import trainer
 
-    central, weight, seed = config["central_task"], config["weight"], config["seed"]
-    out = attempt_dir(spec, central, weight, seed, int(config.get("attempt", 0)))
-    cfg = trainer.load_config(spec.run_mapping(central, weight, seed, out))
-    metric = spec.objective.metric
-    metric = cfg.task(central).primary_metric if metric == "primary" else metric
+    cfg = config[RUN_CONFIG].cfg
+    prepare_attempt(config["base_dir"], int(config.get("attempt", 0)))
+    central, stage = cfg.central_task, config["stage"]
+    metric = config["metric"]
+    budget = config.get("budget")
 
     def report(epoch_report: Any) -> None:
         if epoch_report.stage != "multitask":
             return  # fine-tuning epochs count from 1 again; their scores arrive in the summary
+        end = budget is not None and epoch_report.epoch >= budget
         tune.report({
             EPOCH: int(epoch_report.epoch),
             OBJECTIVE: float(epoch_report.metrics[central][metric]),
             METRICS_JSON: json.dumps(epoch_report.metrics),
             "train_loss": _finite(epoch_report.train_loss),
             "elapsed_s": float(epoch_report.elapsed_s),
+            STINT_END: int(end),
         })
+        if end:
+            raise _BudgetReached
 
-    result = trainer.train(cfg, report=report, resume=True, quiet=True)
-    summary = result.to_dict()
+    try:
+        result = trainer.train(cfg, report=report, resume=True, quiet=True)
+    except _BudgetReached:
+        return
     last = max((h["epoch"] for h in result.history), default=0)
     tune.report({
         EPOCH: int(last),
-        OBJECTIVE: float(result.stage_best(spec.objective.stage)[central][metric]),
-        SUMMARY_JSON: json.dumps(summary, default=str),
+        OBJECTIVE: float(result.stage_best(stage)[central][metric]),
+        SUMMARY_JSON: json.dumps(result.to_dict(), default=str),
     })
 
 
-def attempt_dir(spec: StudySpec, central: str, weight: float, seed: int, attempt: int) -> str:
+def attempt_folder(base: str, attempt: int) -> str:
+    return base if attempt == 0 else f"{base}-attempt{attempt}"
+
+
+def prepare_attempt(base: str, attempt: int) -> str:
     """The folder of one attempt at a cell: no two attempts (or drivers) write the same folder.
 
     A later attempt starts as a copy of the newest earlier attempt's folder, so the trainer
     continues from that attempt's last epoch checkpoint. The copy is made under a temporary
     name and renamed, so a Ray retry of this attempt finds either nothing or the whole copy.
     """
-    base = spec.trial_dir(central, weight, seed)
-    out = base if attempt == 0 else f"{base}-attempt{attempt}"
+    out = attempt_folder(base, attempt)
     if attempt == 0 or os.path.isdir(out):
         return out
     for earlier in range(attempt - 1, -1, -1):
-        source = base if earlier == 0 else f"{base}-attempt{earlier}"
+        source = attempt_folder(base, earlier)
         if os.path.isdir(os.path.join(source, "checkpoints")):
             partial = f"{out}.copying-{os.getpid()}"
             shutil.rmtree(partial, ignore_errors=True)

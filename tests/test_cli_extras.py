@@ -28,3 +28,32 @@ def test_a_missing_extra_names_what_to_install():
     with pytest.raises(ConfigError, match=r"pip install 'weightsearch\[serve\]'"):
         require_extra("serve", "weightsearch_no_such_module", feature="weightsearch serve")
     require_extra("serve", "fastapi", feature="weightsearch serve")  # installed: no error
+
+
+def test_plots_are_written_in_the_format_of_their_extension(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from pathlib import Path
+
+    from studies.importer import import_file
+
+    table = Path(__file__).resolve().parents[1] / "studies" / "data" / "siwlm_table2.csv"
+    url = f"sqlite:///{tmp_path / 'paper.db'}"
+    import_file(table, "paper", url)
+    heads = {".pdf": b"%PDF", ".svg": b"<?xml", ".png": b"\x89PNG"}
+    for suffix, head in heads.items():
+        target = tmp_path / f"study{suffix}"
+        assert main(["inspect", "paper", "--storage", url, "--plot", str(target)]) == 0
+        assert target.read_bytes().startswith(head), suffix
+        rec = tmp_path / f"rec{suffix}"
+        assert main(["recommend", "--train-size", "2500", "--storage", url,
+                     "--plot", str(rec)]) == 0
+        assert rec.read_bytes().startswith(head), suffix
+    # SVG keeps its text as text: the labels a paper needs are there to read.
+    svg = (tmp_path / "study.svg").read_text()
+    for text in ("rte (train n=2,490)", "multitask stage", "encoder not recorded",
+                 "central-task loss weight", "accuracy on dev (%)", "no error bar"):
+        assert text in svg, text
+    rec_svg = (tmp_path / "rec.svg").read_text()
+    assert "training examples of the central task (count, log scale)" in rec_svg
+    assert "train n=2,500" in rec_svg
+    capsys.readouterr()

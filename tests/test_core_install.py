@@ -1,55 +1,100 @@
-"""The core install: its requirements leave out the extras' packages, and `recommend`,
-`inspect` and `import` run with Ray, FastAPI, uvicorn, psycopg and matplotlib unimportable."""
+"""The core install: its requirements leave out the extras' packages, and a fresh venv with the
+core package alone runs `recommend` and `inspect`, and names the extra that `launch`, `serve` and
+tracking need."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-EXTRA_ONLY = ("ray", "fastapi", "fastapi_offline", "uvicorn", "psycopg", "matplotlib")
-# Makes the extras' packages unimportable in the child, as in an install without them.
-BLOCKER = f"""
-import sys
-class _Absent:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {EXTRA_ONLY!r}:
-            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
-sys.meta_path.insert(0, _Absent())
-"""
+PACKAGES = ("weightsearch", "trainer", "sweep", "studies")
+EXTRA_ONLY = ("ray", "fastapi", "uvicorn", "psycopg", "matplotlib", "tensorboard", "mlflow")
+TORCH = os.environ.get("TORCH_SPEC", "torch==2.13.0")  # as scripts/test.sh installs it
 
 
 def test_core_requirements_leave_out_the_extras():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = " ".join(project["dependencies"]).lower()
-    for name in ("ray", "fastapi", "uvicorn", "psycopg", "matplotlib"):
+    for name in EXTRA_ONLY:
         assert name not in core, name
-    assert set(project["optional-dependencies"]) >= {"serve", "cluster", "plot", "all"}
+    assert set(project["optional-dependencies"]) >= {"serve", "cluster", "plot", "tracking",
+                                                      "all"}
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]
+    for package in PACKAGES:  # PEP 561: type checkers read the packages' own hints
+        assert "py.typed" in package_data[package] and (ROOT / package / "py.typed").is_file()
 
 
-def _without_extras(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(BLOCKER)
-    path = os.pathsep.join([str(site), os.environ.get("PYTHONPATH", str(ROOT))])
-    return subprocess.run([sys.executable, "-m", "weightsearch.cli", *args], cwd=tmp_path,
-                          env={**os.environ, "PYTHONPATH": path}, capture_output=True,
-                          text=True, timeout=300)
+def _source_copy(folder: Path) -> Path:
+    """The package's files alone: pip builds in the source folder, which must not be ours."""
+    src = folder / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    for package in PACKAGES:
+        shutil.copytree(ROOT / package, src / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return src
 
 
-def test_recommend_import_and_inspect_run_without_the_extras(tmp_path):
+def _run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return subprocess.run(args, cwd=cwd, env={**env, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(600)
+def test_a_fresh_core_install_recommends_inspects_and_names_missing_extras(tmp_path):
+    venv = tmp_path / "venv"
+    done = _run([sys.executable, "-m", "venv", str(venv)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    python, script = str(venv / "bin" / "python"), str(venv / "bin" / "weightsearch")
+    # torch first, as scripts/test.sh does: here the local CPU wheel (pip's cache is reused).
+    # --no-compile: byte-compiling torch and transformers would take most of the time.
+    for args in (["install", "-q", "--no-compile", TORCH],
+                 ["install", "-q", "--no-compile", "-c", str(ROOT / "docker" / "constraints.txt"),
+                  str(_source_copy(tmp_path))]):
+        done = _run([python, "-m", "pip", *args], tmp_path, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+
+    probe = ("import importlib.util as u, sys; "
+             f"print(' '.join(m for m in {EXTRA_ONLY!r} if u.find_spec(m)))")
+    done = _run([python, "-c", probe], tmp_path)
+    assert done.returncode == 0 and done.stdout.split() == [], done.stdout + done.stderr
+    typed = ("import importlib.resources as r; "
+             f"print(all(r.files(p).joinpath('py.typed').is_file() for p in {PACKAGES!r}))")
+    assert _run([python, "-c", typed], tmp_path).stdout.strip() == "True"
+
     url = f"sqlite:///{tmp_path / 'core.db'}"
     table = ROOT / "studies" / "data" / "siwlm_table2.csv"
     for args in (["recommend", "--train-size", "2500", "--storage", url],
                  ["import", str(table), "--study", "paper", "--storage", url],
                  ["inspect", "--storage", url, "--format", "json"]):
-        done = _without_extras(tmp_path, *args)
-        assert done.returncode == 0, done.stderr
+        done = _run([script, *args], tmp_path)
+        assert done.returncode == 0, (args, done.stderr)
     assert '"paper"' in done.stdout
-    served = _without_extras(tmp_path, "serve", "--port", "1")
-    assert served.returncode == 2 and "weightsearch[serve]" in served.stderr, served.stderr
-    assert "Traceback" not in served.stderr
+
+    spec = tmp_path / "study.yaml"
+    spec.write_text(f"study: s\ntrain: {{data_dir: {ROOT / 'data' / 'glue_sample'}, "
+                    "tasks: [rte, mrpc]}\nweights: [1, 9]\n")
+    run_cfg = tmp_path / "run.yaml"
+    run_cfg.write_text(f"data_dir: {ROOT / 'data' / 'glue_sample'}\ntasks: [rte]\n"
+                       "tracking: {tensorboard: true}\n")
+    for args, extra in ((["launch", str(spec), "--storage", url], "cluster"),
+                        (["resume", "s", "--storage", url], "cluster"),
+                        (["serve", "--port", "1"], "serve"),
+                        (["train", "--config", str(run_cfg)], "tracking"),
+                        (["inspect", "--storage", url, "--plot", str(tmp_path / "p.png")],
+                         "plot")):
+        done = _run([script, *args], tmp_path)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert f"pip install 'weightsearch[{extra}]'" in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr, (args, done.stderr)

@@ -43,14 +43,16 @@ def test_columns_and_sizes(sample_tasks: dict[str, TaskData], tokenizer: Any) ->
 
 def test_cache_hit_does_not_tokenize(sample_data_dir: Path, tokenizer: Any, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainer.heads import base
+
     calls: list[int] = []
-    real = data._encode
+    real = base.encode
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(data, "_encode", counting)
+    monkeypatch.setattr(base, "encode", counting)
     first = load_task_data(PRESETS["mrpc"], sample_data_dir, tokenizer, 64, tmp_path)
     assert calls and len(list(tmp_path.iterdir())) == 2  # train + dev entries, no temp dirs left
     calls.clear()

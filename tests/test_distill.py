@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from tests.test_trainer_run import run_config
+from tests.test_trainer_run import read_jsonl, run_config
 from trainer import train
 from weightsearch.cli import main
 from weightsearch.errors import ConfigError
@@ -168,3 +168,138 @@ def test_command_picks_the_best_teachers_and_builds(sample_data_dir, tiny_encode
     config.write_text(yaml.safe_dump(cfg))
     assert main(["soft-targets", "--config", str(config)]) == 2
     assert "distill.teachers" in capsys.readouterr().err
+
+
+class Killed(Exception):
+    pass
+
+
+def _die(report):
+    raise Killed
+
+
+def _soft_file(path, data, targets):
+    from trainer.distill import fingerprint
+
+    spec = data.spec
+    save_file({"targets": targets.float().contiguous()}, str(path), metadata={
+        "task": spec.name, "type": spec.type, "rows": fingerprint(data),
+        "labels": json.dumps(list(spec.labels or ()))})
+    return str(path)
+
+
+def test_the_loop_trains_on_the_mean_of_hard_and_soft_losses(sample_data_dir, tiny_encoder,
+                                                             tmp_path):
+    # A regression task makes the mix readable from the logged first-update losses. For a loss
+    # a * hard + b * soft with soft targets t = y + c (y the labels), the soft loss is
+    # H - 2c * m + c^2 (H the hard loss, m the mean residual), so t = y gives (a + b) * H and
+    # the mean of the runs at +c and -c gives (a + b) * H + b * c^2. MT-DNN-KD: a = b = 1/2.
+    from trainer.encoders import load_tokenizer
+    from trainer.loop import load_data
+
+    base = {"epochs": 1, "tasks": ["stsb"], "central_task": "stsb",
+            "weighting": {"scheme": "equal"}}
+    data = load_data(run_config(sample_data_dir, tiny_encoder, "x", **base),
+                     load_tokenizer(tiny_encoder))["stsb"]
+    labels = torch.tensor(data.train["label"], dtype=torch.float32)
+
+    def first_loss(name, targets=None):
+        distill = None if targets is None else {"teachers": {"stsb": _soft_file(
+            tmp_path / f"{name}.safetensors", data, targets)}}
+        out = tmp_path / name
+        train(run_config(sample_data_dir, tiny_encoder, out, **base, distill=distill),
+              quiet=True)
+        return read_jsonl(out / "steps.jsonl")[0]["loss"]
+
+    c = 0.5
+    hard = first_loss("hard")
+    same, up, down = (first_loss(n, labels + d) for n, d in (("same", 0), ("up", c), ("down", -c)))
+    assert same / hard == pytest.approx(1.0, rel=1e-5)  # a + b
+    assert ((up + down) / 2 - same) / c**2 == pytest.approx(0.5, rel=1e-4)  # b
+
+
+def test_a_home_relative_soft_target_file_is_a_file(sample_data_dir, tiny_encoder, tmp_path,
+                                                     monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "targets.safetensors").write_bytes(b"placeholder")
+    (tmp_path / "teacher").mkdir()
+    with pytest.raises(ConfigError, match="either one soft-target file or teacher run folders"):
+        run_config(sample_data_dir, tiny_encoder, tmp_path / "x", distill={"teachers": {
+            "rte": ["~/targets.safetensors", str(tmp_path / "teacher")]}})
+
+
+def test_a_finetuned_teacher_teaches_and_ranks_with_its_finetuned_checkpoint(
+        sample_data_dir, tiny_encoder, tmp_path):
+    from trainer.distill import pick_teachers
+    from trainer.model import MTDNN, load_encoder
+
+    teacher = tmp_path / "teacher"
+    train(run_config(sample_data_dir, tiny_encoder, teacher, epochs=1, tasks=["rte", "stsb"],
+                     finetune={"tasks": ["rte"], "epochs": 2, "lr": 1e-3, "heads": "fresh"}),
+          quiet=True)
+    cache = str(tmp_path / "cache" / "tokenized")
+    student = run_config(sample_data_dir, tiny_encoder, tmp_path / "student", epochs=1,
+                         tasks=["rte", "stsb"], cache_dir=cache)
+    picked = pick_teachers(student, [str(teacher)], 1)
+    (folder, rte), = picked["rte"]
+    (_, stsb), = picked["stsb"]
+    tuned = teacher / "finetune" / "rte"
+    assert folder == teacher and rte.stage == "finetuned" and rte.run == tuned
+    assert rte.weights == tuned / "checkpoints" / "epoch-002" / "model.safetensors"
+    # Ranked by the dev score of the checkpoint it teaches with (the last epoch's), not by
+    # the multi-task stage's or the best epoch's.
+    last = [r for r in read_jsonl(tuned / "metrics.jsonl") if r["epoch"] == 2]
+    assert rte.epoch == 2 and rte.score == last[0]["primary"]
+    assert (stsb.stage, stsb.epoch, stsb.run) == ("multitask", 1, teacher)
+
+    train(run_config(sample_data_dir, tiny_encoder, tmp_path / "student", epochs=1,
+                     tasks=["rte", "stsb"], cache_dir=cache,
+                     distill={"teachers": {"rte": [str(teacher)]}}), quiet=True)
+    built = load_file(str(next((tmp_path / "cache" / "soft-targets").glob("rte-*"))))["targets"]
+
+    from trainer.encoders import load_tokenizer
+    from trainer.loop import load_data
+
+    tokenizer = load_tokenizer(tiny_encoder)
+    data = load_data(student, tokenizer)["rte"]
+    batch = data.collate(data.train, list(range(data.train_size)), tokenizer.pad_token_id)
+    expected = {}
+    for stage, weights, tasks in (("finetuned", rte.weights, ["rte"]),
+                                  ("multitask", stsb.weights, ["rte", "stsb"])):
+        specs = run_config(sample_data_dir, tiny_encoder, "x", tasks=tasks).tasks
+        model = MTDNN(load_encoder(tiny_encoder, 1), specs, "pooler")
+        model.load_state_dict(load_file(str(weights)))
+        with torch.no_grad():
+            expected[stage] = F.softmax(model.eval()("rte", batch), -1)
+    torch.testing.assert_close(built, expected["finetuned"], atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(built, expected["multitask"], atol=1e-3)
+
+
+def test_resume_notices_changed_teachers_but_not_moved_ones(sample_data_dir, tiny_encoder,
+                                                           tmp_path, teachers):
+    import shutil
+
+    teacher = tmp_path / "teacher"
+    shutil.copytree(teachers[0], teacher)
+    out = tmp_path / "student"
+
+    def student(source):
+        return run_config(sample_data_dir, tiny_encoder, out, epochs=2,
+                          cache_dir=str(tmp_path / "cache" / "tokenized"),
+                          distill={"teachers": {"rte": [str(source)]}})
+
+    with pytest.raises(Killed):
+        train(student(teacher), report=_die, quiet=True)
+    before = sorted(p.name for p in out.rglob("*"))
+    changed = tmp_path / "changed"
+    shutil.copytree(teacher, changed)
+    weights = changed / "checkpoints" / "epoch-001" / "model.safetensors"
+    save_file({k: v + 0.01 for k, v in load_file(str(weights)).items()}, str(weights),
+              metadata={"format": "pt"})
+    with pytest.raises(ConfigError, match=r"distill\.teachers\.rte: the soft targets differ"):
+        train(student(changed), resume=True, quiet=True)
+    assert sorted(p.name for p in out.rglob("*")) == before
+    moved = tmp_path / "moved"
+    shutil.move(teacher, moved)
+    result = train(student(moved), resume=True, quiet=True)
+    assert [h["epoch"] for h in result.history] == [1, 2]

@@ -20,9 +20,17 @@ def _example(name, sample_data_dir, tiny_encoder, out, **sets):
     return load_config(EXAMPLES / name, overrides)
 
 
-@pytest.mark.parametrize("name", ["run-sample.yaml", "run-siwlm-paper.yaml"])
+@pytest.mark.parametrize("name", ["run-sample.yaml", "run-siwlm-paper.yaml",
+                                  "distill-teacher.yaml", "distill-student.yaml"])
 def test_run_examples_load(name, sample_data_dir, tiny_encoder, tmp_path):
     assert _example(name, sample_data_dir, tiny_encoder, tmp_path / "x").tasks
+
+
+def test_finetuned_study_example_loads():
+    from sweep.spec import load_study_spec
+
+    spec = load_study_spec(EXAMPLES / "study-finetuned-sample.yaml")
+    assert spec.objective.stage == "finetuned" and spec.central_tasks == ("rte", "mrpc")
 
 
 def test_siwlm_paper_example_runs_both_stages(sample_data_dir, tiny_encoder, tmp_path):

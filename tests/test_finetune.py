@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from tests.test_trainer_run import read_jsonl, run_config
 from trainer import load_config, train
@@ -17,6 +17,17 @@ from weightsearch.errors import ConfigError
 
 def _weights(folder):
     return load_file(str(folder / "model.safetensors"))
+
+
+class Killed(Exception):
+    pass
+
+
+def _perturb(checkpoint):
+    """Other weights of the same shapes in a checkpoint folder (a source that changed)."""
+    weights = _weights(checkpoint)
+    save_file({k: v + 0.01 for k, v in weights.items()}, str(checkpoint / "model.safetensors"),
+              metadata={"format": "pt"})
 
 
 def test_finetuning_starts_from_the_multitask_weights(sample_data_dir, tiny_encoder, tmp_path):
@@ -62,14 +73,12 @@ def test_fresh_heads_keep_only_the_encoder(sample_data_dir, tiny_encoder, tmp_pa
 
 
 def test_resume_inside_finetuning_equals_an_uninterrupted_run(
-    sample_data_dir, tiny_encoder, tmp_path
+    sample_data_dir, tiny_encoder, tmp_path, monkeypatch
 ):
+    monkeypatch.chdir(tmp_path)  # the relative resume below changes directory
     ft = {"tasks": ["rte", "mrpc"], "epochs": 2, "lr": 1e-4, "adversarial": True}
     straight = train(run_config(sample_data_dir, tiny_encoder, tmp_path / "a", epochs=1,
                                 finetune=ft), quiet=True)
-
-    class Killed(Exception):
-        pass
 
     def die_in_finetuning(report):
         if report.stage == "finetuned" and report.epoch == 1 and "mrpc" in report.metrics:
@@ -79,16 +88,22 @@ def test_resume_inside_finetuning_equals_an_uninterrupted_run(
     with pytest.raises(Killed):
         train(cfg, report=die_in_finetuning, quiet=True)
     assert not (tmp_path / "b" / "result.json").exists()
+    # A study's retry continues a copy of the killed folder (sweep.trainable.attempt_dir), and
+    # a user may resume by a relative path: the fine-tuning runs' start (the multi-task
+    # checkpoint, which moved with the copy) is the same weights, so both continue.
+    shutil.copytree(tmp_path / "b", tmp_path / "b-attempt1")
     resumed = train(cfg, resume=True, quiet=True)
+    copied = train(cfg.replace(output_dir="b-attempt1"), resume=True, quiet=True)
 
-    for task in ("rte", "mrpc"):
-        assert resumed.finetuned[task].history == straight.finetuned[task].history
-        a = _weights(tmp_path / "a" / "finetune" / task / "checkpoints" / "epoch-002")
-        b = _weights(tmp_path / "b" / "finetune" / task / "checkpoints" / "epoch-002")
-        for key in a:
-            torch.testing.assert_close(a[key], b[key], atol=0, rtol=0)
-    rows = read_jsonl(tmp_path / "b" / "metrics.jsonl")
-    assert sum(r["stage"] == "finetuned" for r in rows) == 4  # 2 tasks x 2 epochs, no repeats
+    for run, folder in ((resumed, "b"), (copied, "b-attempt1")):
+        for task in ("rte", "mrpc"):
+            assert run.finetuned[task].history == straight.finetuned[task].history
+            a = _weights(tmp_path / "a" / "finetune" / task / "checkpoints" / "epoch-002")
+            b = _weights(tmp_path / folder / "finetune" / task / "checkpoints" / "epoch-002")
+            for key in a:
+                torch.testing.assert_close(a[key], b[key], atol=0, rtol=0)
+        rows = read_jsonl(tmp_path / folder / "metrics.jsonl")
+        assert sum(r["stage"] == "finetuned" for r in rows) == 4  # 2 tasks x 2 epochs, once
 
 
 def test_smart_term_is_zero_without_perturbation_and_positive_with_it(
@@ -135,6 +150,35 @@ def test_init_from_an_earlier_run(sample_data_dir, tiny_encoder, tmp_path):
                                atol=1e-8, rtol=0)
 
 
+def test_resume_compares_init_from_by_content_not_by_path(sample_data_dir, tiny_encoder,
+                                                          tmp_path):
+    first = tmp_path / "first"
+    train(run_config(sample_data_dir, tiny_encoder, first, epochs=1), quiet=True)
+    out = tmp_path / "second"
+
+    def die_after_epoch_1(report):
+        raise Killed
+
+    with pytest.raises(Killed):
+        train(run_config(sample_data_dir, tiny_encoder, out, init_from=str(first)),
+              report=die_after_epoch_1, quiet=True)
+    before = sorted(p.name for p in out.rglob("*"))
+    # The source's weights changed under the same kind of path: refused, nothing written.
+    changed = tmp_path / "changed"
+    shutil.copytree(first, changed)
+    _perturb(changed / "checkpoints" / "epoch-001")
+    with pytest.raises(ConfigError, match="init_from: the weights it names are not those"):
+        train(run_config(sample_data_dir, tiny_encoder, out, init_from=str(changed)),
+              resume=True, quiet=True)
+    assert sorted(p.name for p in out.rglob("*")) == before
+    # The same weights somewhere else: the run continues.
+    moved = tmp_path / "moved"
+    shutil.move(first, moved)
+    result = train(run_config(sample_data_dir, tiny_encoder, out, init_from=str(moved)),
+                   resume=True, quiet=True)
+    assert [h["epoch"] for h in result.history] == [1, 2]
+
+
 def test_init_from_bad_sources_are_refused_before_writing(sample_data_dir, tiny_encoder,
                                                           tmp_path):
     junk = tmp_path / "junk.safetensors"
@@ -161,6 +205,8 @@ def test_init_from_bad_sources_are_refused_before_writing(sample_data_dir, tiny_
     ({"lr": -1}, "finetune.lr"),
     ({"heads": "borrowed"}, "finetune.heads"),
     ({"optimizer": "sgd"}, "finetune.optimizer"),
+    ({"head": "pointer", "heads": "fresh"}, "finetune.head: 'pointer' is not one of"),
+    ({"head": "san"}, "finetune.head: san differs from the multi-task head of rte"),
     ({"rounds": 2}, "finetune.rounds: unknown"),
     ({"adversarial": {"epsilon": -1}}, "finetune.adversarial.epsilon"),
     ("yes", "finetune: expected a mapping"),
@@ -185,8 +231,8 @@ def test_siwlm_paper_preset_resolves_value_by_value(sample_data_dir):
     assert (w.scheme, w.variant, w.central_weight, w.focus_span, w.off_focus) == (
         "siwlm", "reference", 12, 20, 0.1)
     ft = cfg.finetune
-    assert (ft.tasks, ft.epochs, ft.optimizer, ft.lr, ft.batch_size, ft.heads) == (
-        "central", 5, "adamw", 2e-5, 32, "fresh")
+    assert (ft.tasks, ft.epochs, ft.optimizer, ft.lr, ft.batch_size, ft.heads, ft.head) == (
+        "central", 5, "adamw", 2e-5, 32, "fresh", "linear")
     assert ft.adversarial.enabled and (ft.adversarial.epsilon, ft.adversarial.noise,
                                        ft.adversarial.step_size, ft.adversarial.weight) == (
         1e-5, 1e-5, 1e-3, 1.0)
@@ -194,9 +240,52 @@ def test_siwlm_paper_preset_resolves_value_by_value(sample_data_dir):
         load_config({"preset": "mtdnn", "tasks": ["rte"], "data_dir": str(sample_data_dir)})
 
 
-def test_a_run_without_finetune_removes_nothing_it_did_not_make(sample_data_dir, tiny_encoder,
-                                                                 tmp_path):
-    # A resumed run that restarts its multi-task epochs discards a stale fine-tuning folder.
+def test_siwlm_paper_preset_shapes_the_tasks_as_the_reference_code(sample_data_dir, tmp_path):
+    from trainer.finetune import stage_config
+
+    cfg = load_config({"preset": "siwlm-paper", "data_dir": str(sample_data_dir),
+                       "weighting": {"central_weight": 9},
+                       "tasks": ["stsb", "qnli", "rte", {"preset": "mrpc", "head": "linear"},
+                                 "cola", {"preset": "qnli", "name": "qnli_rank"}]})
+    # The first listed task stays central; the others follow the published script's order
+    # (mrpc, rte, cola, mnli, qnli, qqp, sst, stsb), a renamed preset after them.
+    assert cfg.central_task == "stsb"
+    assert cfg.task_names == ("stsb", "mrpc", "rte", "cola", "qnli", "qnli_rank")
+    heads = {t.name: (t.type, t.head, t.group) for t in cfg.tasks}
+    assert heads == {
+        "stsb": ("regression", "linear", None),
+        "mrpc": ("classification", "linear", None),  # the task's own key wins
+        "rte": ("classification", "san", None),
+        "cola": ("classification", "linear", None),
+        "qnli": ("classification", "san", None),  # QNLI as plain classification, with SAN
+        "qnli_rank": ("classification", "san", None),
+    }
+    # A task that sets its own type keeps all its own settings.
+    own = load_config({"preset": "siwlm-paper", "data_dir": str(sample_data_dir),
+                       "weighting": {"central_weight": 9},
+                       "tasks": ["rte", {"preset": "qnli", "type": "ranking"}]})
+    assert (own.task("qnli").type, own.task("qnli").group) == ("ranking", "question")
+    # No tasks listed: the script's eight, MRPC (its first) central.
+    every = load_config({"preset": "siwlm-paper", "data_dir": str(sample_data_dir),
+                         "weighting": {"central_weight": 9}})
+    assert every.task_names == ("mrpc", "rte", "cola", "mnli", "qnli", "qqp", "sst2", "stsb")
+    assert [t.name for t in every.tasks if t.head == "san"] == ["mrpc", "rte", "mnli", "qnli",
+                                                               "qqp"]
+    # Fine-tuning puts a new linear head on the encoder (the script's answer_opt 0).
+    rte = load_config({"preset": "siwlm-paper", "data_dir": str(sample_data_dir),
+                       "weighting": {"central_weight": 9}, "tasks": ["rte", "mrpc"]})
+    sub = stage_config(rte, "rte", tmp_path)
+    assert sub.task_names == ("rte",) and sub.task("rte").head == "linear"
+    assert rte.task("rte").head == "san"
+    with pytest.raises(ConfigError, match=r"finetune.head: linear differs from the multi-"
+                                          r"task head of rte.*finetune.heads: fresh"):
+        load_config({"preset": "siwlm-paper", "data_dir": str(sample_data_dir),
+                     "weighting": {"central_weight": 9}, "tasks": ["rte", "mrpc"],
+                     "finetune": {"heads": "keep"}})
+
+
+def test_a_resume_that_restarts_the_multitask_stage_discards_stale_finetuning(
+        sample_data_dir, tiny_encoder, tmp_path):
     out = tmp_path / "run"
     cfg = run_config(sample_data_dir, tiny_encoder, out, epochs=1,
                      finetune={"epochs": 1, "lr": 1e-4})
@@ -206,3 +295,19 @@ def test_a_run_without_finetune_removes_nothing_it_did_not_make(sample_data_dir,
     train(cfg, resume=True, quiet=True)
     assert not (out / "finetune" / "rte" / "marker").exists()
     assert (out / "finetune" / "rte" / "result.json").is_file()
+
+
+def test_a_run_removes_no_finetune_folder_it_did_not_make(sample_data_dir, tiny_encoder,
+                                                         tmp_path):
+    out = tmp_path / "run"
+    (out / "finetune").mkdir(parents=True)
+    (out / "finetune" / "notes.txt").write_text("the user's")
+    train(run_config(sample_data_dir, tiny_encoder, out, epochs=1), quiet=True)
+    assert (out / "finetune" / "notes.txt").read_text() == "the user's"
+    # A fine-tuning run would write into it: refused before anything is written.
+    other = tmp_path / "other"
+    (other / "finetune").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"finetune exists, but .* holds no run"):
+        train(run_config(sample_data_dir, tiny_encoder, other, epochs=1,
+                         finetune={"epochs": 1}), quiet=True)
+    assert [p.name for p in other.iterdir()] == ["finetune"]

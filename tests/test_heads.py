@@ -9,12 +9,26 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.heads import HEADS, ClassificationHead, RankingHead, RegressionHead, build_head
+from trainer.heads import (
+    HEADS,
+    ClassificationHead,
+    Encoded,
+    RankingHead,
+    RegressionHead,
+    build_head,
+)
 from trainer.tasks import PRESETS, TASK_TYPES
 from weightsearch.errors import ConfigError
 
 HIDDEN = 8
 LN = math.log
+
+
+def _pooled(vectors: torch.Tensor) -> Encoded:
+    """Encoder states whose pooled vector is `vectors` (one token per row)."""
+    hidden = vectors.unsqueeze(1)
+    return Encoded(hidden, torch.ones(hidden.shape[:2], dtype=torch.long),
+                   lambda h, _m: h[:, 0])
 
 
 def _head(preset: str):
@@ -33,7 +47,8 @@ def test_registry_covers_every_task_type():
 
 def test_unknown_type_is_a_config_error():
     spec = dataclasses.replace(PRESETS["rte"], type="tagging")
-    with pytest.raises(ConfigError, match="choose one of classification, regression, ranking"):
+    with pytest.raises(ConfigError, match="choose one of classification, regression, ranking, "
+                                          "multiple_choice, span_qa"):
         build_head(spec, HIDDEN)
 
 
@@ -45,7 +60,7 @@ def test_dropout_comes_from_the_spec():
 @pytest.mark.parametrize(("preset", "shape"), [("mnli", (5, 3)), ("rte", (5, 2)),
                                                ("stsb", (5,)), ("qnli", (5,))])
 def test_forward_shapes(preset, shape):
-    assert _head(preset)(torch.randn(5, HIDDEN)).shape == shape
+    assert _head(preset)(_pooled(torch.randn(5, HIDDEN)), {}).shape == shape
 
 
 def test_classification_loss_and_predict():
@@ -124,7 +139,7 @@ def test_gradients_reach_the_pooled_input_and_the_head(preset):
     pooled = torch.randn(4, HIDDEN, requires_grad=True)
     labels = torch.tensor([0.5, 1.0, 2.0, 3.0]) if preset == "stsb" else torch.tensor([0, 1, 1, 0])
     batch = {"labels": labels, "group": torch.tensor([0, 0, 1, 1])}
-    loss = head.loss(head(pooled), batch)
+    loss = head.loss(head(_pooled(pooled), batch), batch)
     assert loss.ndim == 0 and torch.isfinite(loss)
     loss.backward()
     assert pooled.grad is not None and pooled.grad.abs().sum() > 0
@@ -137,8 +152,8 @@ def test_heads_score_in_fp32_under_bf16_autocast(preset):
     torch.manual_seed(1)
     pooled = torch.randn(16, HIDDEN).to(torch.bfloat16)  # what a bf16 encoder hands over
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        scores = head(pooled)
+        scores = head(_pooled(pooled), {})
     assert scores.dtype == torch.float32
-    torch.testing.assert_close(scores, head(pooled.float()), rtol=0, atol=0)
+    torch.testing.assert_close(scores, head(_pooled(pooled.float()), {}), rtol=0, atol=0)
     # ... and carries digits that bf16 scores would have rounded away.
     assert not torch.equal(scores, scores.to(torch.bfloat16).float())

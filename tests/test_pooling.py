@@ -69,7 +69,8 @@ def test_each_pooling_feeds_the_head_what_it_says(pooling):
     mask = (ids != 0).long()
     batch = {"input_ids": ids, "attention_mask": mask}
     seen = {}
-    model.heads["rte"].register_forward_hook(lambda _m, args, _o: seen.update(x=args[0]))
+    # what the head's layer reads (its dropout is off in eval mode)
+    model.heads["rte"].proj.register_forward_hook(lambda _m, args, _o: seen.update(x=args[0]))
     with torch.no_grad():
         model("rte", batch)
         out = encoder(input_ids=ids, attention_mask=mask)

@@ -77,6 +77,15 @@ def test_cli_json_text_plot_and_evaluate(paper_url, tmp_path, capsys):
     assert main(["recommend", "--evaluate", "--storage", paper_url, "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert len(report["tasks"]) == 8 and 0 <= report["hit_rate"] <= 1
+    # Point error against a random weight of each task's grid (Table 2's own figures).
+    for r in report["tasks"]:
+        assert r["abs_error"] == pytest.approx(abs(r["recommended"] - r["best_weight"]), abs=1e-3)
+        grid = (1, 3, 6, 9, 12, 15)
+        assert r["chance_abs_error"] == pytest.approx(
+            sum(abs(g - r["best_weight"]) for g in grid) / 6, abs=1e-3)
+    assert report["mean_abs_error"] < report["chance_abs_error"]
+    assert main(["recommend", "--evaluate", "--storage", paper_url]) == 0
+    assert "point error (mean |recommended - best weight|)" in capsys.readouterr().out
 
 
 def test_cli_counts_a_data_file(tmp_path, capsys):

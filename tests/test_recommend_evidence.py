@@ -39,7 +39,8 @@ def test_strong_studies_override_the_prior_in_their_neighbourhood():
     assert abs(rec.central_weight - 3) <= 1.0 and rec.interval[1] < prior_only.central_weight
     studies_say = sum(e["say"] for e in rec.evidence if e["source"] == "studies")
     assert studies_say > 0.8
-    assert rec.regime == {"encoder": "unknown", "stage": "multitask"}
+    assert rec.regime == {"encoder": "unknown", "encoder_size": "unknown", "stage": "multitask",
+                          "variant": "unknown"}
     assert any("discounted" in n and "bert-base-uncased/finetuned" in n for n in rec.notes)
     # Far away (300k examples) the four small studies do not decide alone.
     far = recommend_from(prior_evidence() + strong, 300_000)
@@ -81,7 +82,7 @@ def test_regimes_are_kept_apart():
     a = recommend_from(evidence, 3000, encoder="minilm")
     b = recommend_from(evidence, 3000, encoder="roberta-base", stage="finetuned")
     assert a.central_weight < 6 < 12 < b.central_weight
-    assert a.regime == {"encoder": "minilm", "stage": "multitask"}
+    assert a.regime["encoder"] == "minilm" and a.regime["stage"] == "multitask"
     assert all(e["discounted"] == (e["encoder"] != "minilm") for e in a.evidence)
     # A regime without evidence: answered from the others, and the notes say so.
     c = recommend_from(evidence, 3000, encoder="deberta-v3-base")
@@ -90,13 +91,20 @@ def test_regimes_are_kept_apart():
 
 
 def test_calibration_on_generated_worlds():
-    """80% intervals on 30 worlds x 8 tasks x 3 seeds, 4 held-out tasks each: 120 predictions.
-    If the true coverage is 0.80, the observed share has sd 0.037, so the band 0.68-0.92
-    (+-3.3 sd) fails by chance with probability about 0.1%; the fixed seed makes it repeatable."""
-    r = coverage_and_error(worlds=30, tasks=8, seeds=3, held_out=4, first_seed=500)
-    assert 0.68 <= r["coverage80"] <= 0.92, r
-    few = coverage_and_error(worlds=30, tasks=4, seeds=1, held_out=4, first_seed=500)
-    assert r["mean_abs_error"] < few["mean_abs_error"]
+    """80% intervals on 120 worlds x 8 tasks x 3 seeds, one held-out task per world: 120
+    predictions, each from a fit of its own, so they are independent and the count of covered
+    ones is binomial. At this setting the coverage is 0.826 (2,000 worlds, se 0.009; see
+    BENCHMARKS.md section 7), so the band 0.68-0.92 (82..110 of 120) fails by chance with
+    probability 0.15%. The worlds are paired across settings, so the error comparisons are paired
+    too: over 2,000 worlds 1 -> 3 seeds lowers the error by 0.38 (sd 1.28 per prediction: at 120
+    predictions z = 3.2, a chance failure 0.06%) and 4 -> 8 tasks by 0.70 (z = 4.6). The fixed
+    seed makes the test repeatable; these rates say how likely a new seed would be to fail."""
+    r = coverage_and_error(worlds=120, tasks=8, seeds=3, held_out=1, first_seed=500)
+    assert 82 <= round(r["coverage80"] * 120) <= 110, r["coverage80"]
+    one_seed = coverage_and_error(worlds=120, tasks=8, seeds=1, held_out=1, first_seed=500)
+    few_tasks = coverage_and_error(worlds=120, tasks=4, seeds=3, held_out=1, first_seed=500)
+    assert r["mean_abs_error"] < one_seed["mean_abs_error"]
+    assert r["mean_abs_error"] < few_tasks["mean_abs_error"]
 
 
 def test_synthetic_flat_tasks_carry_no_information():
@@ -135,7 +143,7 @@ def test_evaluate_reports_the_chance_level_of_each_grid(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["--train-size", "9" * 400], "at most 1,000,000,000,000"),
+    (["--train-size", "9" * 400], "at most 1,000,000,000,000 examples (10^12), got a 400-digit"),
     (["--train-size", str(10 ** 30)], "at most 1,000,000,000,000"),
     (["--train-size", "2500", "--encoder", "bert base!"], "encoder must be a model name"),
     (["--train-size", "2500", "--stage", "pretrained"], "invalid choice"),
@@ -200,7 +208,8 @@ def test_imported_strong_studies_with_their_regime_lead_the_answer(tmp_path, cap
     assert main(["recommend", "--train-size", "3000", "--storage", url, "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert abs(out["central_weight"] - 3) <= 1
-    assert out["regime"] == {"encoder": "minilm", "stage": "multitask"}
+    assert {k: out["regime"][k] for k in ("encoder", "stage")} == \
+        {"encoder": "minilm", "stage": "multitask"}
     assert any("discounted" in n and "bert-base-uncased/finetuned" in n for n in out["notes"])
     assert {e["encoder"] for e in out["evidence"] if e["source"] == "studies"} == {"minilm"}
 

@@ -1,8 +1,10 @@
-"""The reference-faithful training options (AdamaxW, overlong: drop, eval length, task poolers),
-weight-0 batches, and what a resumed run must match (settings, data files, precision)."""
+"""The reference-faithful training options (AdamaxW with or without bias correction, head
+initialisation, overlong: drop, eval length, task poolers), weight-0 batches, and what a resumed
+run must match (settings, data files, precision)."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 
 import pytest
@@ -10,8 +12,10 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
+from tests.conftest import ROOT
 from tests.test_trainer_run import read_jsonl, run_config
-from trainer import train
+from trainer import load_config, train
+from trainer.init_weights import init_head_weights
 from trainer.optim import AdamaxW, build_optimizer
 from weightsearch.errors import ConfigError
 
@@ -43,6 +47,105 @@ def test_adamaxw_decay_does_not_pass_through_the_gradient_normalisation():
     torch_adamax = torch.optim.Adamax([l2], lr=0.1, weight_decay=0.01)
     torch_adamax.step()
     assert l2.item() == pytest.approx(1.9, abs=1e-6)  # why the L2 form crippled training
+
+
+def test_adamaxw_without_bias_correction_follows_the_reference_formula_over_two_steps():
+    # SIWLM's BERT-style Adamax: no bias correction, eps inside the max and in the denominator.
+    p0 = torch.tensor([1.0, -2.0, 0.5, 3.0], dtype=torch.float64)
+    g1 = torch.tensor([0.3, 0.0, -4.0, 1e-7], dtype=torch.float64)
+    g2 = torch.tensor([-0.1, 0.2, -1.0, 0.0], dtype=torch.float64)
+    lr, wd, eps, b1, b2 = 0.1, 0.01, 1e-6, 0.9, 0.999
+    param = nn.Parameter(p0.clone())
+    opt = AdamaxW([{"params": [param], "decoupled_weight_decay": wd}], lr=lr, eps=eps,
+                  bias_correction=False)
+    param.grad = g1.clone()
+    opt.step()
+    m1, u1 = (1 - b1) * g1, g1.abs() + eps
+    p1 = p0 * (1 - lr * wd) - lr * m1 / (u1 + eps)  # a tenth of the corrected first step
+    assert torch.allclose(param.detach(), p1, rtol=0, atol=1e-12)
+    param.grad = g2.clone()
+    opt.step()
+    m2, u2 = b1 * m1 + (1 - b1) * g2, torch.maximum(b2 * u1, g2.abs() + eps)
+    p2 = p1 * (1 - lr * wd) - lr * m2 / (u2 + eps)
+    assert torch.allclose(param.detach(), p2, rtol=0, atol=1e-12)
+
+
+def test_adamaxw_with_bias_correction_and_no_decay_is_torchs_adamax():
+    torch.manual_seed(0)
+    ours, theirs = (nn.Parameter(torch.randn(5, 3)) for _ in range(2))
+    theirs.data.copy_(ours.data)
+    opt_a = AdamaxW([ours], lr=0.05, eps=1e-8)
+    opt_b = torch.optim.Adamax([theirs], lr=0.05, eps=1e-8)
+    for _ in range(3):
+        grad = torch.randn(5, 3)
+        ours.grad, theirs.grad = grad.clone(), grad.clone()
+        opt_a.step()
+        opt_b.step()
+    assert torch.equal(ours.detach(), theirs.detach())
+
+
+def test_adamaxw_groups_mix_both_forms_and_added_groups_get_the_defaults():
+    a, b = nn.Parameter(torch.ones(2)), nn.Parameter(torch.ones(2))
+    opt = AdamaxW([{"params": [a], "bias_correction": False}], lr=0.1, weight_decay=0.5)
+    opt.add_param_group({"params": [b], "bias_correction": True})
+    assert opt.param_groups[1]["decoupled_weight_decay"] == 0.5
+    assert [g["bias_correction"] for g in opt.param_groups] == [False, True]
+    a.grad, b.grad = torch.ones(2), torch.ones(2)
+    opt.step()
+    # Same decay (0.95), then a full corrected step for b and a tenth of one for a.
+    assert torch.allclose(a.detach(), torch.full((2,), 0.95 - 0.1 * 0.1), atol=1e-6)
+    assert torch.allclose(b.detach(), torch.full((2,), 0.95 - 0.1), atol=1e-6)
+    assert [g["params"][0] for g in opt.param_groups] == [a, b]  # group order kept
+    again = AdamaxW([{"params": [a], "bias_correction": False}, {"params": [b]}], lr=0.1)
+    again.load_state_dict(opt.state_dict())
+    assert again.param_groups[0]["bias_correction"] is False
+
+
+def test_run_config_passes_the_adamax_settings_to_the_optimizer(sample_data_dir, tiny_encoder,
+                                                                tmp_path):
+    from trainer.model import MTDNN, load_encoder
+
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run",
+                     adamax={"bias_correction": False, "eps": 1e-6})
+    opt = build_optimizer(MTDNN(load_encoder(tiny_encoder, 1), cfg.tasks), cfg,
+                          torch.device("cpu"))
+    assert all(g["bias_correction"] is False and g["eps"] == 1e-6 for g in opt.param_groups)
+    default = run_config(sample_data_dir, tiny_encoder, tmp_path / "run")
+    assert default.adamax.bias_correction is True and default.adamax.eps == 1e-8
+
+
+def test_head_init_normal_draws_head_and_task_pooler_weights_from_n_0_002(
+        sample_data_dir, tiny_encoder, tmp_path):
+    from trainer.model import MTDNN, load_encoder
+
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", pooling="task-pooler")
+    torch.manual_seed(0)
+    model = MTDNN(load_encoder(tiny_encoder, 1), cfg.tasks, "task-pooler")
+    encoder_before = {k: v.clone() for k, v in model.encoder.state_dict().items()}
+    default_bias = model.heads["rte"].proj.bias.detach().clone()
+    assert init_head_weights(model, "default") == 0
+    assert torch.equal(model.heads["rte"].proj.bias, default_bias)
+    assert init_head_weights(model, "normal") == 6  # 3 heads + 3 task poolers
+    layers = [m for part in (model.heads, model.task_poolers) for m in part.modules()
+              if isinstance(m, nn.Linear)]
+    weights = torch.cat([m.weight.detach().flatten() for m in layers])
+    assert all(torch.count_nonzero(m.bias) == 0 for m in layers)
+    assert abs(weights.mean().item()) < 0.003 and 0.018 < weights.std().item() < 0.022
+    assert weights.abs().max().item() < 0.02 * 6
+    assert all(torch.equal(v, encoder_before[k]) for k, v in model.encoder.state_dict().items())
+
+
+def test_head_init_reaches_the_trained_model(sample_data_dir, tiny_encoder, tmp_path):
+    # A vanishing learning rate keeps the initial head weights: zero biases under normal,
+    # Kaiming-uniform ones (up to 1/sqrt(32)) under the default.
+    biases = {}
+    for scheme in ("normal", "default"):
+        out = tmp_path / scheme
+        train(run_config(sample_data_dir, tiny_encoder, out, epochs=1, lr=1e-12,
+                         head_init=scheme), quiet=True)
+        weights = load_file(out / "checkpoints" / "epoch-001" / "model.safetensors")
+        biases[scheme] = weights["heads.rte.proj.bias"].abs().max().item()
+    assert biases["normal"] < 1e-9 < 0.01 < biases["default"]
 
 
 def test_biases_and_layernorm_are_exempt_from_decay(sample_data_dir, tiny_encoder, tmp_path):
@@ -90,13 +193,22 @@ def test_overlong_drop_leaves_out_long_training_examples_and_counts_them(
 
 
 def test_task_poolers_are_per_task_and_train(sample_data_dir, tiny_encoder, tmp_path):
+    from trainer.model import MTDNN, load_encoder
+
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1,
                      pooling="task-pooler", overlong="drop", weight_decay=0.01)
     result = train(cfg, quiet=True)
     weights = load_file(tmp_path / "run" / "checkpoints" / "epoch-001" / "model.safetensors")
-    assert {k for k in weights if k.startswith("task_poolers.")} == {
-        f"task_poolers.{t}.0.{p}" for t in ("rte", "mrpc", "stsb") for p in ("weight", "bias")}
+    names = {f"task_poolers.{t}.0.{p}" for t in ("rte", "mrpc", "stsb") for p in ("weight", "bias")}
+    assert {k for k in weights if k.startswith("task_poolers.")} == names
     assert result.extra["pooling"] == "task-pooler"
+    # The same start as the run (the loop seeds, then loads the encoder, then builds the model).
+    torch.manual_seed(cfg.seed)
+    fresh = MTDNN(load_encoder(tiny_encoder, cfg.seed), cfg.tasks, "task-pooler").state_dict()
+    for name in names:  # every task's pooler moved away from its initial weights
+        assert not torch.allclose(weights[name], fresh[name]), name
+    # The encoder's own pooler gets no gradient, so neither an Adamax step nor decay moves it.
+    assert torch.equal(weights["encoder.pooler.dense.weight"], fresh["encoder.pooler.dense.weight"])
 
 
 def test_weight_zero_batches_leave_parameters_and_optimizer_state_untouched(
@@ -206,6 +318,11 @@ def test_damaged_tokenized_cache_is_rebuilt(sample_data_dir, tiny_encoder, tmp_p
     ({"max_seq_len": 512}, "max_seq_len: 512 exceeds the 256 positions"),
     ({"eval_max_seq_len": 1000}, "eval_max_seq_len: 1000 exceeds"),
     ({"overlong": "chop"}, "overlong: 'chop' is not one of truncate, drop"),
+    ({"head_init": "xavier"}, "head_init: 'xavier' is not one of default, normal"),
+    ({"adamax": {"eps": 0}}, r"adamax.eps: 0 is not a number in \(0, 1\]"),
+    ({"adamax": {"bias_correction": "no"}}, "adamax.bias_correction: expected true or false"),
+    ({"adamax": {"beta1": 0.8}}, "adamax.beta1: unknown setting"),
+    ({"adamax": 1e-6}, "adamax: expected a mapping"),
 ])
 def test_bad_length_settings_are_refused_before_writing(sample_data_dir, tiny_encoder, tmp_path,
                                                         change, needle):
@@ -266,3 +383,22 @@ def test_bad_subset_settings(sample_data_dir, change, needle):
 
     with pytest.raises(ConfigError, match=needle):
         load_config({"data_dir": str(sample_data_dir), "tasks": ["rte"], **change})
+
+
+def _bench_parity():
+    spec = importlib.util.spec_from_file_location("bench_parity",
+                                                  ROOT / "benchmarks" / "bench_parity.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_parity_benchmark_preset_variant_keeps_the_matched_settings(sample_data_dir):
+    bench = _bench_parity()
+    base, overrides, decay = bench.variant_config(["preset=siwlm-paper", "head_init=default"])
+    cfg = load_config(dict(base, data_dir=str(sample_data_dir)), overrides=overrides)
+    assert type(cfg.weighting).__name__ == "EqualSettings"  # not merged into SIWLM's
+    assert (cfg.lr, cfg.epochs, cfg.max_seq_len, cfg.weight_decay) == (2e-4, 2, 128, 0.01)
+    assert (cfg.overlong, cfg.eval_max_seq_len, cfg.finetune) == ("drop", 512, None)
+    assert cfg.adamax.bias_correction is False and cfg.head_init == "default"
+    assert decay is None and bench.variant_config(["bench.decay=l2"])[2] == "l2"

@@ -243,3 +243,29 @@ def test_finished_jobs_are_reaped(client):
         assert time.monotonic() < deadline
         time.sleep(0.1)
     assert not Path(f"/proc/{job['pid']}").exists(), "the finished child stayed defunct"
+
+
+def test_every_error_has_one_shape(client):
+    """{"detail": str, "problems": [str]} for a 422, a 404 of an unknown route, a 405, a 400
+    of an invalid study file and a 404 of a route; the schema documents 422 with it."""
+    answers = {
+        "422": client.get("/recommend?train_size=0&task_type=generation"),
+        "404 route": client.get("/no/such/route"),
+        "405": client.put("/health"),
+        "400": client.post("/studies", content="study: x\nweights: [0]\n", headers=YAML),
+        "404": client.get("/jobs/12345"),
+    }
+    for what, r in answers.items():
+        body = r.json()
+        assert set(body) == {"detail", "problems"}, (what, body)
+        assert isinstance(body["detail"], str) and isinstance(body["problems"], list), what
+        assert all(isinstance(p, str) for p in body["problems"]), what
+    invalid = answers["422"].json()
+    assert invalid["detail"].startswith("invalid request: ")
+    assert any(p.startswith("query.train_size:") for p in invalid["problems"])
+    assert any(p.startswith("query.task_type:") for p in invalid["problems"])
+    assert answers["400"].json()["problems"]
+    schema = client.get("/openapi.json").json()
+    documented = schema["paths"]["/recommend"]["get"]["responses"]["422"]
+    assert documented["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+    assert "HTTPValidationError" not in schema["components"]["schemas"]

@@ -3,6 +3,8 @@ PostgreSQL) train every cell exactly once; a SIGKILLed driver's cells are taken 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import signal
@@ -189,3 +191,72 @@ def test_killed_driver_cells_taken_over(tiny_encoder: str, sample_data_dir: Path
                 assert t.user_attrs["output_dir"].endswith(f"-attempt{t.user_attrs[S.T_ATTEMPT]}")
                 assert sorted(t.intermediate_values) == [1, 2]
     assert continued >= 1
+
+
+def test_stalled_driver_loses_its_cell_quietly(tiny_encoder: str, sample_data_dir: Path,
+                                               tmp_path: Path) -> None:
+    """A driver frozen (SIGSTOP, its Ray included) past its lease: a second driver takes the
+    cell over and finishes it. Thawed, the first finds its claim gone at its next renewal,
+    stops its trial at the next epoch, writes nothing more to it, and reports the study done."""
+    import optuna
+    from optuna.trial import TrialState
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({
+        "study": "stall",
+        "train": {"encoder": tiny_encoder, "data_dir": str(sample_data_dir),
+                  "tasks": ["rte", "mrpc"], "epochs": 4, "batch_size": 4,
+                  "max_train_examples": 300, "max_eval_examples": 32, "num_threads": 1},
+        "central_tasks": ["rte"], "weights": [9], "workdir": str(tmp_path / "runs"),
+    }))
+    tmps = [tempfile.mkdtemp(prefix="wsray", dir="/tmp") for _ in range(2)]
+    envs = [{**os.environ, "RAY_TMPDIR": t, "PYTHONPATH": str(ROOT), **NO_OOM_KILLS,
+             "WEIGHTSEARCH_CLAIM_TTL": "4"} for t in tmps]
+    launch = ["launch", str(path), "--storage", url]
+    first = _driver(launch, tmp_path, envs[0])
+    second = None
+    folder = tmp_path / "runs" / "stall" / "rte" / "w9_s1"
+    try:
+        deadline = time.time() + 180
+        while not (folder / "checkpoints" / "epoch-001").is_dir():
+            assert first.poll() is None, first.stdout.read()[-3000:]
+            assert time.time() < deadline, "no epoch checkpoint within 3 minutes"
+            time.sleep(0.1)
+        os.killpg(first.pid, signal.SIGSTOP)
+        time.sleep(6)  # past the 4 s lease
+        second = _driver(launch, tmp_path, envs[1])
+        study = None
+        while True:  # the second driver has taken the cell over
+            assert second.poll() is None, second.stdout.read()[-3000:]
+            assert time.time() < deadline + 180, "the second driver never took the cell over"
+            with contextlib.suppress(Exception):
+                study = optuna.load_study(study_name="stall/rte", storage=url)
+                if any(t.user_attrs.get(S.T_ATTEMPT) == 1 for t in study.get_trials()):
+                    break
+            time.sleep(0.2)
+        os.killpg(first.pid, signal.SIGCONT)
+        outs = [first.communicate(timeout=400)[0], second.communicate(timeout=400)[0]]
+    finally:
+        for d in (first, second):
+            if d is not None and d.poll() is None:
+                os.killpg(d.pid, signal.SIGCONT)
+                os.killpg(d.pid, signal.SIGKILL)
+        for t in tmps:
+            _kill_leftovers(t)
+            shutil.rmtree(t, ignore_errors=True)
+    for d, out in zip((first, second), outs, strict=True):
+        assert d.returncode == 0, out[-3000:]
+        assert "1/1 cells done" in out and "Traceback" not in out, out[-3000:]
+    trials = optuna.load_study(study_name="stall/rte", storage=url).get_trials()
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    stalled, taken = trials
+    # The first driver wrote nothing to its trial after the takeover.
+    assert stalled.user_attrs["error"] == "driver stopped before it ended"
+    assert S.T_WALL_TIME not in stalled.user_attrs and S.T_METRICS not in stalled.user_attrs
+    assert taken.user_attrs["output_dir"].endswith("-attempt1")
+    assert sorted(taken.intermediate_values) == [1, 2, 3, 4]
+    # ... and its trainer stopped instead of training on to the last epoch.
+    epochs = [json.loads(line)["epoch"] for line in
+              (folder / "metrics.jsonl").read_text().splitlines()]
+    assert max(epochs) < 4

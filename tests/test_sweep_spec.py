@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sweep.spec import GridSearch, GuidedSearch, load_study_spec
+from sweep.space import CENTRAL_WEIGHT
+from sweep.spec import load_study_spec
 from weightsearch.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +33,8 @@ def problems_of(raw: dict, overrides: tuple[str, ...] = ()) -> list[str]:
 def test_defaults(base: dict) -> None:
     spec = load_study_spec(base)
     assert spec.central_tasks == ("rte", "mrpc", "stsb")
-    assert spec.search == GridSearch((1.0, 3.0, 6.0, 9.0, 12.0, 15.0))
+    assert spec.search.strategy == "grid" and spec.space.paths == (CENTRAL_WEIGHT,)
+    assert spec.space.dims[0].values == (1.0, 3.0, 6.0, 9.0, 12.0, 15.0)
     assert spec.seeds == (1,)
     assert spec.resources.cpu == 1 and spec.resources.gpu == 0
     assert spec.scheduler.name == "fifo" and spec.max_failures == 1
@@ -46,26 +48,34 @@ def test_canonical_form_round_trips(base: dict) -> None:
     assert spec.digest() != load_study_spec(base).digest()
 
 
-def test_run_mapping_sets_the_cell(base: dict) -> None:
+def test_for_cell_builds_the_cell(base: dict) -> None:
     spec = load_study_spec(base)
-    raw = spec.run_mapping("mrpc", 9.0, 3, "/tmp/x")
+    point = {CENTRAL_WEIGHT: 9.0}
+    raw = spec.cell_mapping("mrpc", point, 3, "/tmp/x")
     assert raw["central_task"] == "mrpc" and raw["seed"] == 3 and raw["output_dir"] == "/tmp/x"
     assert raw["weighting"] == {"scheme": "siwlm", "central_weight": 9.0}
-    assert spec.trial_dir("mrpc", 9.0, 3).endswith("unit/mrpc/w9_s3")
+    cfg = spec.for_cell("mrpc", point, 3, "/tmp/x")
+    assert cfg.central_task == "mrpc" and cfg.weighting.central_weight == 9.0 and cfg.seed == 3
+    assert spec.trial_dir("mrpc", point, 3).endswith("unit/mrpc/w9_s3")
 
 
 def test_yaml_text_and_overrides(sample_data_dir: Path) -> None:
     text = f"study: t\ntrain:\n  data_dir: {sample_data_dir}\n  tasks: [rte, mrpc]\n"
     spec = load_study_spec(text, overrides=("weights=[3, 12]", "train.epochs=2", "seeds=[4]"))
-    assert spec.search == GridSearch((3.0, 12.0)) and spec.seeds == (4,)
+    assert spec.space.dims[0].values == (3.0, 12.0) and spec.seeds == (4,)
     assert spec.train["epochs"] == 2
 
 
 def test_guided_search(base: dict) -> None:
     spec = load_study_spec({**base, "weights": {"low": 1, "high": 15, "n_trials": 4, "step": 1},
                             "warm_start": [9]})
-    assert spec.search == GuidedSearch(1.0, 15.0, 4, "tpe", 1.0)
-    assert spec.warm_start == (9.0,)
+    dim = spec.space.dims[0]
+    assert spec.search.strategy == "guided" and spec.search.settings.n_trials == 4
+    assert (dim.low, dim.high, dim.step, spec.search.settings.sampler) == (1.0, 15.0, 1.0, "tpe")
+    assert spec.warm_start == ({CENTRAL_WEIGHT: 9.0},)
+    assert spec.to_dict()["weights"] == {"low": 1.0, "high": 15.0, "n_trials": 4,
+                                         "sampler": "tpe", "step": 1.0}
+    assert spec.to_dict()["warm_start"] == [9.0]
 
 
 @pytest.mark.parametrize(
@@ -181,7 +191,8 @@ def test_cli_resume_unknown_study(tmp_path: Path, capsys: pytest.CaptureFixture)
 
 def test_warm_start_from_the_recommender(tmp_path, sample_data_dir):
     from studies import schema as S
-    from sweep.launch import _Central, _warm_starts
+    from sweep.launch import first_points
+    from sweep.study_db import Central
 
     train = {"data_dir": str(sample_data_dir), "tasks": ["rte", "sst2"], "epochs": 1}
     spec = load_study_spec({
@@ -190,12 +201,130 @@ def test_warm_start_from_the_recommender(tmp_path, sample_data_dir):
     })
     assert spec.warm_recommend and spec.to_dict()["warm_start"] == "recommend"
     centrals = [
-        _Central(name, None, {}, {S.A_TRAIN_SIZE: size, S.A_TASK_TYPE: "classification"})
+        Central(name, None, {}, {S.A_TRAIN_SIZE: size, S.A_TASK_TYPE: "classification"})
         for name, size in (("rte", 2490), ("sst2", 67349))
     ]
-    warm = _warm_starts(spec, centrals, f"sqlite:///{tmp_path / 'empty.db'}")
+    warm = first_points(spec, centrals, f"sqlite:///{tmp_path / 'empty.db'}")
+    weights = {c: points[0][CENTRAL_WEIGHT] for c, points in warm.items()}
     # The paper's prior: small tasks want 9 or more, large ones less; snapped to the step.
-    assert warm["rte"][0] >= 9 and warm["sst2"][0] < warm["rte"][0]
-    assert all(w[0] == int(w[0]) and 1 <= w[0] <= 15 for w in warm.values())
+    assert weights["rte"] >= 9 and weights["sst2"] < weights["rte"]
+    assert all(w == int(w) and 1 <= w <= 15 for w in weights.values())
     with pytest.raises(ConfigError, match="warm_start"):
         load_study_spec({"study": "warm", "train": train, "warm_start": "recommend"})
+
+
+def test_finetuned_objective_reads_the_train_preset(base: dict) -> None:
+    # The siwlm-paper preset turns fine-tuning on; `finetune: null` turns it off again.
+    paper = {**base, "train": {**base["train"], "preset": "siwlm-paper"},
+             "objective": {"stage": "finetuned"}}
+    assert load_study_spec(paper).objective.stage == "finetuned"
+    off = {**paper, "train": {**paper["train"], "finetune": None}}
+    assert any("turn it on with train.finetune" in p for p in problems_of(off))
+
+
+@pytest.mark.parametrize(("change", "stopper"), [
+    ({"scheduler": "asha"}, "scheduler: asha"),
+    ({"search": {"strategy": "halving", "space": {CENTRAL_WEIGHT: [1, 9]}}}, "strategy: halving"),
+])
+def test_finetuned_objective_refuses_early_stopping(base: dict, change: dict,
+                                                    stopper: str) -> None:
+    # Early stopping would rank trials by multi-task epoch scores, not the fine-tuned objective.
+    raw = {**base, **change, "train": {**base["train"], "epochs": 2, "finetune": {"epochs": 1}},
+           "objective": {"stage": "finetuned"}}
+    assert any(f"objective.stage: finetuned cannot be combined with {stopper}" in p
+               for p in problems_of(raw))
+    assert load_study_spec({**raw, "objective": None}).objective.stage == "multitask"
+
+
+GUIDED_LR = {"strategy": "guided", "n_trials": 2, "space": {"lr": {"low": 1.0e-4,
+                                                                  "high": 1.0e-3}}}
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"search": {"strategy": "annealing"}}, "search.strategy: 'annealing' is not one of"),
+        ({"search": {"space": {"lr": 3}}}, "search.space.lr: expected a list of values"),
+        ({"search": {"space": {"seed": [1, 2]}}}, "search.space.seed: seed is set per cell"),
+        ({"search": {"space": {"bad path!": [1]}}}, "not a run-config path"),
+        ({"search": {"space": {"weighting": [1], CENTRAL_WEIGHT: [1]}}}, "lies inside weighting"),
+        ({"search": {"space": {"lr": []}}}, "search.space.lr: the list is empty"),
+        ({"search": {"space": {"lr": [None]}}}, "a searched value must be a number"),
+        ({"search": {"space": {"lr": [1.0e-4, 1.0e-4]}}}, "search.space.lr[1]: 0.0001 is listed"),
+        ({"search": {"space": {"lr": {"low": 1.0e-3, "high": 1.0e-4, "step": 1.0e-4}}}},
+         "low (0.001) must be below high"),
+        ({"search": {**GUIDED_LR, "space": {"lr": {"low": 0, "high": 1, "log": True}}}},
+         "a log range needs low > 0"),
+        ({"search": {"space": {"batch_size": {"low": 8, "high": 32.5, "int": True}}}},
+         "must be whole numbers"),
+        ({"search": {"space": {"lr": {"low": 1.0e-5, "high": 1.0e-3}}}},
+         "strategy grid enumerates the space"),
+        ({"search": {"strategy": "guided", "n_trials": 9,
+                     "space": {"pooling": {"choices": ["mean", "cls"]}}}},
+         "holds only 2 distinct points"),
+        ({"search": {"strategy": "guided", "n_trials": 2, "sampler": "cmaes",
+                     "space": {"pooling": {"choices": ["mean", "cls"]}}}},
+         "cmaes samples numbers only"),
+        ({"search": {"strategy": "guided", "n_trials": 2, "sampler": "bayes"}},
+         "search.sampler: 'bayes' is not one of tpe, gp, random, cmaes"),
+        ({"search": {"strategy": "halving", "min_epochs": 1}}, "leaves no epoch to halve over"),
+        ({"search": {"strategy": "halving", "reduction_factor": 1}}, "expected a number > 1"),
+        ({"search": {"strategy": "halving"}, "scheduler": "asha"}, "asha and strategy halving"),
+        ({"search": {"strategy": "forward"}}, "forward selects auxiliary tasks"),
+        ({"search": {"space": {"tasks": {"subsets_of": ["qnli"]}}}},
+         "subsets_of[0]: 'qnli' is not among train.tasks"),
+        ({"search": {"space": {"tasks": {"subsets_of": ["mrpc", "mrpc"]}}}}, "listed twice"),
+        ({"search": {"space": {"tasks": ["rte"]}}}, "the task grouping space is written"),
+        ({"search": {"space": {"lrr": [1.0e-4]}}}, "train.lrr: unknown setting"),
+        ({"search": {"space": {"optimizer": ["adamax", "sgd"]}}},
+         "train.optimizer: 'sgd' is not one of adamax, adamw (at search point optimizer=sgd)"),
+        ({"search": {"space": {"sampling.weights.rte": [0.5]}}}, "train.sampling"),
+        ({"search": {"space": {"lr": [1.0e-4]}, "n_trials": 3}},
+         "search.n_trials: not a setting of strategy grid"),
+        ({"weights": [1], "search": {}}, "give either weights"),
+        ({"search": {"space": {"pooling": {"choices": ["mean"], "extra": 1}}}},
+         "not a setting of a choice"),
+        ({"search": GUIDED_LR, "warm_start": "recommend"},
+         "does not search weighting.central_weight"),
+        ({"search": GUIDED_LR, "warm_start": [{"lr": 5}]}, "warm_start[0]: 5 lies outside"),
+        ({"search": GUIDED_LR, "warm_start": [{"pooling": "mean"}]},
+         "warm_start[0]: give a value for every searched path"),
+        ({"weights": {"low": 1, "high": 4, "n_trials": 5, "step": 1}},
+         "weights.n_trials: 5 trials per seed, but the space holds only 4 distinct points"),
+    ],
+)
+def test_hostile_search_settings_are_named(base: dict, change: dict, expected: str) -> None:
+    found = problems_of({**base, **change})
+    assert any(expected in p for p in found), found
+
+
+def test_cli_refuses_a_bad_search_with_exit_2_and_writes_nothing(tmp_path: Path,
+                                                                 sample_data_dir: Path) -> None:
+    study = tmp_path / "study.yaml"
+    db = tmp_path / "s.db"
+    study.write_text(f"study: t\nstorage: sqlite:///{db}\ntrain:\n  data_dir: {sample_data_dir}\n"
+                     "  tasks: [rte, mrpc]\nsearch:\n  strategy: guided\n  n_trials: 3\n"
+                     "  space: {tasks: {subsets_of: [mrpc]}}\n")
+    proc = subprocess.run([sys.executable, "-m", "weightsearch.cli", "launch", str(study)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "holds only 2 distinct points" in proc.stderr
+    assert not db.exists() and not (tmp_path / "weightsearch_runs").exists()
+
+
+def test_paths_resolve_against_the_study_file(tmp_path: Path, sample_data_dir: Path,
+                                              monkeypatch) -> None:
+    folder = tmp_path / "studies"
+    folder.mkdir()
+    (tmp_path / "data").symlink_to(sample_data_dir)
+    path = folder / "s.yaml"
+    path.write_text("study: rel\ntrain:\n  data_dir: ../data\n  tasks: [rte]\n"
+                    "workdir: runs\n")
+    monkeypatch.chdir("/")
+    spec = load_study_spec(path)
+    assert spec.train["data_dir"] == str((tmp_path / "data").resolve())
+    assert spec.workdir == str(folder / "runs")
+    # --set values are typed where the command runs.
+    monkeypatch.chdir(tmp_path)
+    spec = load_study_spec(path, overrides=["workdir=elsewhere"])
+    assert spec.workdir == str(tmp_path / "elsewhere")

@@ -14,7 +14,7 @@ def parse(raw: object) -> tuple[tuple, list[str]]:
 
 def test_presets_are_consistent() -> None:
     assert set(PRESETS) == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli",
-                            "snli", "scitail"}
+                            "snli", "scitail", "squad2", "swag"}
     for name, spec in PRESETS.items():
         assert spec.name == name
         assert spec.type in TASK_TYPES

@@ -145,11 +145,9 @@ def load_checkpoint(
     restore_rng(state["rng"])
 
 
-def load_initial(
-    model: torch.nn.Module, source: str, heads: str, warn: Callable[[str], None] = print
-) -> None:
-    """Start `model` from the weights of an earlier run (`init_from`): its encoder, and with
-    heads="keep" also the heads and task poolers of the tasks both runs have."""
+def initial_weights_file(source: str, warn: Callable[[str], None] = print) -> Path:
+    """The weights file `init_from` names: a run folder's newest intact checkpoint's, a
+    checkpoint folder's, or the file itself."""
     path = Path(source)
     if (path / CHECKPOINTS).is_dir():
         ckpt = latest_checkpoint(path, warn)
@@ -157,7 +155,15 @@ def load_initial(
             raise ConfigError([f"init_from: {source} holds no intact checkpoint; give another "
                                "run folder or a checkpoint folder"])
         path = ckpt.path
-    file = path / "model.safetensors" if path.is_dir() else path
+    return path / "model.safetensors" if path.is_dir() else path
+
+
+def load_initial(
+    model: torch.nn.Module, source: str, heads: str, warn: Callable[[str], None] = print
+) -> None:
+    """Start `model` from the weights of an earlier run (`init_from`): its encoder, and with
+    heads="keep" also the heads and task poolers of the tasks both runs have."""
+    file = initial_weights_file(source, warn)
     try:
         saved = {k.replace("._orig_mod", ""): v for k, v in load_file(str(file)).items()}
     except Exception as exc:  # safetensors raises its own types for missing or foreign files
@@ -166,8 +172,11 @@ def load_initial(
             "folder, a checkpoint folder or a model.safetensors file"
         ]) from None
     own = model.state_dict()
+    # The experts of a mixture are shared like the encoder; its gates belong to their tasks.
     wanted = [k for k in own if k.startswith("encoder.")
-              or (heads == "keep" and k.startswith(("heads.", "task_poolers.")) and k in saved)]
+              or (k.startswith("mixture.experts.") and k in saved)
+              or (heads == "keep" and k.startswith(("heads.", "task_poolers.", "mixture.gates."))
+                  and k in saved)]
     missing = [k for k in wanted if k not in saved]
     wrong = [k for k in wanted if k in saved and saved[k].shape != own[k].shape]
     if missing or wrong:

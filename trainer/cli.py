@@ -90,8 +90,9 @@ def _soft_targets(args: argparse.Namespace) -> int:
             raise ConfigError([f"--best: {args.best} is not a count; give K >= 1"])
         picked = pick_teachers(cfg, args.candidates, args.best)
         for task, runs in picked.items():
-            for run, score in runs:
-                print(f"{task}: teacher {run} (dev {score:.4f})", file=sys.stderr)
+            for run, source in runs:
+                print(f"{task}: teacher {run} (dev {source.score:.4f}, {source.stage} epoch "
+                      f"{source.epoch})", file=sys.stderr)
         cfg = load_config({**cfg.to_dict(), "distill": {"teachers": {
             task: [str(run) for run, _ in runs] for task, runs in picked.items()}}})
     if cfg.distill is None:

@@ -19,11 +19,16 @@ from typing import Any
 
 import yaml
 
+from trainer.config_paths import absolute, anchor_paths
 from trainer.distill import DistillSettings, parse_distill
 from trainer.finetune import HEAD_CHOICES, FinetuneSettings, parse_finetune
+from trainer.mixture import MixtureSettings, parse_mixture
+from trainer.optim_settings import HEAD_INITS, AdamaxSettings, parse_adamax
 from trainer.presets import expand_preset
+from trainer.sampling import ShuffleSettings, parse_sampling
 from trainer.smart import AdversarialSettings, parse_adversarial
 from trainer.tasks import TaskSpec, parse_tasks, preset_key
+from trainer.tracking import TrackingSettings, parse_tracking
 from trainer.weighting import parse_weighting, scheme_problems
 from weightsearch.errors import ConfigError
 from weightsearch.yamlio import load_yaml
@@ -60,6 +65,11 @@ class RunConfig:
     warmup: float = 0.1  # fraction of all updates with a linear warm-up
     grad_clip: float = 1.0
     weight_decay: float = 0.0
+    # Adamax's bias correction and eps (trainer/optim_settings.py); used by optimizer: adamax.
+    adamax: AdamaxSettings = field(default_factory=AdamaxSettings)
+    # The task heads' (and task poolers') initial weights: PyTorch's default (Kaiming-uniform),
+    # or normal: N(0, 0.02) with zero biases, as the reference MT-DNN code initialises them.
+    head_init: str = "default"
     # 128 instead of BERT's 512: GLUE pairs rarely exceed it (truncation is counted and
     # reported), and attention cost grows with the square of the length.
     max_seq_len: int = 128
@@ -101,10 +111,16 @@ class RunConfig:
     init_heads: str = "keep"
     # SMART's smoothness-inducing adversarial regulariser on every update (trainer/smart.py).
     adversarial: AdversarialSettings = field(default_factory=AdversarialSettings)
+    # Batch order: MT-DNN's shuffle, or weighted stochastic batch selection (trainer/sampling/).
+    sampling: Any = field(default_factory=ShuffleSettings)
+    # A multi-gate mixture of experts between the encoder and the heads; off by default.
+    mixture: MixtureSettings | None = None
     # The second MT-DNN stage, off by default (trainer/finetune.py).
     finetune: FinetuneSettings | None = None
     # Soft targets from teacher ensembles for some tasks (trainer/distill.py).
     distill: DistillSettings | None = None
+    # TensorBoard and MLflow logging beside the JSONL logs (trainer/tracking.py); off by default.
+    tracking: TrackingSettings = field(default_factory=TrackingSettings)
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -120,6 +136,9 @@ class RunConfig:
         """Plain data, for `config.yaml` in the output folder and for digests."""
         out = dataclasses.asdict(self)
         out["weighting"] = dataclasses.asdict(self.weighting)
+        out["sampling"] = _sampling_dict(self.sampling)
+        if not self.tracking.enabled:  # off: configs and digests read as before tracking existed
+            del out["tracking"]
         if self.distill is not None:
             out["distill"] = {"teachers": {t: list(p) for t, p in self.distill.teachers}}
         if self.finetune is not None and isinstance(self.finetune.tasks, tuple):
@@ -132,6 +151,14 @@ class RunConfig:
     def digest(self) -> str:
         text = json.dumps(self.to_dict(), sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _sampling_dict(settings: Any) -> dict[str, Any]:
+    """The sampling settings as the YAML that parses back to them (weights as a mapping)."""
+    out = dataclasses.asdict(settings)
+    if "weights" in out:
+        out["weights"] = dict(out["weights"])
+    return out
 
 
 def _plain(value: Any) -> Any:
@@ -150,7 +177,8 @@ def load_config(
 ) -> RunConfig:
     """Read a run config from a YAML path or a mapping, apply `key=value` overrides, validate.
 
-    Raises ConfigError listing every problem at once.
+    Relative paths in a file start at the file's folder; those of a mapping and of overrides
+    at the working directory. Raises ConfigError listing every problem at once.
     """
     label = None
     if isinstance(source, Mapping):
@@ -158,6 +186,8 @@ def load_config(
     else:
         label = str(source)
         raw = read_yaml(Path(source))
+        if isinstance(raw, Mapping):
+            raw = anchor_paths(raw, Path(os.path.abspath(source)).parent)
     if not isinstance(raw, Mapping):
         raise ConfigError(["the file must hold a mapping of settings (key: value)"], label)
     raw = apply_overrides(raw, overrides, label)
@@ -245,6 +275,7 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
                 f"central_task: {raw.get('central_task')!r} is not among the tasks "
                 f"({', '.join(names)}); add it to tasks or pick one of them"
             )
+    sampling = parse_sampling(raw.get("sampling"), names, problems)
     weighting = parse_weighting(raw.get("weighting"), problems)
     if weighting is not None and names:
         problems.extend(scheme_problems(weighting, names, central))
@@ -316,13 +347,21 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     choice("overlong", OVERLONG)
     choice("subsample", SUBSAMPLES)
     choice("init_heads", HEAD_CHOICES)
+    choice("head_init", HEAD_INITS)
+    if "adamax" in raw:
+        values["adamax"] = parse_adamax(raw["adamax"], problems)
     if "adversarial" in raw:
         values["adversarial"] = parse_adversarial(raw["adversarial"], "adversarial", problems)
     if "distill" in raw:
         values["distill"] = parse_distill(raw["distill"], {t.name: t.type for t in tasks},
                                           problems)
+    if "mixture" in raw:
+        values["mixture"] = parse_mixture(raw["mixture"], problems)
+    if "tracking" in raw:
+        values["tracking"] = parse_tracking(raw["tracking"], problems)
     if "finetune" in raw:
-        values["finetune"] = parse_finetune(raw["finetune"], names, OPTIMIZERS, problems)
+        values["finetune"] = parse_finetune(raw["finetune"], tasks, OPTIMIZERS, problems,
+                                            central)
     init_from = raw.get("init_from")
     if init_from is not None:
         if not isinstance(init_from, str) or not Path(init_from).expanduser().exists():
@@ -331,7 +370,7 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
                 "checkpoint folders or a model.safetensors file"
             )
         else:
-            values["init_from"] = os.path.expanduser(init_from)
+            values["init_from"] = absolute(init_from)
     if "length_bucketing" in raw:
         if not isinstance(raw["length_bucketing"], bool):
             problems.append(
@@ -345,7 +384,7 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
             if not isinstance(raw[key], str) or not raw[key].strip():
                 problems.append(f"{key}: expected a folder path, got {raw[key]!r}")
             else:
-                values[key] = os.path.expanduser(raw[key])
+                values[key] = absolute(raw[key])
 
     data_dir = raw.get("data_dir")
     if data_dir is not None:
@@ -353,11 +392,12 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
             problems.append(f"data_dir: expected a folder path, got {data_dir!r}")
         elif not Path(data_dir).expanduser().is_dir():
             problems.append(
-                f"data_dir: folder {data_dir!r} does not exist; point it at a GLUE-layout folder "
-                "(e.g. data/glue_sample)"
+                f"data_dir: folder {data_dir!r} does not exist; point it at the folder of the "
+                "tasks' files (relative paths in a config file start at the file's folder, "
+                "in --set at the working directory)"
             )
         else:
-            values["data_dir"] = os.path.expanduser(data_dir)
+            values["data_dir"] = absolute(data_dir)
 
     encoder = raw.get("encoder", DEFAULT_ENCODER)
     if not isinstance(encoder, str) or not encoder.strip():
@@ -368,11 +408,32 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
             problems.append(problem)
         values["encoder"] = encoder
 
+    problems.extend(_window_problems(tasks, values.get("max_seq_len", 128)))
     if problems:
         raise ConfigError(problems, label)
 
     ordered = tuple(sorted(tasks, key=lambda t: t.name != central))  # stable: central first
-    return RunConfig(tasks=ordered, central_task=central, weighting=weighting, **values)
+    return RunConfig(tasks=ordered, central_task=central, weighting=weighting,
+                     sampling=sampling, **values)
+
+
+def _window_problems(tasks: Sequence[TaskSpec], run_max_seq_len: int) -> list[str]:
+    """Span QA windows must hold the longest kept question and advance through the context."""
+    found = []
+    for i, spec in enumerate(tasks):
+        if spec.doc_stride is None or spec.max_query_len is None:
+            continue
+        limit = spec.seq_len(run_max_seq_len)
+        room = limit - spec.max_query_len - 3  # context tokens beside the longest question
+        if room < 1:
+            found.append(f"tasks[{i}].max_query_len: {spec.max_query_len} leaves no room for "
+                         f"context in windows of {limit} tokens; lower it or raise the task's "
+                         "max_seq_len")
+        elif spec.doc_stride > room:
+            found.append(f"tasks[{i}].doc_stride: {spec.doc_stride} is more than the {room} "
+                         f"context tokens a window of {limit} holds, so windows would skip text;"
+                         f" use at most {room} (BERT: 128 for windows of 384)")
+    return found
 
 
 def _encoder_problem(encoder: str) -> str | None:

@@ -8,14 +8,13 @@ so trials that share a cache directory never read a half-written entry.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import math
 import os
 import shutil
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +23,17 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from trainer.readers import TaskRows, read_task_file, resolve_path
+from trainer.heads import Head, head_class
+from trainer.heads.base import collate_sequences
+from trainer.readers import TaskRows, count_examples, read_task_table, resolve_path
+from trainer.sampling import Sampler, ShuffleSettings, build_sampler
 from trainer.tasks import TaskSpec
 from weightsearch.errors import DataError
 
-CACHE_VERSION = 1  # bump when the stored columns change
+CACHE_VERSION = 2  # bump when the stored columns change
 BUCKET_BATCHES = 50  # batches per length-sorting chunk: little padding, still well mixed
 _META = "weightsearch_meta.json"  # written last inside an entry, before the atomic rename
+_REFERENCE = "reference.json"  # what scoring needs beyond the rows (span QA gold answers)
 
 
 @dataclass(frozen=True)
@@ -59,16 +62,29 @@ class Subset:
 
 @dataclass
 class TaskData:
-    """A task's tokenized splits. Columns: input_ids, token_type_ids, length, label[, group]."""
+    """A task's tokenized splits: one row per model input (input_ids, token_type_ids, length,
+    label, and whatever else the task type's head keeps)."""
 
     spec: TaskSpec
     train: datasets.Dataset
     evals: dict[str, datasets.Dataset]
     truncated: dict[str, int]
+    train_examples: int = -1  # examples behind the training rows (-1: one row per example)
+    notes: dict[str, dict[str, int]] = field(default_factory=dict)  # per split, for data.json
+    references: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
 
     @property
     def train_size(self) -> int:
-        return len(self.train)
+        """Training examples (a span QA question with several windows counts once)."""
+        return len(self.train) if self.train_examples < 0 else self.train_examples
+
+    @property
+    def head(self) -> type[Head]:
+        return head_class(self.spec.type)
+
+    def collate(self, ds: datasets.Dataset, indices: np.ndarray,
+                pad_token_id: int) -> dict[str, torch.Tensor]:
+        return collate(ds, indices, pad_token_id, self.head)
 
 
 def load_task_data(spec: TaskSpec, data_dir: str | Path | None, tokenizer: Any,
@@ -80,37 +96,50 @@ def load_task_data(spec: TaskSpec, data_dir: str | Path | None, tokenizer: Any,
     """Read, validate and tokenize every split of a task, or load them from the cache.
 
     `truncated` counts each split's examples longer than its token limit: cut to the limit, or,
-    for the training split with `overlong="drop"`, left out.
+    for the training split with `overlong="drop"`, left out. A task's own `max_seq_len` wins
+    over the run's limits for both its splits.
     """
     datasets.disable_progress_bars()
-    truncated: dict[str, int] = {}
-    train, truncated["train"] = _load_split(spec, "train", resolve_path(data_dir, spec.train_file),
-                                            tokenizer, max_seq_len, cache_dir,
-                                            train_subset or Subset(n=max_train_examples),
-                                            drop=overlong == "drop")
-    evals: dict[str, datasets.Dataset] = {}
+    train_len = spec.seq_len(max_seq_len)
+    eval_len = spec.max_seq_len or eval_max_seq_len or max_seq_len
+    train = _load_split(spec, "train", resolve_path(data_dir, spec.train_file), tokenizer,
+                        train_len, cache_dir, train_subset or Subset(n=max_train_examples),
+                        train=True, drop=overlong == "drop")
+    splits = {"train": train}
     for split, path in spec.dev_files:
-        evals[split], truncated[split] = _load_split(spec, split, resolve_path(data_dir, path),
-                                                     tokenizer, eval_max_seq_len or max_seq_len,
-                                                     cache_dir, Subset(n=max_eval_examples))
-    return TaskData(spec=spec, train=train, evals=evals, truncated=truncated)
+        splits[split] = _load_split(spec, split, resolve_path(data_dir, path), tokenizer,
+                                    eval_len, cache_dir, Subset(n=max_eval_examples), train=False)
+    return TaskData(spec=spec, train=train.rows, truncated={k: v.overlong for k, v in
+                                                            splits.items()},
+                    evals={k: v.rows for k, v in splits.items() if k != "train"},
+                    train_examples=train.examples,
+                    notes={k: v.notes for k, v in splits.items() if v.notes},
+                    references={k: v.reference for k, v in splits.items() if k != "train"})
 
 
 def count_train_examples(spec: TaskSpec, data_dir: str | Path | None) -> int:
-    """Training examples in the task's train file (read and validated; no tokenizer)."""
-    return len(read_task_file(spec, resolve_path(data_dir, spec.train_file)))
+    """Training examples in the task's train file (no tokenizer, no torch)."""
+    return count_examples(spec, resolve_path(data_dir, spec.train_file))
+
+
+@dataclass
+class _Split:
+    rows: datasets.Dataset
+    examples: int
+    overlong: int
+    notes: dict[str, int]
+    reference: list[dict[str, Any]] | None
 
 
 def _load_split(spec: TaskSpec, split: str, path: Path, tokenizer: Any, max_seq_len: int,
-                cache_dir: str | Path | None, subset: Subset,
-                drop: bool = False) -> tuple[datasets.Dataset, int]:
+                cache_dir: str | Path | None, subset: Subset, *, train: bool,
+                drop: bool = False) -> _Split:
     if not path.is_file():
         raise DataError(f"{path}: file not found (task '{spec.name}', split '{split}'); check "
                         "data_dir and the task's train_file/dev_files")
     if cache_dir is None:
-        return _tokenize_rows(spec, subset.apply(read_task_file(spec, path)), tokenizer,
-                              max_seq_len, drop)
-    key = _cache_key(spec, path, tokenizer, max_seq_len, subset.key(), drop)
+        return _featurize(spec, path, tokenizer, max_seq_len, subset, train, drop)
+    key = _cache_key(spec, path, tokenizer, max_seq_len, subset.key(), drop, train)
     root = Path(cache_dir).expanduser()
     entry = root / f"{spec.name}-{_safe(split)}-{key[:24]}"
     if (entry / _META).is_file():
@@ -119,14 +148,17 @@ def _load_split(spec: TaskSpec, split: str, path: Path, tokenizer: Any, max_seq_
         except Exception as err:  # truncated Arrow files and bad JSON raise many types
             print(f"note: tokenized cache {entry} is damaged ({type(err).__name__}); rebuilding it")
             _discard(entry)
-    ds, truncated = _tokenize_rows(spec, subset.apply(read_task_file(spec, path)), tokenizer,
-                                   max_seq_len, drop)
+    built = _featurize(spec, path, tokenizer, max_seq_len, subset, train, drop)
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".tmp-{entry.name}-{uuid.uuid4().hex}"
     try:
-        ds.save_to_disk(str(tmp))
-        (tmp / _META).write_text(json.dumps({"rows": len(ds), "truncated": truncated,
-                                             "source": str(path), "key": key}))
+        built.rows.save_to_disk(str(tmp))
+        if built.reference is not None:
+            (tmp / _REFERENCE).write_text(json.dumps(built.reference))
+        (tmp / _META).write_text(json.dumps({
+            "rows": len(built.rows), "examples": built.examples, "truncated": built.overlong,
+            "notes": built.notes, "reference": built.reference is not None,
+            "source": str(path), "key": key}))
         try:
             os.rename(tmp, entry)  # atomic; fails if a concurrent trial published it first
         except OSError as err:
@@ -138,12 +170,24 @@ def _load_split(spec: TaskSpec, split: str, path: Path, tokenizer: Any, max_seq_
     return _read_entry(entry)
 
 
-def _read_entry(entry: Path) -> tuple[datasets.Dataset, int]:
+def _featurize(spec: TaskSpec, path: Path, tokenizer: Any, max_seq_len: int, subset: Subset,
+               train: bool, drop: bool) -> _Split:
+    head = head_class(spec.type)
+    rows = subset.apply(head.parse(spec, read_task_table(spec, path)))
+    features = head.featurize(spec, rows, tokenizer, max_seq_len, train=train,
+                              drop_overlong=drop)
+    return _Split(datasets.Dataset.from_dict(features.columns), features.examples,
+                  features.overlong, features.notes, features.reference)
+
+
+def _read_entry(entry: Path) -> _Split:
     meta = json.loads((entry / _META).read_text())
     ds = datasets.load_from_disk(str(entry))
     if len(ds) != int(meta["rows"]):
         raise ValueError(f"{len(ds)} rows where {meta['rows']} were written")
-    return ds, int(meta["truncated"])
+    reference = json.loads((entry / _REFERENCE).read_text()) if meta["reference"] else None
+    return _Split(ds, int(meta["examples"]), int(meta["truncated"]), dict(meta["notes"]),
+                  reference)
 
 
 def _discard(entry: Path) -> None:
@@ -161,7 +205,7 @@ def _safe(split: str) -> str:
 
 
 def _cache_key(spec: TaskSpec, path: Path, tokenizer: Any, max_seq_len: int,
-               limit: Any, drop: bool = False) -> str:
+               limit: Any, drop: bool = False, train: bool = True) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -172,69 +216,13 @@ def _cache_key(spec: TaskSpec, path: Path, tokenizer: Any, max_seq_len: int,
         "tokenizer": [str(tokenizer.name_or_path), len(tokenizer), type(tokenizer).__name__],
         "max_seq_len": max_seq_len,
         "columns": [spec.type, spec.format, spec.header, spec.text_a, spec.text_b, spec.label,
-                    spec.group, list(spec.labels or ())],
+                    spec.group, list(spec.labels or ()), list(spec.choices or ()),
+                    spec.doc_stride, spec.max_query_len],
         "limit": limit,
-        **({"drop_overlong": True} if drop else {}),  # old keys stay valid for truncation
+        "split": "train" if train else "eval",  # span QA keeps answer targets or offsets
+        "drop_overlong": drop,
     }
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-
-
-def _encode(tokenizer: Any, text_a: list[str], text_b: list[str] | None,
-            max_length: int | None) -> dict[str, list[list[int]]]:
-    """One fast-tokenizer call; max_length=None means no truncation."""
-    return tokenizer(text_a, text_b, truncation=max_length is not None, max_length=max_length,
-                     return_token_type_ids=True, return_attention_mask=False, verbose=False)
-
-
-def _tokenize_rows(spec: TaskSpec, rows: TaskRows, tokenizer: Any,
-                   max_seq_len: int, drop: bool = False) -> tuple[datasets.Dataset, int]:
-    # Tokenize untruncated first to learn which examples are too long, then re-encode only
-    # those with truncation (pairs: longest_first), so the count is exact and cheap.
-    encoded = _encode(tokenizer, rows.text_a, rows.text_b, None)
-    input_ids: list[list[int]] = encoded["input_ids"]
-    type_ids: list[list[int]] = encoded["token_type_ids"]
-    too_long = [i for i, ids in enumerate(input_ids) if len(ids) > max_seq_len]
-    labels, groups = rows.labels, rows.groups
-    if drop and too_long:
-        keep = np.ones(len(input_ids), dtype=bool)
-        keep[too_long] = False
-        input_ids = [ids for ids, k in zip(input_ids, keep, strict=True) if k]
-        type_ids = [ids for ids, k in zip(type_ids, keep, strict=True) if k]
-        labels = np.asarray(labels)[keep]
-        groups = None if groups is None else np.asarray(groups)[keep]
-        if not input_ids:
-            raise DataError(f"{rows.path}: every example is longer than max_seq_len={max_seq_len}"
-                            ", so overlong: drop leaves none; raise max_seq_len or use "
-                            "overlong: truncate")
-    elif too_long:
-        try:
-            short = _encode(tokenizer, [rows.text_a[i] for i in too_long],
-                            None if rows.text_b is None else [rows.text_b[i] for i in too_long],
-                            max_seq_len)
-        except Exception as err:  # e.g. max_seq_len smaller than the special tokens
-            raise DataError(f"{rows.path}: cannot truncate to max_seq_len={max_seq_len} "
-                            f"({err}); raise max_seq_len") from err
-        for j, i in enumerate(too_long):
-            input_ids[i] = short["input_ids"][j]
-            type_ids[i] = short["token_type_ids"][j]
-    lengths = np.fromiter((len(ids) for ids in input_ids), dtype=np.int32, count=len(input_ids))
-    columns: dict[str, pa.Array] = {
-        "input_ids": _list_array(input_ids, lengths, pa.int32()),
-        "token_type_ids": _list_array(type_ids, lengths, pa.int8()),
-        "length": pa.array(lengths),
-        "label": pa.array(labels),
-    }
-    if groups is not None:
-        columns["group"] = pa.array(groups)
-    return datasets.Dataset.from_dict(columns), len(too_long)
-
-
-def _list_array(seqs: list[list[int]], lengths: np.ndarray, value_type: pa.DataType) -> pa.Array:
-    offsets = np.zeros(len(seqs) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    values = np.fromiter(itertools.chain.from_iterable(seqs),
-                         dtype=value_type.to_pandas_dtype(), count=int(offsets[-1]))
-    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type))
 
 
 def _column(ds: datasets.Dataset, name: str) -> np.ndarray:
@@ -243,21 +231,22 @@ def _column(ds: datasets.Dataset, name: str) -> np.ndarray:
 
 
 def batch_plan(tasks: dict[str, TaskData], batch_size: int, seed: int, epoch: int,
-               length_bucketing: bool = True) -> list[tuple[str, np.ndarray]]:
-    """One epoch of MT-DNN batches: every train example once, one task per batch, all tasks'
-    batches shuffled together. A pure function of (seed, epoch), so a resumed run replays it."""
+               length_bucketing: bool = True,
+               sampler: Sampler | None = None) -> list[tuple[str, np.ndarray]]:
+    """One epoch of MT-DNN batches, one task per batch: each task's examples cut into batches,
+    then put in order by the sampler (default: all shuffled together, each batch once). A pure
+    function of (seed, epoch), so a resumed run replays it."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     base = [int(seed) % 2**32, int(epoch) % 2**32]
-    plan: list[tuple[str, np.ndarray]] = []
+    batches: dict[str, list[np.ndarray]] = {}
     for t, (name, data) in enumerate(tasks.items()):
         rng = np.random.default_rng([*base, 1, t])
         lengths = _column(data.train, "length")
         groups = _column(data.train, "group") if "group" in data.train.column_names else None
-        plan.extend((name, b) for b in
-                    _task_batches(lengths, groups, batch_size, rng, length_bucketing))
-    order = np.random.default_rng([*base, 0]).permutation(len(plan))
-    return [plan[i] for i in order]
+        batches[name] = _task_batches(lengths, groups, batch_size, rng, length_bucketing)
+    sampler = sampler or build_sampler(ShuffleSettings(), list(tasks))
+    return sampler.order(batches, seed, epoch)
 
 
 def _task_batches(lengths: np.ndarray, groups: np.ndarray | None, batch_size: int,
@@ -323,31 +312,9 @@ def eval_batches(ds: datasets.Dataset, batch_size: int) -> list[np.ndarray]:
     return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
-def collate(ds: datasets.Dataset, indices: np.ndarray,
-            pad_token_id: int) -> dict[str, torch.Tensor]:
-    """Pad a batch to its longest sequence; attention_mask is 1 on real tokens."""
+def collate(ds: datasets.Dataset, indices: np.ndarray, pad_token_id: int,
+            head: type[Head] | None = None) -> dict[str, torch.Tensor]:
+    """A batch of rows as padded tensors, as the task's head lays them out (default: text
+    sequences padded to the longest; attention_mask is 1 on real tokens)."""
     table: pa.Table = ds.with_format("arrow")[np.asarray(indices).tolist()]
-    lengths = table.column("length").to_numpy().astype(np.int64)
-    width = int(lengths.max()) if len(lengths) else 0
-    mask = np.arange(width)[None, :] < lengths[:, None]  # row-major order = flattened tokens
-    input_ids = np.full((len(lengths), width), pad_token_id, dtype=np.int64)
-    input_ids[mask] = _flat(table, "input_ids")
-    token_type_ids = np.zeros((len(lengths), width), dtype=np.int64)
-    token_type_ids[mask] = _flat(table, "token_type_ids")
-    labels = table.column("label").to_numpy()
-    batch = {
-        "input_ids": torch.from_numpy(input_ids),
-        "token_type_ids": torch.from_numpy(token_type_ids),
-        "attention_mask": torch.from_numpy(mask.astype(np.int64)),
-        "labels": (torch.from_numpy(labels.astype(np.float32))
-                   if np.issubdtype(labels.dtype, np.floating)
-                   else torch.from_numpy(labels.astype(np.int64))),
-    }
-    if "group" in table.column_names:
-        batch["group"] = torch.from_numpy(table.column("group").to_numpy().astype(np.int64))
-    return batch
-
-
-def _flat(table: pa.Table, name: str) -> np.ndarray:
-    column = table.column(name).combine_chunks()
-    return column.flatten().to_numpy(zero_copy_only=False)
+    return (head.collate if head is not None else collate_sequences)(table, pad_token_id)

@@ -11,6 +11,11 @@ task type or label set differ. Built from teacher runs, they are cached under th
 (`soft-targets/`), keyed by the rows and the teachers' weights, so the teachers run once for
 every student of a study. Teachers must use the student's tokenizer (as in MT-DNN-KD, where
 teachers and student share BERT), since they read the student's tokenized rows.
+
+A teacher run teaches a task with its fine-tuned model of that task when it has one (its
+`finetune/<task>/` run: MT-DNN-KD distils fine-tuned MT-DNNs), else with its multi-task model;
+either way with that run's newest intact checkpoint, and it is ranked (`pick_teachers`) by the
+dev score of that same checkpoint's epoch.
 """
 
 from __future__ import annotations
@@ -35,6 +40,19 @@ if TYPE_CHECKING:  # torch is imported where targets are built or read, not by c
 
 SOFT_TARGETS_DIR = "soft-targets"
 DISTILLABLE = ("classification", "regression")
+
+
+@dataclass(frozen=True)
+class TeacherSource:
+    """What one teacher run teaches one task with: a run folder (the teacher's own, or its
+    fine-tuning run of the task), that run's config, and its newest intact checkpoint."""
+
+    run: Path
+    config: RunConfig
+    weights: Path  # the checkpoint's model.safetensors
+    epoch: int
+    score: float | None  # the task's primary dev metric at that epoch
+    stage: str  # multitask or finetuned
 
 
 @dataclass(frozen=True)
@@ -81,7 +99,7 @@ def parse_distill(raw: object, tasks: Mapping[str, str], problems: list[str]
                             "teacher runs' output folders or a file from `weightsearch "
                             "soft-targets`")
             continue
-        files = [p for p in paths if Path(p).is_file()]
+        files = [p for p in paths if Path(p).expanduser().is_file()]
         if files and len(paths) > 1:
             problems.append(f"{where}: give either one soft-target file or teacher run "
                             "folders, not both")
@@ -91,29 +109,72 @@ def parse_distill(raw: object, tasks: Mapping[str, str], problems: list[str]
 
 
 def pick_teachers(cfg: RunConfig, candidates: list[str], k: int
-                  ) -> dict[str, list[tuple[Path, float]]]:
-    """Per distillable task of the student, the `k` finished candidate runs with the best dev
-    score on it (their result.json's best primary metric), best first."""
-    scored: dict[str, list[tuple[Path, float]]] = {}
+                  ) -> dict[str, list[tuple[Path, TeacherSource]]]:
+    """Per distillable task of the student, the `k` finished candidate runs whose teaching
+    checkpoint (`teacher_source`) scores best on its dev set, best first."""
+    scored: dict[str, list[tuple[Path, TeacherSource]]] = {}
     problems = []
     for folder in map(Path, candidates):
-        result = folder / "result.json"
-        try:
-            best = json.loads(result.read_text())["best"]
-        except (OSError, ValueError, KeyError, TypeError):
-            problems.append(f"--candidates: {folder} is not a finished run (no readable "
-                            "result.json); train it first or leave it out")
+        if not (folder / "result.json").is_file():
+            problems.append(f"--candidates: {folder} is not a finished run (no result.json); "
+                            "train it first or leave it out")
             continue
+        trained = _run_config(folder, "--candidates").task_names
         for spec in cfg.tasks:
-            value = best.get(spec.name, {}).get(spec.primary_metric)
-            if spec.type in DISTILLABLE and isinstance(value, (int, float)):
-                scored.setdefault(spec.name, []).append((folder, float(value)))
+            if spec.type not in DISTILLABLE or spec.name not in trained:
+                continue
+            source = teacher_source(folder, spec.name, "--candidates")
+            if source.score is not None:
+                scored.setdefault(spec.name, []).append((folder, source))
     if problems:
         raise ConfigError(problems)
     if not scored:
         raise ConfigError(["--candidates: no candidate run trained any of the student's "
                            f"tasks ({', '.join(cfg.task_names)})"])
-    return {t: sorted(runs, key=lambda r: -r[1])[:k] for t, runs in scored.items()}
+    return {t: sorted(runs, key=lambda r: -(r[1].score or 0.0))[:k]
+            for t, runs in scored.items()}
+
+
+def teacher_source(folder: Path, task: str, where: str) -> TeacherSource:
+    """The run and checkpoint with which the teacher run `folder` teaches `task`: its fine-tuning
+    run of `task` when that has an intact checkpoint, else its own newest intact checkpoint."""
+    from trainer.checkpoint import CHECKPOINTS, latest_checkpoint
+    from trainer.finetune import FINETUNE_DIR
+
+    tuned = folder / FINETUNE_DIR / task
+    ckpt = latest_checkpoint(tuned, warn=print) if (tuned / CHECKPOINTS).is_dir() else None
+    run, stage = (tuned, "finetuned") if ckpt is not None else (folder, "multitask")
+    if ckpt is None:
+        ckpt = latest_checkpoint(folder, warn=print)
+    if ckpt is None:
+        raise ConfigError([f"{where}: {folder} holds no intact checkpoint; train the teacher "
+                           "first or give another run"])
+    cfg = _run_config(run, where)
+    if task not in cfg.task_names:
+        raise ConfigError([f"{where}: teacher {folder} did not train {task} "
+                           f"(it trained {', '.join(cfg.task_names)})"])
+    score = next((h.get("primary", {}).get(task) for h in ckpt.meta.get("history", [])
+                  if h.get("epoch") == ckpt.epoch), None)
+    return TeacherSource(run=run, config=cfg, weights=ckpt.path / "model.safetensors",
+                         epoch=ckpt.epoch, score=float(score) if isinstance(
+                             score, (int, float)) else None, stage=stage)
+
+
+def _run_config(folder: Path, where: str) -> RunConfig:
+    """A finished run's config.yaml, read for its model's shape. Its data and weight sources
+    (data_dir, init_from, distill) are left out: a teacher reads the student's rows and its
+    weights are in its checkpoint, so they need not exist where the student trains."""
+    from trainer.config import load_config, read_yaml
+
+    try:
+        raw = read_yaml(folder / "config.yaml")
+        if not isinstance(raw, dict):
+            raise ConfigError(["config.yaml holds no mapping of settings"])
+        return load_config({k: v for k, v in raw.items()
+                            if k not in ("data_dir", "init_from", "distill")})
+    except ConfigError as exc:
+        raise ConfigError([f"{where}: {folder} is not a finished run folder "
+                           f"({exc.problems[0]})"]) from None
 
 
 def fingerprint(data: TaskData) -> str:
@@ -213,7 +274,7 @@ def _cached_or_built(cfg: RunConfig, task: str, teachers: tuple[str, ...], data:
 
     runs = [_teacher_run(Path(t), task, data, tokenizer, where) for t in teachers]
     key = hashlib.sha256(json.dumps(
-        {"rows": rows, "teachers": sorted(_file_sha256(w) for _, w in runs)}).encode()
+        {"rows": rows, "teachers": sorted(_file_sha256(r.weights) for r in runs)}).encode()
     ).hexdigest()
     path = Path(cfg.cache_dir).expanduser().parent / SOFT_TARGETS_DIR / f"{task}-{key[:24]}"
     path = path.with_suffix(".safetensors")
@@ -223,38 +284,27 @@ def _cached_or_built(cfg: RunConfig, task: str, teachers: tuple[str, ...], data:
         except ConfigError:
             note(f"note: soft targets {path} are damaged; rebuilding them")
     note(f"building soft targets for {task} from {len(runs)} teacher(s)")
-    targets = torch.stack([_predict(c, w, task, data, tokenizer, runtime) for c, w in runs])
+    targets = torch.stack([_predict(r.config, r.weights, task, data, tokenizer, runtime)
+                           for r in runs])
     mean = targets.mean(0)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
     save_file({"targets": mean.contiguous()}, str(tmp), metadata={
         "task": task, "type": data.spec.type, "rows": rows,
         "labels": json.dumps(list(data.spec.labels or ())),
-        "teachers": json.dumps([str(t) for t in teachers]),
+        "teachers": json.dumps([f"{r.weights} ({r.stage}, epoch {r.epoch})" for r in runs]),
     })
     os.replace(tmp, path)  # atomic: concurrent trials publish the same content
     return mean, path
 
 
 def _teacher_run(folder: Path, task: str, data: TaskData, tokenizer: Any, where: str
-                 ) -> tuple[RunConfig, Path]:
-    """A teacher's config and the weights file of its newest intact checkpoint, checked."""
-    from trainer.checkpoint import latest_checkpoint
-    from trainer.config import load_config
+                 ) -> TeacherSource:
+    """What a teacher run teaches `task` with (`teacher_source`), checked against the student."""
     from trainer.encoders import load_tokenizer, resolve_encoder
 
-    try:
-        cfg = load_config(folder / "config.yaml")
-    except ConfigError as exc:
-        raise ConfigError([f"{where}: {folder} is not a finished run folder "
-                           f"({exc.problems[0]})"]) from None
-    ckpt = latest_checkpoint(folder, warn=print)
-    if ckpt is None:
-        raise ConfigError([f"{where}: {folder} holds no intact checkpoint; train the teacher "
-                           "first or give another run"])
-    if task not in cfg.task_names:
-        raise ConfigError([f"{where}: teacher {folder} did not train {task} "
-                           f"(it trained {', '.join(cfg.task_names)})"])
+    source = teacher_source(folder, task, where)
+    cfg = source.config
     spec = cfg.task(task)
     if (spec.type, spec.labels) != (data.spec.type, data.spec.labels):
         raise ConfigError([f"{where}: teacher {folder} has {task} as {spec.type} with labels "
@@ -265,27 +315,30 @@ def _teacher_run(folder: Path, task: str, data: TaskData, tokenizer: Any, where:
         raise ConfigError([f"{where}: teacher {folder} uses another tokenizer than the student; "
                            "teachers read the student's tokenized rows, so use one encoder "
                            "family for both"])
-    return cfg, ckpt.path / "model.safetensors"
+    return source
 
 
 def _predict(cfg: RunConfig, weights: Path, task: str, data: TaskData, tokenizer: Any,
              runtime: Runtime) -> torch.Tensor:
     """One teacher's probabilities (classification) or scores (regression), in row order."""
     import torch
-    from safetensors.torch import load_model
+    from safetensors.torch import load_file
 
-    from trainer.data import collate, eval_batches
+    from trainer.data import eval_batches
     from trainer.encoders import resolve_encoder, resolve_pooling
     from trainer.model import MTDNN, load_encoder
 
     path = os.path.expanduser(resolve_encoder(cfg.encoder))
-    model = MTDNN(load_encoder(path, cfg.seed), cfg.tasks, resolve_pooling(cfg.pooling, path))
-    load_model(model, str(weights), strict=True)
+    model = MTDNN(load_encoder(path, cfg.seed), cfg.tasks, resolve_pooling(cfg.pooling, path),
+                  cfg.mixture)
+    # A teacher trained with compile: true saved its encoder under `_orig_mod`.
+    saved = {k.replace("._orig_mod", ""): v for k, v in load_file(str(weights)).items()}
+    model.load_state_dict(saved, strict=True)
     model = model.to(runtime.device).eval()
     out = torch.empty((data.train_size, data.spec.num_labels) if data.spec.type ==
                       "classification" else (data.train_size,))
     for indices in eval_batches(data.train, cfg.eval_batch_size):
-        batch = collate(data.train, indices, tokenizer.pad_token_id or 0)
+        batch = data.collate(data.train, indices, tokenizer.pad_token_id or 0)
         batch = {k: v.to(runtime.device) for k, v in batch.items()}
         with torch.inference_mode(), runtime.autocast():
             logits = model(task, batch).float()

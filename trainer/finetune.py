@@ -9,9 +9,10 @@ run collects their scores under the `finetuned` stage.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,12 +22,13 @@ from trainer.smart import AdversarialSettings, parse_adversarial
 if TYPE_CHECKING:
     from trainer.config import RunConfig
     from trainer.results import EpochReport, RunResult
+    from trainer.tasks import TaskSpec
 
 FINETUNE_DIR = "finetune"
 TASK_CHOICES = ("all", "central")
 HEAD_CHOICES = ("keep", "fresh")
 FINETUNE_KEYS = ("enabled", "tasks", "epochs", "lr", "batch_size", "optimizer", "warmup",
-                 "weight_decay", "heads", "adversarial")
+                 "weight_decay", "heads", "head", "adversarial")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,10 @@ class FinetuneSettings:
     # keep: each task goes on with its multi-task head (MT-DNN); fresh: a new head on the
     # multi-task encoder (SIWLM's published pipeline strips the heads before fine-tuning).
     heads: str = "keep"
+    # The answer module of each fine-tuned task (`head:` of a task); None: the task's own. The
+    # SIWLM script fine-tunes with answer_opt 0, a linear head, after SAN in the multi-task
+    # stage. Applies to the tasks whose type offers that module.
+    head: str | None = None
     adversarial: AdversarialSettings = field(default_factory=AdversarialSettings)
 
     def task_list(self, cfg: RunConfig) -> tuple[str, ...]:
@@ -51,9 +57,11 @@ class FinetuneSettings:
         return tuple(self.tasks)
 
 
-def parse_finetune(raw: object, task_names: list[str], optimizers: tuple[str, ...],
-                   problems: list[str]) -> FinetuneSettings | None:
-    """`finetune: {tasks, epochs, lr, ...}`; absent, null, false or `enabled: false` = off."""
+def parse_finetune(raw: object, specs: Sequence[TaskSpec], optimizers: tuple[str, ...],
+                   problems: list[str], central: str | None = None) -> FinetuneSettings | None:
+    """`finetune: {tasks, epochs, lr, ...}`; absent, null, false or `enabled: false` = off.
+    `specs` are the run's tasks and `central` its central task."""
+    task_names = [t.name for t in specs]
     if raw is None or raw is False:
         return None
     if raw is True:
@@ -104,19 +112,50 @@ def parse_finetune(raw: object, task_names: list[str], optimizers: tuple[str, ..
             problems.append(f"finetune.{key}: {value!r} is not one of {', '.join(options)}")
         else:
             values[key] = value.lower()
+    _check_head(raw.get("head"), values, specs, central, problems)
     values["adversarial"] = parse_adversarial(raw.get("adversarial"), "finetune.adversarial",
                                               problems)
     return FinetuneSettings(**values) if enabled is True else None
 
 
+def _check_head(head: object, values: dict[str, Any], tasks: Sequence[TaskSpec],
+                central: str | None, problems: list[str]) -> None:
+    """`finetune.head`: an answer module some task type offers; a kept multi-task head must be
+    of the module the task trained with."""
+    from trainer.task_types import TASK_TYPES
+
+    if head is None:
+        return
+    modules = tuple(dict.fromkeys(m for t in TASK_TYPES.values() for m in t.answer_modules))
+    if not isinstance(head, str) or head.lower() not in modules:
+        problems.append(f"finetune.head: {head!r} is not one of {', '.join(modules)} (or null "
+                        "for each task's own)")
+        return
+    values["head"] = head = head.lower()
+    if values.get("heads", "keep") != "keep":
+        return
+    listed = values.get("tasks", "central")
+    names = ({central} if listed == "central" else None if listed == "all" else set(listed))
+    changed = [t.name for t in tasks if (names is None or t.name in names)
+               and head in TASK_TYPES[t.type].answer_modules and t.head != head]
+    if changed:
+        problems.append(f"finetune.head: {head} differs from the multi-task head of "
+                        f"{', '.join(changed)}, which heads: keep would carry over; set "
+                        "finetune.heads: fresh for a new head")
+
+
 def stage_config(cfg: RunConfig, task: str, init_from: Path) -> RunConfig:
     """The one-task run that fine-tunes `task` from the multi-task checkpoint `init_from`."""
+    from trainer.task_types import TASK_TYPES
     from trainer.weighting import EqualSettings
 
     ft = cfg.finetune
     assert ft is not None
+    spec = cfg.task(task)
+    if ft.head is not None and ft.head in TASK_TYPES[spec.type].answer_modules:
+        spec = dataclasses.replace(spec, head=ft.head)
     return cfg.replace(
-        tasks=(cfg.task(task),),
+        tasks=(spec,),
         central_task=task,
         weighting=EqualSettings(),
         epochs=ft.epochs,
@@ -150,8 +189,9 @@ def run_stage(
     for task in cfg.finetune.task_list(cfg):
         sub = stage_config(cfg, task, init_from)
         done = Path(sub.output_dir) / RESULT
-        if done.is_file():
-            results[task] = _read_result(done)
+        if done.is_file():  # its folder may have moved with the run's (a study retry's copy)
+            results[task] = dataclasses.replace(_read_result(done),
+                                                output_dir=Path(sub.output_dir))
             continue
         if not quiet:
             from tqdm.auto import tqdm

@@ -26,17 +26,20 @@ from trainer.checkpoint import (
     save_checkpoint,
 )
 from trainer.config import DEFAULT_ENCODER, RunConfig, load_config
-from trainer.data import Subset, TaskData, batch_plan, collate, eval_batches, load_task_data
+from trainer.data import Subset, TaskData, batch_plan, eval_batches, load_task_data
 from trainer.device import Runtime, select_runtime
 from trainer.distill import soft_targets
 from trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
 from trainer.finetune import FINETUNE_DIR, run_stage
-from trainer.metrics import compute_metrics
+from trainer.heads import EvalSplit
+from trainer.init_weights import init_head_weights
 from trainer.model import MTDNN, load_encoder
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.results import EpochReport, Metrics, RunResult
-from trainer.resume import resume_problems, resume_record
+from trainer.resume import resume_problems, resume_record, source_digests, source_problems
+from trainer.sampling import build_sampler
 from trainer.smart import smart_loss
+from trainer.tracking import Tracker, open_tracker, run_params
 from trainer.weighting import build_scheme
 from weightsearch.errors import ConfigError
 
@@ -97,7 +100,8 @@ def train(
     if out.exists() and not out.is_dir():
         raise ConfigError([f"output_dir: {out} is a file, not a folder; choose a folder path"])
     ckpt = latest_checkpoint(out, warn=tqdm.write) if resume else None
-    if ckpt is None and not resume and _holds_run(out):
+    held = _holds_run(out)
+    if ckpt is None and not resume and held:
         raise ConfigError(
             [
                 f"output_dir: {out} already holds a run; pass --resume to continue it, or "
@@ -108,12 +112,19 @@ def train(
         problems = resume_problems(ckpt.meta, cfg, runtime.precision, out)
         if problems:
             raise ConfigError(problems)
+    if cfg.finetune is not None and not held and (out / FINETUNE_DIR).exists():
+        raise ConfigError([f"output_dir: {out / FINETUNE_DIR} exists, but {out} holds no run; "
+                           "the fine-tuning stage writes there: move it or choose another "
+                           "output_dir"])
 
     encoder_path = os.path.expanduser(resolve_encoder(cfg.encoder))
     _check_positions(cfg, encoder_path)
     tokenizer = load_tokenizer(encoder_path)
     data = load_data(cfg, tokenizer)
     soft = soft_targets(cfg, data, tokenizer, runtime, note=tqdm.write)
+    sources = source_digests(cfg, soft, warn=tqdm.write)
+    if ckpt is not None and (problems := source_problems(ckpt.meta, sources, out)):
+        raise ConfigError(problems)
     scheme = build_scheme(cfg.weighting, cfg.task_names, cfg.central_task)
 
     _seed_everything(cfg.seed)
@@ -126,7 +137,8 @@ def train(
                 f"folder saved with save_pretrained, or leave it out for {DEFAULT_ENCODER}"
             ]
         ) from None
-    model = MTDNN(encoder, cfg.tasks, resolve_pooling(cfg.pooling, encoder_path))
+    model = MTDNN(encoder, cfg.tasks, resolve_pooling(cfg.pooling, encoder_path), cfg.mixture)
+    init_head_weights(model, cfg.head_init)  # before init_from, whose heads then replace them
     if cfg.init_from and ckpt is None:
         load_initial(model, cfg.init_from, cfg.init_heads, warn=tqdm.write)
     model = model.to(runtime.device)
@@ -135,8 +147,9 @@ def train(
     optimizer = build_optimizer(model, cfg, runtime.device)
     # Each epoch's batch order is a pure function of (seed, epoch): build it once, here, where
     # the schedule needs the total number of updates, and train from the same lists below.
+    sampler = build_sampler(cfg.sampling, cfg.task_names)
     plans = {
-        e: batch_plan(data, cfg.batch_size, cfg.seed, e, cfg.length_bucketing)
+        e: batch_plan(data, cfg.batch_size, cfg.seed, e, cfg.length_bucketing, sampler)
         for e in range(1, cfg.epochs + 1)
     }
     total_steps = sum(len(p) for p in plans.values())
@@ -159,12 +172,16 @@ def train(
         history, global_step, examples_seen, elapsed_before, train_time = [], 0, 0, 0.0, 0.0
         for name in (STEPS, METRICS, RESULT):
             (out / name).unlink(missing_ok=True)
-    if ckpt is None or ckpt.epoch < cfg.epochs:
-        # Fine-tuning starts from the last multi-task epoch; any earlier attempt's is stale.
+    if cfg.finetune is not None and held and (ckpt is None or ckpt.epoch < cfg.epochs):
+        # Fine-tuning starts from the last multi-task epoch; an earlier attempt's is stale.
         shutil.rmtree(out / FINETUNE_DIR, ignore_errors=True)
     (out / CONFIG).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    tracker = open_tracker(cfg.tracking, out, stage, run_params(cfg),
+                           resumed_at=global_step if ckpt is not None else None)
+    notes = {name: d.notes for name, d in data.items() if d.notes}
     (out / DATA_REPORT).write_text(json.dumps(
-        {"train_sizes": sizes, "truncated": truncated, "overlong_train": cfg.overlong}, indent=1
+        {"train_sizes": sizes, "truncated": truncated, "overlong_train": cfg.overlong,
+         **({"notes": notes} if notes else {})}, indent=1
     ))
     if not quiet:
         _report_overlong(truncated, cfg)
@@ -189,7 +206,8 @@ def train(
         skipped = 0
         with (out / STEPS).open("a") as steps_log:
             for step, (task, indices) in enumerate(plan):
-                batch = _to_device(collate(data[task].train, indices, pad_id), runtime)
+                batch = _to_device(data[task].collate(data[task].train, indices, pad_id),
+                                   runtime)
                 if task in soft:
                     batch["soft_targets"] = soft[task][torch.as_tensor(indices)].to(runtime.device)
                 weight = scheme.weight(task, epoch, step)
@@ -243,7 +261,7 @@ def train(
                 examples_seen += len(indices)
                 bar.update(1)
                 if len(pending) >= cfg.log_every or step == len(plan) - 1:
-                    last = _flush_steps(pending, steps_log)
+                    last = _flush_steps(pending, steps_log, tracker)
                     bar.set_postfix(epoch=epoch, loss=f"{last:.4f}")
                     pending = []
         if runtime.device.type == "cuda":
@@ -253,7 +271,7 @@ def train(
             tqdm.write(f"epoch {epoch}: {skipped} batches with weight 0 skipped (no update)")
         train_loss = float(torch.stack(epoch_losses).mean()) if epoch_losses else float("nan")
 
-        metrics = evaluate(model, data, runtime, cfg.eval_batch_size, pad_id)
+        metrics = evaluate(model, data, runtime, cfg.eval_batch_size, pad_id, out, epoch)
         primary = {t.name: metrics[t.name][t.primary_metric] for t in cfg.tasks}
         history.append(
             {"epoch": epoch, "metrics": metrics, "primary": primary, "train_loss": train_loss}
@@ -269,6 +287,7 @@ def train(
                     "primary": primary[spec.name],
                 }
                 metrics_log.write(json.dumps(row) + "\n")
+        tracker.epoch(epoch, metrics, train_loss)
         elapsed = elapsed_before + (time.perf_counter() - run_started)
         path = save_checkpoint(
             out,
@@ -282,12 +301,13 @@ def train(
                 "history": history,
                 "elapsed_s": elapsed,
                 "train_time_s": train_time,
-                **resume_record(cfg, runtime.precision),
+                **resume_record(cfg, runtime.precision, sources),
             },
             keep=cfg.keep_checkpoints,
         )
         if not quiet:
-            summary = "  ".join(f"{t}={v:.4f}" for t, v in primary.items())
+            summary = "  ".join(f"{t} {cfg.task(t).primary_metric}={v:.4f}"
+                                for t, v in primary.items())
             tqdm.write(f"epoch {epoch}: train_loss={train_loss:.4f}  {summary}")
         if report is not None:
             report(
@@ -303,6 +323,7 @@ def train(
                 )
             )
     bar.close()
+    tracker.close()
 
     result = _result(
         cfg,
@@ -328,9 +349,11 @@ def train(
 
 
 def evaluate(
-    model: MTDNN, data: dict[str, TaskData], runtime: Runtime, batch_size: int, pad_id: int
+    model: MTDNN, data: dict[str, TaskData], runtime: Runtime, batch_size: int, pad_id: int,
+    output_dir: Path | None = None, epoch: int = 0,
 ) -> Metrics:
-    """Each task's metrics on all its dev splits; later splits get a `<split>_` prefix."""
+    """Each task's metrics on all its dev splits; later splits get a `<split>_` prefix. Heads
+    that write prediction files (span QA) write them into `output_dir`, tagged with `epoch`."""
     model.eval()
     metrics: Metrics = {}
     with torch.inference_mode():
@@ -338,17 +361,19 @@ def evaluate(
             head = model.head(name)
             row: dict[str, float] = {}
             for i, (split, ds) in enumerate(task.evals.items()):
-                preds, refs = [], []
+                preds, refs, order = [], [], []
                 for indices in eval_batches(ds, batch_size):
-                    batch = _to_device(collate(ds, indices, pad_id), runtime)
+                    batch = _to_device(task.collate(ds, indices, pad_id), runtime)
                     with runtime.autocast():
-                        logits = model(name, batch)
-                    preds.append(head.predict(logits.float(), batch))
+                        outputs = model(name, batch)
+                    preds.append(head.predict(outputs.float(), batch))
                     refs.append(batch["labels"])
-                values = compute_metrics(
-                    task.spec.metrics,
+                    order.append(indices)
+                values = head.score(
                     torch.cat(preds).cpu().numpy(),
                     torch.cat(refs).cpu().numpy(),
+                    EvalSplit(name, split, np.concatenate(order), ds, task.references.get(split),
+                              output_dir, epoch, first=i == 0),
                 )
                 prefix = "" if i == 0 else f"{split}_"
                 row.update({prefix + k: v for k, v in values.items()})
@@ -452,11 +477,14 @@ def _to_device(batch: dict[str, torch.Tensor], runtime: Runtime) -> dict[str, to
     }
 
 
-def _flush_steps(pending: list[tuple[dict[str, Any], torch.Tensor]], log: Any) -> float:
+def _flush_steps(pending: list[tuple[dict[str, Any], torch.Tensor]], log: Any,
+                 tracker: Tracker) -> float:
     losses = torch.stack([loss for _, loss in pending]).float().cpu().tolist()
-    for (record, _), value in zip(pending, losses, strict=True):
-        log.write(json.dumps({**record, "loss": value}) + "\n")
+    rows = [{**record, "loss": value} for (record, _), value in zip(pending, losses, strict=True)]
+    for row in rows:
+        log.write(json.dumps(row) + "\n")
     log.flush()
+    tracker.steps(rows)
     return losses[-1]
 
 
@@ -472,11 +500,11 @@ def _check_positions(cfg: RunConfig, encoder_path: str) -> None:
     # RoBERTa-style encoders offset positions by padding_idx + 1.
     if config.get("model_type") in ("roberta", "xlm-roberta", "camembert"):
         limit -= 2
+    limits = [("max_seq_len", cfg.max_seq_len), ("eval_max_seq_len", cfg.eval_max_seq_len),
+              *((f"tasks[{i}].max_seq_len", t.max_seq_len) for i, t in enumerate(cfg.tasks))]
     problems = [f"{key}: {value} exceeds the {limit} positions of encoder {cfg.encoder!r}; use "
                 f"at most {limit}"
-                for key, value in (("max_seq_len", cfg.max_seq_len),
-                                   ("eval_max_seq_len", cfg.eval_max_seq_len))
-                if value is not None and value > limit]
+                for key, value in limits if value is not None and value > limit]
     if problems:
         raise ConfigError(problems)
 

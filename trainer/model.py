@@ -2,20 +2,54 @@
 
 from __future__ import annotations
 
+import math
+from functools import partial
+
 import torch
 from torch import nn
 
-from trainer.heads import Head, build_head
+from trainer.heads import Encoded, Head, build_head
+from trainer.mixture import MixtureSettings
 from trainer.tasks import TaskSpec
+
+POOLINGS = ("pooler", "cls", "mean", "task-pooler")
+
+
+class MixtureOfExperts(nn.Module):
+    """MMoE: expert feed-forward networks on the token states, one softmax gate per task.
+
+    The gates are computed per token from the token's state; a task's states are the encoder's
+    plus its gated mixture of the experts (a residual: the experts start random while the
+    encoder is pretrained, and without it every head would first read noise).
+    """
+
+    def __init__(self, settings: MixtureSettings, hidden: int, tasks: list[str]) -> None:
+        super().__init__()
+        width = settings.expert_hidden or hidden
+        self.experts = nn.ModuleList(
+            nn.Sequential(nn.Linear(hidden, width), nn.GELU(), nn.Linear(width, hidden))
+            for _ in range(settings.experts))
+        self.gates = nn.ModuleDict({t: nn.Linear(hidden, settings.experts) for t in tasks})
+        for expert in self.experts:  # small expert outputs at first: the residual dominates
+            nn.init.normal_(expert[2].weight, std=0.02 / math.sqrt(settings.experts))
+            nn.init.zeros_(expert[2].bias)
+
+    def gate(self, task: str, states: torch.Tensor) -> torch.Tensor:
+        """The task's weights of the experts per token: [N, T, experts], summing to 1."""
+        return self.gates[task](states).softmax(-1)
+
+    def forward(self, task: str, states: torch.Tensor) -> torch.Tensor:
+        gate = self.gate(task, states)
+        experts = torch.stack([expert(states) for expert in self.experts], dim=-1)
+        return states + (experts * gate.unsqueeze(-2)).sum(-1)
 
 
 class MTDNN(nn.Module):
-    def __init__(
-        self, encoder: nn.Module, tasks: tuple[TaskSpec, ...], pooling: str = "pooler"
-    ) -> None:
+    def __init__(self, encoder: nn.Module, tasks: tuple[TaskSpec, ...], pooling: str = "pooler",
+                 mixture: MixtureSettings | None = None) -> None:
         super().__init__()
-        if pooling not in ("pooler", "cls", "mean", "task-pooler"):
-            raise ValueError(f"pooling must be pooler, cls, mean or task-pooler, not {pooling!r}")
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, not {pooling!r}")
         self.encoder = encoder
         hidden = encoder.config.hidden_size
         self.heads = nn.ModuleDict({t.name: build_head(t, hidden) for t in tasks})
@@ -24,6 +58,8 @@ class MTDNN(nn.Module):
             {t.name: nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh()) for t in tasks}
             if pooling == "task-pooler" else {}
         )
+        self.mixture = (MixtureOfExperts(mixture, hidden, [t.name for t in tasks])
+                        if mixture is not None else None)
         # MT-DNN feeds the heads BERT's pooled [CLS] vector; an encoder without a pooler gives
         # the raw [CLS] state, and sentence encoders the mean of their token states.
         has_pooler = getattr(encoder, "pooler", None) is not None
@@ -44,16 +80,24 @@ class MTDNN(nn.Module):
             token_type_ids=batch.get("token_type_ids"),
         )
         hidden = out.last_hidden_state
+        if self.mixture is not None:
+            hidden = self.mixture(task, hidden)
+        pooler_output = out.pooler_output if self.mixture is None else None
+        states = Encoded(hidden, batch["attention_mask"], partial(self._pool, task,
+                                                                  pooler_output))
+        return self.heads[task](states, batch)
+
+    def _pool(self, task: str, pooler_output: torch.Tensor | None, hidden: torch.Tensor,
+              mask: torch.Tensor) -> torch.Tensor:
+        """The run's sentence vector of each row."""
         if self.pooling == "pooler":
-            pooled = out.pooler_output
-        elif self.pooling == "mean":
-            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-        elif self.pooling == "task-pooler":
-            pooled = self.task_poolers[task](hidden[:, 0])
-        else:
-            pooled = hidden[:, 0]
-        return self.heads[task](pooled)
+            return pooler_output if pooler_output is not None else self.encoder.pooler(hidden)
+        if self.pooling == "mean":
+            weights = mask.unsqueeze(-1).to(hidden.dtype)
+            return (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+        if self.pooling == "task-pooler":
+            return self.task_poolers[task](hidden[:, 0])
+        return hidden[:, 0]
 
 
 def load_encoder(name_or_path: str, seed: int) -> nn.Module:

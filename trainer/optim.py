@@ -4,41 +4,90 @@
 each update first shrinks the weights by `lr * weight_decay`, then takes the adaptive step.
 Biases and LayerNorm weights are exempt. This is what the reference MT-DNN code does; an L2
 term added to the gradient instead (torch's Adamax `weight_decay`) is divided by Adamax's
-running maximum of the gradient and crippled training at MT-DNN's 0.01 (BENCHMARKS.md).
+running maximum of the gradient, which costs MRPC several points at MT-DNN's 0.01
+(BENCHMARKS.md, "Parity with the reference MT-DNN code").
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import torch
 from torch import nn
 
-from trainer.config import RunConfig
+if TYPE_CHECKING:
+    from trainer.config import RunConfig
 
 
 class AdamaxW(torch.optim.Adamax):
-    """Adamax (Kingma & Ba 2015, with its bias-corrected step size) with decoupled weight decay.
+    """Adamax with decoupled weight decay, with or without bias correction.
 
-    A group's `decoupled_weight_decay` multiplies its parameters by `1 - lr * decay` before the
-    Adamax update (Loshchilov & Hutter 2019), with the group's current, scheduled lr.
+    Per parameter, with m and u starting at 0, gradient g at update t:
+        m = b1 m + (1 - b1) g,   u = max(b2 u, |g| + eps)
+        p = p (1 - lr decay) - lr / (1 - b1^t) * m / u     (bias_correction: true)
+        p = p (1 - lr decay) - lr * m / (u + eps)          (bias_correction: false)
+    The first is Kingma & Ba's Adamax (torch's, and the current MT-DNN code's AdamaxW) with
+    Loshchilov & Hutter's decay; the second is the BERT-style Adamax of SIWLM's copy of the
+    MT-DNN code. `decoupled_weight_decay` and `bias_correction` are per-group settings.
     """
 
-    def __init__(self, params, lr: float, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0, foreach: bool | None = None):
+    def __init__(self, params: Any, lr: float, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, bias_correction: bool = True,
+                 foreach: bool | None = None):
+        # Read by add_param_group, which torch's __init__ calls for every group.
+        self._extra_defaults = {"decoupled_weight_decay": weight_decay,
+                                "bias_correction": bias_correction}
         # Adamax's own weight_decay (L2 in the gradient) stays 0 in every group.
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=0.0, foreach=foreach)
-        for group in self.param_groups:
-            group.setdefault("decoupled_weight_decay", weight_decay)
-            if group["weight_decay"]:
-                raise ValueError("AdamaxW: give decoupled_weight_decay, not weight_decay")
+        self.defaults.update(self._extra_defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        for key, value in self._extra_defaults.items():
+            param_group.setdefault(key, value)
+        if param_group.get("weight_decay"):
+            raise ValueError("AdamaxW: give decoupled_weight_decay, not weight_decay")
+        super().add_param_group(param_group)
 
     @torch.no_grad()
     def step(self, closure=None):  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        corrected = []
         for group in self.param_groups:
             decay = group["decoupled_weight_decay"]
             params = [p for p in group["params"] if p.grad is not None]
             if decay and params:
                 torch._foreach_mul_(params, 1.0 - float(group["lr"]) * decay)
-        return super().step(closure)
+            if group["bias_correction"]:
+                corrected.append(group)
+            elif params:
+                self._uncorrected_step(group, params)
+        if corrected:
+            # torch's Adamax (foreach kernels) steps the bias-corrected groups only.
+            every = list(self.param_groups)
+            self.param_groups[:] = corrected
+            try:
+                super().step()
+            finally:
+                self.param_groups[:] = every
+        return loss
+
+    def _uncorrected_step(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
+        beta1, beta2 = group["betas"]
+        lr, eps = float(group["lr"]), group["eps"]
+        for p in params:
+            state = self.state[p]
+            if not state:  # the same state layout as torch's Adamax
+                state["step"] = torch.tensor(0.0)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_inf"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["step"] += 1
+            m, u = state["exp_avg"], state["exp_inf"]
+            m.lerp_(p.grad, 1 - beta1)
+            torch.maximum(u.mul_(beta2), p.grad.abs().add_(eps), out=u)
+            p.addcdiv_(m, u + eps, value=-lr)
 
 
 def linear_warmup_decay(step: int, total: int, warmup_steps: int) -> float:
@@ -74,7 +123,8 @@ def build_optimizer(
         return torch.optim.AdamW(groups, lr=cfg.lr, foreach=True)
     groups = [{"params": decay, "decoupled_weight_decay": cfg.weight_decay},
               {"params": no_decay, "decoupled_weight_decay": 0.0}]
-    return AdamaxW(groups, lr=cfg.lr, foreach=True)
+    return AdamaxW(groups, lr=cfg.lr, eps=cfg.adamax.eps,
+                   bias_correction=cfg.adamax.bias_correction, foreach=True)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, warmup: float):

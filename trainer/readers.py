@@ -1,4 +1,5 @@
-"""Read one task file into validated columns: texts, label indices (or scores), group ids.
+"""Read task files into columns: delimited, JSON lines, Parquet and SQuAD JSON files, and the
+column parsers the task types' heads build their rows from (texts, label indices, scores).
 
 GLUE TSVs are read with CSV quoting off: their sentences contain stray `"` characters, and a
 quoting reader silently merges rows (MRPC train then reads as 3570 rows instead of 3667).
@@ -9,10 +10,12 @@ the file, the line or row, and the fix.
 from __future__ import annotations
 
 import csv
+import json
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -84,29 +87,80 @@ def resolve_path(data_dir: str | Path | None, path: str) -> Path:
     return Path(data_dir).expanduser() / p
 
 
-def read_task_file(spec: TaskSpec, path: Path) -> TaskRows:
-    """Read and validate one of the task's files against its column mapping and label set."""
+@dataclass
+class ColumnRows:
+    """Rows of any shape as named columns of equal length (lists or arrays): the rows of the
+    task types whose examples are more than a text pair, such as multiple choice or span QA."""
+
+    path: Path
+    columns: dict[str, Any]
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()), []))
+
+    def head(self, n: int | None) -> ColumnRows:
+        if n is None or n >= len(self):
+            return self
+        return self.take(np.arange(n))
+
+    def take(self, index: np.ndarray) -> ColumnRows:
+        return ColumnRows(self.path, {
+            name: values[index] if isinstance(values, np.ndarray) else [values[i] for i in index]
+            for name, values in self.columns.items()})
+
+    def sample(self, n: int, seed: int) -> ColumnRows:
+        """n rows drawn at random (seeded), kept in file order."""
+        if n >= len(self):
+            return self
+        rng = np.random.default_rng(seed)
+        return self.take(np.sort(rng.choice(len(self), size=n, replace=False)))
+
+
+def read_task_file(spec: TaskSpec, path: Path) -> Any:
+    """Read one of the task's files and check it as its task type does (the head module of the
+    type parses and validates the labels). Imports the head module, hence torch."""
+    from trainer.heads import head_class
+
+    table = read_task_table(spec, path)
+    return head_class(spec.type).parse(spec, table)
+
+
+def read_task_table(spec: TaskSpec, path: Path) -> Table:
+    """The task's file as a table, with every column the task names present (no torch)."""
     table = read_table(path, spec.format, spec.header)
     if len(table) == 0:
         raise DataError(f"{path}: no data rows (task '{spec.name}'); the file is empty or holds "
                         "only a header. Point the task at a file with examples")
-    needed = [c for c in (spec.text_a, spec.text_b, spec.label, spec.group) if c is not None]
+    needed = [c for c in (spec.text_a, spec.text_b, spec.label, spec.group, *(spec.choices or ()))
+              if c is not None]
     missing = [c for c in needed if c not in table.columns]
     if missing:
         found = ", ".join(repr(c) for c in table.columns)
         hint = ("columns are numbered from 0 because the task says header: false"
-                if not spec.header else "set the task's text_a/text_b/label/group to these names")
+                if not spec.header else "set the task's text_a/text_b/label/group/choices to "
+                                        "these names")
         raise DataError(f"{path}: column(s) {', '.join(map(repr, missing))} not found for task "
                         f"'{spec.name}'; the file has {found} ({hint})")
-    text_a = _texts(table, spec.text_a)
-    text_b = _texts(table, spec.text_b) if spec.text_b is not None else None
-    labels = _labels(table, spec)
+    return table
+
+
+def count_examples(spec: TaskSpec, path: Path) -> int:
+    """Examples in one of the task's files (rows; questions of a SQuAD file), without torch."""
+    return len(read_task_table(spec, path))
+
+
+def pair_rows(spec: TaskSpec, table: Table) -> TaskRows:
+    """The rows of a sentence(-pair) task: texts, labels parsed for the task's type, and the
+    ranking groups."""
+    text_a = texts(table, spec.text_a)
+    text_b = texts(table, spec.text_b) if spec.text_b is not None else None
+    labels = scores(table, spec) if spec.type == "regression" else class_indices(table, spec)
     groups = _group_ids(table, spec.group) if spec.group is not None else None
-    return TaskRows(path, text_a, text_b, labels, groups)
+    return TaskRows(table.path, text_a, text_b, labels, groups)
 
 
 def read_table(path: Path, fmt: str, header: bool = True) -> Table:
-    """Read a whole tsv/csv/jsonl/parquet file into columns."""
+    """Read a whole tsv/csv/jsonl/parquet file, or a SQuAD JSON file, into columns."""
     if not path.is_file():
         raise DataError(f"{path}: file not found; check data_dir and the task's "
                         "train_file/dev_files (relative paths start at data_dir)")
@@ -114,7 +168,51 @@ def read_table(path: Path, fmt: str, header: bool = True) -> Table:
         return _read_delimited(path, fmt, header)
     if fmt in ("jsonl", "parquet"):
         return _read_with_datasets(path, fmt)
-    raise DataError(f"{path}: unknown format {fmt!r}; use tsv, csv, jsonl or parquet")
+    if fmt == "squad":
+        return _read_squad(path)
+    raise DataError(f"{path}: unknown format {fmt!r}; use tsv, csv, jsonl, parquet or squad")
+
+
+SQUAD_COLUMNS = ("id", "title", "context", "question", "answers", "is_impossible")
+
+
+def _read_squad(path: Path) -> Table:
+    """The official SQuAD (1.1 or 2.0) JSON layout, one row per question: its id, the article
+    title, the paragraph's context, the question, its answers ({text, answer_start} each) and
+    whether it is unanswerable. Structure is checked here; the answers by the span_qa head."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8-sig"))
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not valid UTF-8 ({err}); re-save the file as UTF-8") from err
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}: not valid JSON ({err}); a SQuAD file is one JSON document "
+                        "with a top-level 'data' list") from err
+    articles = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(articles, list):
+        raise DataError(f"{path}: no top-level 'data' list; this is not a SQuAD file (for JSON "
+                        "lines set the task's format: jsonl)")
+    columns: dict[str, list[object]] = {name: [] for name in SQUAD_COLUMNS}
+    where: list[str] = []
+    for a, article in enumerate(articles):
+        paragraphs = article.get("paragraphs") if isinstance(article, dict) else None
+        if not isinstance(paragraphs, list):
+            raise DataError(f"{path}: data[{a}] has no 'paragraphs' list; fix the file")
+        for p, paragraph in enumerate(paragraphs):
+            here = f"data[{a}].paragraphs[{p}]"
+            if not isinstance(paragraph, dict) or not isinstance(paragraph.get("qas"), list):
+                raise DataError(f"{path}, {here}: no 'qas' list; fix the file")
+            context = paragraph.get("context")
+            for q, qa in enumerate(paragraph["qas"]):
+                if not isinstance(qa, dict):
+                    raise DataError(f"{path}, {here}.qas[{q}]: not an object; fix the file")
+                columns["id"].append(qa.get("id"))
+                columns["title"].append(article.get("title", ""))
+                columns["context"].append(context)
+                columns["question"].append(qa.get("question"))
+                columns["answers"].append(qa.get("answers"))
+                columns["is_impossible"].append(qa.get("is_impossible", False))
+                where.append(f"question {qa.get('id', f'{here}.qas[{q}]')!r}")
+    return Table(path, columns, lambda i: where[i])
 
 
 def _read_delimited(path: Path, fmt: str, header: bool) -> Table:
@@ -170,33 +268,40 @@ def _read_with_datasets(path: Path, fmt: str) -> Table:
     return Table(path, columns, lambda i: f"row {i + 1}")
 
 
-def _texts(table: Table, column: str) -> list[str]:
+def texts(table: Table, column: str, allow_empty: bool = True) -> list[str]:
+    """A text column; a null (or, with allow_empty=False, an empty) value is an error."""
     values = table.columns[column]
     out: list[str] = []
     for i, v in enumerate(values):
-        if v is None:
-            raise DataError(f"{table.path}, {table.where(i)}: column '{column}' is empty (null); "
+        text = None if v is None else v if isinstance(v, str) else str(v)
+        if text is None or (not allow_empty and not text.strip()):
+            raise DataError(f"{table.path}, {table.where(i)}: column '{column}' is empty; "
                             "give every example a text or drop that row")
-        out.append(v if isinstance(v, str) else str(v))
+        out.append(text)
     return out
 
 
-def _labels(table: Table, spec: TaskSpec) -> np.ndarray:
+def scores(table: Table, spec: TaskSpec) -> np.ndarray:
+    """Regression targets: finite numbers."""
     values = table.columns[spec.label]
-    if spec.type == "regression":
-        scores = np.empty(len(values), dtype=np.float32)
-        for i, v in enumerate(values):
-            try:
-                scores[i] = float(v)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                raise DataError(
-                    f"{table.path}, {table.where(i)}: regression target {v!r} in column "
-                    f"'{spec.label}' is not a number; fix the value or the task's label "
-                    "column") from None
-            if not np.isfinite(scores[i]):
-                raise DataError(f"{table.path}, {table.where(i)}: regression target {v!r} "
-                                "is not finite; fix the value")
-        return scores
+    out = np.empty(len(values), dtype=np.float32)
+    for i, v in enumerate(values):
+        try:
+            out[i] = float(v)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise DataError(
+                f"{table.path}, {table.where(i)}: regression target {v!r} in column "
+                f"'{spec.label}' is not a number; fix the value or the task's label "
+                "column") from None
+        if not np.isfinite(out[i]):
+            raise DataError(f"{table.path}, {table.where(i)}: regression target {v!r} "
+                            "is not finite; fix the value")
+    return out
+
+
+def class_indices(table: Table, spec: TaskSpec) -> np.ndarray:
+    """Each row's label as its index in the task's label set."""
+    values = table.columns[spec.label]
     allowed = spec.labels or ()
     index = {label: i for i, label in enumerate(allowed)}
     out = np.empty(len(values), dtype=np.int64)

@@ -1,9 +1,12 @@
 """What a checkpoint must match for a run to continue from it: settings, data files, precision.
 
 A resumed run must reach the result of an uninterrupted one, so a checkpoint records the
-settings that shape the outcome, a digest of every data file, and the precision that was
+settings that shape the outcome, a digest of every data file, a digest of the weights the run
+started from (`init_from`) and of the soft targets it distils, and the precision that was
 actually used (`auto` resolves to bf16 on one machine and fp32 on another). A mismatch is
-refused with the names of what changed.
+refused with the names of what changed. Weight sources count by content, not by path, so a run
+folder that moved (or a study retry's copy of it, whose fine-tuning runs start from the copied
+multi-task checkpoint) still continues.
 """
 
 from __future__ import annotations
@@ -12,18 +15,64 @@ import functools
 import hashlib
 import json
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from trainer.config import RunConfig
 from trainer.readers import resolve_path
 
+BY_CONTENT = "compared by content"  # a weight source's place in the settings
+
 # Settings that may differ between a run and its resumption without changing its outcome.
-RESUME_FREE = ("output_dir", "device", "num_threads", "cache_dir", "log_every", "keep_checkpoints")
+RESUME_FREE = ("output_dir", "device", "num_threads", "cache_dir", "log_every", "keep_checkpoints",
+               "tracking")
 
 
 def resume_settings(cfg: RunConfig) -> dict[str, Any]:
-    return {k: v for k, v in cfg.to_dict().items() if k not in RESUME_FREE}
+    out = {k: v for k, v in cfg.to_dict().items() if k not in RESUME_FREE}
+    # Paths of weight sources are left out: `source_digests` compares what they hold.
+    if out.get("init_from") is not None:
+        out["init_from"] = BY_CONTENT
+    if out.get("distill") is not None:
+        out["distill"] = {"teachers": dict.fromkeys(out["distill"]["teachers"], BY_CONTENT)}
+    return out
+
+
+def source_digests(cfg: RunConfig, soft: Mapping[str, Any],
+                   warn: Callable[[str], None] = print) -> dict[str, str]:
+    """sha256 of the weights `init_from` names and of each distilled task's soft targets (the
+    tensors the run trains against, however they were built)."""
+    from trainer.checkpoint import initial_weights_file
+
+    out = {}
+    if cfg.init_from is not None:
+        out["init_from"] = file_sha256(initial_weights_file(cfg.init_from, warn))
+    for task, targets in sorted(soft.items()):
+        out[f"distill.teachers.{task}"] = hashlib.sha256(
+            targets.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+    return out
+
+
+def source_problems(meta: dict[str, Any], sources: Mapping[str, str],
+                    where: str | os.PathLike) -> list[str]:
+    """Why the run in `where` cannot continue from these weight sources (see source_digests)."""
+    old = meta.get("source_digests")
+    if not isinstance(old, dict):
+        return []  # a checkpoint from before source digests: nothing to compare
+    problems = []
+    for key in sorted(old.keys() | sources.keys()):
+        if old.get(key) == sources.get(key):
+            continue
+        if key == "init_from":
+            problems.append(f"init_from: the weights it names are not those the run in {where} "
+                            "started from; point it at those weights again or start a new "
+                            "output_dir")
+        else:
+            problems.append(f"{key}: the soft targets differ from those the run in {where} "
+                            "trained with (its teachers or soft-target file changed); restore "
+                            "them or start a new output_dir")
+    return problems
 
 
 def settings_digest(cfg: RunConfig) -> str:
@@ -54,12 +103,15 @@ def _sha256(path: str, mtime_ns: int, size: int) -> str:  # (mtime, size): re-ha
     return digest.hexdigest()
 
 
-def resume_record(cfg: RunConfig, precision: str) -> dict[str, Any]:
-    """What save_checkpoint stores in meta.json for `resume_problems` to check later."""
+def resume_record(cfg: RunConfig, precision: str,
+                  sources: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What save_checkpoint stores in meta.json for `resume_problems` and `source_problems`
+    to check later; `sources` from `source_digests`."""
     return {
         "resume_digest": settings_digest(cfg),
         "resume_settings": json.loads(json.dumps(resume_settings(cfg), default=str)),
         "data_digests": data_digests(cfg),
+        "source_digests": dict(sources or {}),
         "precision": precision,
     }
 

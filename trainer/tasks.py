@@ -11,19 +11,15 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
-TASK_TYPES = ("classification", "regression", "ranking")
-FORMATS = ("tsv", "csv", "jsonl", "parquet")
-METRICS = ("accuracy", "f1", "mcc", "pearson", "spearman", "corr")
-# Metrics that make sense per task type: regression scores are compared by correlation,
-# the others by their predicted classes.
-_TYPE_METRICS = {
-    "classification": ("accuracy", "f1", "mcc"),
-    "ranking": ("accuracy", "f1", "mcc"),
-    "regression": ("pearson", "spearman", "corr"),
-}
+from trainer.task_types import NAMES as TASK_TYPES
+from trainer.task_types import TASK_TYPES as _TYPES
+
+FORMATS = ("tsv", "csv", "jsonl", "parquet", "squad")
+# Every metric some task type reports, in a stable order.
+METRICS = tuple(dict.fromkeys(m for t in _TYPES.values() for m in t.metrics))
 _EXTENSION_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl",
                       ".parquet": "parquet"}
 _NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
@@ -47,6 +43,14 @@ class TaskSpec:
     primary_metric: str = "accuracy"
     metrics: tuple[str, ...] = ("accuracy",)
     dropout: float = 0.1
+    head: str = "linear"  # the answer module: linear, or san (classification)
+    choices: tuple[str, ...] | None = None  # multiple choice: the columns of the choices
+    max_seq_len: int | None = None  # this task's token limit; None: the run's max_seq_len
+    # span_qa only (None elsewhere): BERT's window and answer settings
+    doc_stride: int | None = None
+    max_query_len: int | None = None
+    max_answer_len: int | None = None
+    n_best: int | None = None
 
     @property
     def num_labels(self) -> int:
@@ -54,6 +58,9 @@ class TaskSpec:
         if self.type == "classification" and self.labels is not None:
             return len(self.labels)
         return 1
+
+    def seq_len(self, run_max_seq_len: int) -> int:
+        return self.max_seq_len or run_max_seq_len
 
     @property
     def dev_splits(self) -> tuple[str, ...]:
@@ -101,10 +108,23 @@ PRESETS: dict[str, TaskSpec] = {
                         dev_files=(("dev", "SciTail/tsv_format/scitail_1.0_dev.tsv"),),
                         text_a="0", text_b="1", label="2", header=False,
                         labels=("neutral", "entails")),
+    # The official SQuAD 2.0 JSON; windows of 384 tokens as in BERT and the MT-DNN SQuAD paper.
+    "squad2": TaskSpec(name="squad2", type="span_qa", format="squad",
+                       train_file="SQuAD2/train-v2.0.json",
+                       dev_files=(("dev", "SQuAD2/dev-v2.0.json"),), text_a="question",
+                       text_b="context", label="answers", labels=None, max_seq_len=384,
+                       metrics=_TYPES["span_qa"].default_metrics, primary_metric="f1",
+                       **{k: v[0] for k, v in _TYPES["span_qa"].options.items()}),
+    # The official SWAG CSV: the context sent1, then sent2 + each ending as the second text.
+    "swag": TaskSpec(name="swag", type="multiple_choice", format="csv",
+                     train_file="SWAG/train.csv", dev_files=(("dev", "SWAG/val.csv"),),
+                     text_a="sent1", text_b="sent2", label="label",
+                     choices=("ending0", "ending1", "ending2", "ending3")),
 }
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(TaskSpec))
 _REQUIRED = ("name", "type", "train_file", "dev_files")
+_OPTIONS = tuple(dict.fromkeys(k for t in _TYPES.values() for k in t.options))
 
 
 def preset_key(name: str) -> str:
@@ -158,9 +178,9 @@ def _parse_item(item: object, where: str, problems: list[str]) -> TaskSpec | Non
         return None
     item = dict(item)
     before = len(problems)
-    unknown = [k for k in item if k not in (*_FIELDS, "preset")]
+    unknown = [k for k in item if k not in (*_FIELDS, "preset", "data_dir")]
     for key in unknown:
-        problems.append(f"{where}.{key}: unknown key; allowed keys are preset, "
+        problems.append(f"{where}.{key}: unknown key; allowed keys are preset, data_dir, "
                         f"{', '.join(_FIELDS)}")
     base: TaskSpec | None = None
     if "preset" in item:
@@ -178,7 +198,28 @@ def _parse_item(item: object, where: str, problems: list[str]) -> TaskSpec | Non
     values = _check_fields(item, base, where, problems)
     if len(problems) > before or values is None:
         return None
+    if "data_dir" in item:
+        _move_files(values, item["data_dir"], where, problems)
+        if len(problems) > before:
+            return None
     return TaskSpec(**values)
+
+
+def _move_files(values: dict[str, Any], data_dir: object, where: str,
+                problems: list[str]) -> None:
+    """A task's own `data_dir`: its relative file paths start there instead of at the run's."""
+    folder = Path(data_dir).expanduser() if isinstance(data_dir, str) and data_dir else None
+    if folder is None or not folder.is_dir():
+        problems.append(f"{where}.data_dir: folder {data_dir!r} does not exist; point it at the "
+                        "folder that holds this task's files, or remove it to use the run's")
+        return
+    folder = folder.resolve()
+
+    def moved(path: str) -> str:
+        return path if Path(path).expanduser().is_absolute() else str(folder / path)
+
+    values["train_file"] = moved(values["train_file"])
+    values["dev_files"] = tuple((split, moved(p)) for split, p in values["dev_files"])
 
 
 def _check_fields(item: dict[str, Any], base: TaskSpec | None, where: str,
@@ -242,7 +283,10 @@ def _check_fields(item: dict[str, Any], base: TaskSpec | None, where: str,
         else:
             values["format"] = item["format"]
     elif base is None and isinstance(values.get("train_file"), str):
-        fmt = _EXTENSION_FORMATS.get(PurePath(values["train_file"]).suffix.lower())
+        suffix = PurePath(values["train_file"]).suffix.lower()
+        # a .json file of a span_qa task is the official SQuAD layout, not JSON lines
+        fmt = "squad" if suffix == ".json" and values.get("type") == "span_qa" else (
+            _EXTENSION_FORMATS.get(suffix))
         if fmt is None:
             bad("format", f"cannot tell the format of '{values['train_file']}' from its "
                           f"extension; set format to one of {', '.join(FORMATS)}")
@@ -261,6 +305,7 @@ def _check_fields(item: dict[str, Any], base: TaskSpec | None, where: str,
             bad("dropout", f"must be a number in [0, 1), got {value!r}")
         else:
             values["dropout"] = float(value)
+    _check_type_settings(item, values, bad)
     _check_metrics(item, values, bad)
     if any(k not in values for k in _REQUIRED):
         return None
@@ -268,9 +313,66 @@ def _check_fields(item: dict[str, Any], base: TaskSpec | None, where: str,
     return values
 
 
+def _check_type_settings(item: dict[str, Any], values: dict[str, Any], bad: Any) -> None:
+    """The settings that only some task types have: head, choices, max_seq_len and the type's
+    own options (span_qa's window settings)."""
+    kind = _TYPES.get(values.get("type", ""))
+    if "head" in item:
+        values["head"] = item["head"]
+    if kind is not None and values.get("head", "linear") not in kind.answer_modules:
+        others = [t.name for t in _TYPES.values() if values.get("head") in t.answer_modules]
+        hint = (f"head: {values['head']} applies to {', '.join(others)} tasks only"
+                if others else f"use one of {', '.join(kind.answer_modules)}")
+        bad("head", f"{values.get('head')!r} is not an answer module of a {kind.name} task; "
+                    f"{hint}")
+    if item.get("choices") is not None:
+        raw = item["choices"]
+        columns = [_column(c) for c in raw] if isinstance(raw, list | tuple) else None
+        if columns is None or len(columns) < 2 or None in columns or len(set(columns)) != len(
+                columns):
+            bad("choices", "must list at least two distinct columns, one per choice, e.g. "
+                           "[ending0, ending1, ending2, ending3]")
+        else:
+            values["choices"] = tuple(columns)
+    if "max_seq_len" in item:
+        value = item["max_seq_len"]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 8 <= value <= 8192):
+            bad("max_seq_len", f"must be an integer in [8, 8192] or null, got {value!r}")
+        else:
+            values["max_seq_len"] = value
+    for key in _OPTIONS:
+        if key in item:
+            values[key] = item[key]
+    if kind is None:
+        return
+    for key in _OPTIONS:
+        if key not in kind.options:
+            if values.get(key) is not None:
+                owners = [t.name for t in _TYPES.values() if key in t.options]
+                bad(key, f"only {', '.join(owners)} tasks use {key}; remove it")
+            continue
+        default, check = kind.options[key]
+        if values.get(key) is None:
+            values[key] = default
+        else:
+            problem = check(values[key])
+            if problem:
+                bad(key, problem)
+    if kind.name == "multiple_choice" and not values.get("choices"):
+        bad("choices", "a multiple_choice task needs the columns of its choices, e.g. "
+                       "choices: [ending0, ending1, ending2, ending3]")
+    elif kind.name != "multiple_choice" and values.get("choices"):
+        bad("choices", "only multiple_choice tasks use choices; remove it")
+    fmt = values.get("format")
+    if fmt in FORMATS and fmt not in kind.formats:
+        bad("format", f"a {kind.name} task reads {', '.join(kind.formats)} files, not {fmt}")
+
+
 def _check_metrics(item: dict[str, Any], values: dict[str, Any], bad: Any) -> None:
     task_type = values.get("type", "classification")
-    allowed = _TYPE_METRICS.get(task_type, METRICS)
+    kind = _TYPES.get(task_type)
+    allowed = kind.metrics if kind else METRICS
     if "metrics" in item:
         raw = item["metrics"]
         raw = [raw] if isinstance(raw, str) else raw
@@ -283,30 +385,31 @@ def _check_metrics(item: dict[str, Any], values: dict[str, Any], bad: Any) -> No
                                f"use names from {', '.join(METRICS)}")
             else:
                 values["metrics"] = tuple(dict.fromkeys(raw))
-    elif "metrics" not in values:  # full definition without metrics
-        if item.get("primary_metric") in METRICS:
+    elif "metrics" not in values or (kind and not set(values["metrics"]) <= set(allowed)):
+        # a full definition without metrics, or a preset whose type was changed
+        if item.get("primary_metric") in allowed:
             values["metrics"] = (item["primary_metric"],)
         else:  # the type's natural ones
-            values["metrics"] = ("accuracy",) if task_type != "regression" else (
-                "pearson", "spearman", "corr")
+            values["metrics"] = kind.default_metrics if kind else ("accuracy",)
     if "primary_metric" in item:
         primary = item["primary_metric"]
         if primary not in METRICS:
             bad("primary_metric", f"unknown metric {primary!r}; use one of {', '.join(METRICS)}")
         else:
             values["primary_metric"] = primary
-    elif "metrics" in item or "primary_metric" not in values:
+    elif "metrics" in item or values.get("primary_metric") not in values.get("metrics", ()):
         metrics = values.get("metrics") or ("accuracy",)
         if values.get("primary_metric") not in metrics:
-            # GLUE reports STS-B by the mean correlation; otherwise the first listed metric
-            values["primary_metric"] = "corr" if "corr" in metrics else metrics[0]
+            # the type's usual one (STS-B: the mean correlation), else the first listed
+            usual = kind.default_primary if kind else None
+            values["primary_metric"] = usual if usual in metrics else metrics[0]
     metrics = values.get("metrics", ())
     primary = values.get("primary_metric")
     if primary in METRICS and metrics and primary not in metrics:
         bad("primary_metric", f"'{primary}' is not in metrics ({', '.join(metrics)}); "
                               "add it to metrics or pick one of them")
     wrong = [m for m in metrics if m in METRICS and m not in allowed]
-    if task_type in TASK_TYPES and wrong:
+    if kind and wrong:
         bad("metrics", f"{', '.join(wrong)} cannot score a {task_type} task; "
                        f"use {', '.join(allowed)}")
 
@@ -315,7 +418,13 @@ def _check_consistency(values: dict[str, Any], bad: Any) -> None:
     """Rules that tie several fields together (type vs labels/group, format vs header)."""
     task_type = values["type"]
     labels = values.get("labels")
-    if task_type in ("classification", "ranking"):
+    kind = _TYPES.get(task_type)
+    if kind and kind.label_kind in ("choice", "answers"):
+        if labels:
+            bad("labels", f"a {task_type} task has no label set; remove labels")
+        if task_type == "span_qa" and values.get("text_b") is None:
+            bad("text_b", "a span_qa task needs the column of its contexts, e.g. text_b: context")
+    elif task_type in ("classification", "ranking"):
         if not labels:
             bad("labels", f"a {task_type} task needs its label set in index order, "
                           "e.g. labels: [not_entailment, entailment]")
@@ -332,14 +441,15 @@ def _check_consistency(values: dict[str, Any], bad: Any) -> None:
                      "list, e.g. group: question")
     if task_type != "ranking" and values.get("group"):
         bad("group", "only ranking tasks use group; remove it or set type: ranking")
-    if not values.get("header", True) and values.get("format") in ("jsonl", "parquet"):
+    if not values.get("header", True) and values.get("format") in ("jsonl", "parquet", "squad"):
         bad("header", f"{values['format']} files always name their columns; remove header")
     if not values.get("header", True):
-        for key in ("text_a", "text_b", "label", "group"):
-            column = values.get(key)
-            if column is not None and not column.isdigit():
-                bad(key, f"'{column}' is not a column index; a file without header names "
-                         "its columns by position from 0, e.g. text_a: 3")
+        for key in ("text_a", "text_b", "label", "group", "choices"):
+            columns = values.get(key)
+            for column in (columns if isinstance(columns, tuple) else (columns,)):
+                if column is not None and not column.isdigit():
+                    bad(key, f"'{column}' is not a column index; a file without header names "
+                             "its columns by position from 0, e.g. text_a: 3")
 
 
 def _column(value: object) -> str | None:

@@ -42,10 +42,20 @@ def _version() -> str:
     return f"weightsearch {__version__}"
 
 
+# Subcommands whose optional dependencies the core install lacks: (extra, modules). Checked
+# here, before the handler, so the message names the extra instead of an ImportError.
+NEEDS = {"launch": ("cluster", ("ray",)), "resume": ("cluster", ("ray",))}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command in NEEDS:
+            from weightsearch.extras import require_extra
+
+            extra, modules = NEEDS[args.command]
+            require_extra(extra, *modules, feature=f"weightsearch {args.command}")
         return int(args.handler(args) or 0)
     except WeightsearchError as exc:
         print(f"weightsearch {args.command}: error: {exc}", file=sys.stderr)

@@ -24,6 +24,17 @@ class ConfigError(WeightsearchError):
         super().__init__(f"{head}:\n{body}")
 
 
+class MissingExtra(ConfigError):
+    """A feature's optional dependencies are not installed; the message names the extra."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 class DataError(WeightsearchError):
     """A data file is missing, unreadable, or does not match its task definition."""
 

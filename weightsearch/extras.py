@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import importlib
 
-from weightsearch.errors import ConfigError
+from weightsearch.errors import MissingExtra
 
 
 def require_extra(extra: str, *modules: str, feature: str) -> None:
-    """ConfigError naming the extra to install when one of `modules` cannot be imported (the
-    feature imports them next anyway)."""
+    """MissingExtra (a ConfigError, exit code 2) naming the extra to install when one of
+    `modules` cannot be imported (the feature imports them next anyway)."""
     missing = []
     for module in modules:
         try:
@@ -17,5 +17,5 @@ def require_extra(extra: str, *modules: str, feature: str) -> None:
         except ImportError:
             missing.append(module)
     if missing:
-        raise ConfigError(f"{feature} needs {', '.join(missing)}, which the core install lacks; "
-                          f"pip install 'weightsearch[{extra}]'")
+        raise MissingExtra(f"{feature} needs {', '.join(missing)}, which the core install lacks; "
+                           f"pip install 'weightsearch[{extra}]'")

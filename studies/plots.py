@@ -1,0 +1,107 @@
+"""Figures for a paper: `inspect --plot` (metric vs central weight per central task) and the
+shared style of `recommend --plot`.
+
+The format follows the file's extension (.pdf, .svg and .eps are vector; fonts stay text, so a
+journal's tools can edit them); legends sit outside the data; axis labels say what is measured
+and on which scale; error bars are mean +- 1 sample sd over seeds (the legend says so, and how
+many seeds); titles carry the stage and the encoder the scores come from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+VECTOR = (".pdf", ".svg", ".eps")
+RASTER_DPI = 200
+WEIGHT_LABEL = "central-task loss weight (× its batch loss)"
+
+
+def pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams.update({
+        "pdf.fonttype": 42, "ps.fonttype": 42,  # TrueType: text stays text in PDF and EPS
+        "svg.fonttype": "none", "font.size": 9, "axes.titlesize": 9, "legend.fontsize": 8,
+    })
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig: Any, path: str | Path) -> Path:
+    """Written in the format of the extension, the legends outside the axes included."""
+    path = Path(path)
+    dpi = None if path.suffix.lower() in VECTOR else RASTER_DPI
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path
+
+
+def regime_text(encoders: Iterable[str | None], stages: Iterable[str | None]) -> str:
+    """'multitask stage, encoder all-MiniLM-L6-v2' for the title; several values joined."""
+    stage = " + ".join(sorted({s or "multitask" for s in stages})) or "multitask"
+    named = sorted({e for e in encoders if e and e != "unknown"})
+    encoder = f"encoder {' + '.join(named)}" if named else "encoder not recorded"
+    return f"{stage} stage, {encoder}"
+
+
+def metric_label(metric: str | None, values: Iterable[float]) -> str:
+    """The metric, the split, and its scale: 0-1 or percent (imported tables use percent)."""
+    finite = [abs(v) for v in values]
+    scale = "%" if finite and max(finite) > 1.0 else "0–1"
+    return f"{metric or 'score'} on dev ({scale})"
+
+
+def train_size_text(n: int | None) -> str:
+    return f"train n={n:,}" if n else "train n unknown"
+
+
+def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
+    """Primary metric vs central weight, one panel per central task (CentralStudy objects):
+    each seed as a dot, mean +- 1 sd over seeds at each weight, the best weight marked."""
+    plt = pyplot()
+    ncols = min(4, len(studies))
+    nrows = -(-len(studies) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 2.8 * nrows), squeeze=False)
+    seeds = sorted({c.n for s in studies for c in s.curve})
+    for ax, s in zip(axes.flat, studies, strict=False):
+        w = [c.weight for c in s.curve]
+        sd = [c.sd or 0.0 for c in s.curve]
+        values = [c.value for c in s.cells if c.state == "complete" and c.value is not None
+                  and c.weight is not None]
+        ax.errorbar(w, [c.mean for c in s.curve], yerr=sd, fmt="o-", color="tab:blue",
+                    capsize=3, markersize=4, zorder=3, label=_mean_label(seeds))
+        # Seeds a little to the right of their weight, beside the error bar, not under it.
+        shift = 0.02 * (max(w) - min(w) or 1.0)
+        ax.scatter([c.weight + shift for c in s.cells if c.state == "complete"
+                    and c.value is not None and c.weight is not None], values, s=8,
+                   color="0.45", zorder=2, label="one seed")
+        if s.best:
+            ax.axvline(s.best.weight, color="tab:red", linestyle=":", zorder=1,
+                       label="best weight (highest mean)")
+        ax.set_title(f"{s.central_task} ({train_size_text(s.train_size)})")
+        ax.set_xlabel(WEIGHT_LABEL)
+        ax.set_ylabel(metric_label(s.primary_metric, values))
+        ax.set_xticks(w)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(studies):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    regime = regime_text((s.encoder for s in studies), (s.stage for s in studies))
+    fig.suptitle(f"{title}: {regime}")
+    fig.tight_layout()
+    fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=len(labels), frameon=False)
+    return save(fig, path)
+
+
+def _mean_label(seeds: list[int]) -> str:
+    if seeds and max(seeds) > 1:
+        n = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}"
+        return f"mean ± 1 sd over seeds (n={n} per weight)"
+    return "mean (one seed per weight: no error bar)"

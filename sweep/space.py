@@ -1,0 +1,513 @@
+"""Search spaces: the run-config paths a study varies, and the values each may take.
+
+    search:
+      space:
+        weighting.central_weight: [1, 3, 6, 9, 12, 15]     # a list: these values (a grid)
+        sampling.weights.squad2: {low: 0.2, high: 0.9, step: 0.1}   # a range (step: a grid)
+        lr: {low: 1.0e-5, high: 1.0e-3, log: true}          # continuous: guided search only
+        pooling: {choices: [mean, cls]}                     # categorical
+        tasks: {subsets_of: [mrpc, stsb, qnli]}             # task grouping (below)
+
+A path names a key of the trainer's run config (`train:`), nested keys joined by dots; each
+point of the space sets those keys in the study's run-config template, and the trainer's own
+validation judges every value. `tasks: {subsets_of: [...]}` is the task-grouping space: for
+each central task, the central task trained with every subset of the candidate auxiliary tasks
+(the empty set included: the central task alone); tasks outside the chosen subset are dropped
+from the run, and from the settings that name them (aux weights, sampling weights).
+
+Optuna params are the space's values under the path's name, except two: the central weight
+keeps the name `central_weight` that every study, the recommender and the dashboard read, and a
+task group becomes one 0/1 param per candidate (`tasks.<task>`), which samplers handle and the
+dashboard plots.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from studies import schema as S
+
+CENTRAL_WEIGHT = "weighting.central_weight"
+GROUP = S.T_GROUP_PATH  # "tasks": the run-config key a task group sets
+EXHAUSTIVE_GROUP_MAX = 5  # candidates up to which every subset is trained (2^5 = 32 groups)
+# Keys of the run config that the sweep sets per cell; a space may not vary them.
+SWEEP_OWNED = ("central_task", "seed", "output_dir")
+_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_][A-Za-z0-9_-]*)*$")
+_KEY_MAX = 100  # a cell key is a claim's unit (128 characters with its prefix)
+_FOLDER_MAX = 120
+
+Point = dict[str, Any]  # run-config path -> value; a group value is a tuple of task names
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One searched path: listed values, a numeric range, or the task-grouping subsets."""
+
+    path: str
+    values: tuple[Any, ...] = ()  # listed values (also `choices`)
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    integer: bool = False
+    candidates: tuple[str, ...] = ()  # task grouping: candidate auxiliary tasks
+    categorical: bool = False  # given as {choices: [...]}
+
+    @property
+    def kind(self) -> str:
+        if self.path == GROUP:
+            return "group"
+        return "range" if self.low is not None else "values"
+
+    # --- the values ---------------------------------------------------------------------
+    def group_candidates(self, central: str) -> tuple[str, ...]:
+        return tuple(c for c in self.candidates if c != central)
+
+    def options(self, central: str) -> list[Any] | None:
+        """Every value the dimension takes (for a central task); None for a continuous range."""
+        if self.kind == "group":
+            cands = self.group_candidates(central)
+            # Smallest groups first (the central task alone leads), candidates in order.
+            return [combo for size in range(len(cands) + 1)
+                    for combo in itertools.combinations(cands, size)]
+        if self.kind == "values":
+            return list(self.values)
+        if self.step is None and not self.integer:
+            return None
+        step = self.step or 1
+        n = math.floor((self.high - self.low) / step + 1e-9) + 1
+        out = [self.low + i * step for i in range(n)]
+        return [round(v) for v in out] if self.integer else [_tidy(v) for v in out]
+
+    def size(self, central: str) -> float:
+        found = self.options(central)
+        return math.inf if found is None else len(found)
+
+    def contains(self, value: Any, central: str) -> bool:
+        if self.kind == "range":
+            if not _real(value) or not self.low - 1e-12 <= value <= self.high + 1e-12:
+                return False
+            found = self.options(central)
+            return found is None or any(abs(value - v) < 1e-9 for v in found)
+        found = self.options(central)
+        return found is not None and value in found
+
+    def first(self, central: str) -> Any:
+        found = self.options(central)
+        return found[0] if found else self.low
+
+    # --- Optuna ---------------------------------------------------------------------------
+    def param_names(self, central: str) -> list[str]:
+        if self.kind == "group":
+            return [f"{GROUP}.{c}" for c in self.group_candidates(central)]
+        return [S.PARAM if self.path == CENTRAL_WEIGHT else self.path]
+
+    def distributions(self, central: str, guided: bool) -> dict[str, Any]:
+        """The Optuna distributions of this dimension's params. A grid's numeric list is
+        recorded as a numeric range (the dashboard plots it as numbers); a guided search
+        samples listed values as categories."""
+        from optuna.distributions import (
+            CategoricalDistribution,
+            FloatDistribution,
+            IntDistribution,
+        )
+
+        names = self.param_names(central)
+        if self.kind == "group":
+            return {n: IntDistribution(0, 1) for n in names}
+        if self.kind == "range":
+            if self.integer:
+                dist: Any = IntDistribution(int(self.low), int(self.high), log=self.log,
+                                            step=int(self.step or 1))
+            else:
+                dist = FloatDistribution(self.low, self.high, log=self.log, step=self.step)
+            return {names[0]: dist}
+        numeric = all(_real(v) for v in self.values)
+        if self.path == CENTRAL_WEIGHT and not guided:
+            return {names[0]: FloatDistribution(S.WEIGHT_LOW, S.WEIGHT_HIGH)}
+        if numeric and not guided and not self.categorical:
+            if all(isinstance(v, int) for v in self.values):
+                return {names[0]: IntDistribution(min(self.values), max(self.values))}
+            return {names[0]: FloatDistribution(float(min(self.values)),
+                                                float(max(self.values)))}
+        return {names[0]: CategoricalDistribution(list(self.values))}
+
+    def to_params(self, value: Any, central: str) -> dict[str, Any]:
+        if self.kind == "group":
+            return {f"{GROUP}.{c}": int(c in value) for c in self.group_candidates(central)}
+        return {self.param_names(central)[0]: value}
+
+    def from_params(self, params: Mapping[str, Any], central: str) -> Any:
+        if self.kind == "group":
+            return tuple(c for c in self.group_candidates(central)
+                         if params.get(f"{GROUP}.{c}") == 1)
+        value = params.get(self.param_names(central)[0])
+        if self.kind == "range" and self.integer and value is not None:
+            return int(value)
+        if self.kind == "range" and value is not None:
+            return _tidy(float(value))
+        return value
+
+    def normalise(self, value: Any) -> Any:
+        """A value read back from JSON (lists for tuples) as the dimension holds it."""
+        if self.kind == "group" and isinstance(value, list | tuple):
+            return tuple(value)
+        return value
+
+    def to_plain(self) -> Any:
+        if self.kind == "group":
+            return {"subsets_of": list(self.candidates)}
+        if self.kind == "values":
+            return {"choices": list(self.values)} if self.categorical else list(self.values)
+        out: dict[str, Any] = {"low": self.low, "high": self.high}
+        if self.step is not None:
+            out["step"] = self.step
+        if self.log:
+            out["log"] = True
+        if self.integer:
+            out["int"] = True
+        return out
+
+
+@dataclass(frozen=True)
+class Space:
+    dims: tuple[Dimension, ...]
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return tuple(d.path for d in self.dims)
+
+    @property
+    def central_weight_only(self) -> bool:
+        """The classic weight search (keys, folders and the canonical form stay as they were)."""
+        return self.paths == (CENTRAL_WEIGHT,)
+
+    @property
+    def group(self) -> Dimension | None:
+        return next((d for d in self.dims if d.kind == "group"), None)
+
+    def dim(self, path: str) -> Dimension | None:
+        return next((d for d in self.dims if d.path == path), None)
+
+    # --- points ---------------------------------------------------------------------------
+    def grid(self, central: str) -> list[Point] | None:
+        """Every point (first dimension slowest), or None when a dimension is continuous."""
+        options = [d.options(central) for d in self.dims]
+        if any(o is None for o in options):
+            return None
+        return [dict(zip(self.paths, combo, strict=True))
+                for combo in itertools.product(*options)]  # type: ignore[arg-type]
+
+    def size(self, central: str) -> float:
+        return math.prod(d.size(central) for d in self.dims)
+
+    def contains(self, point: Mapping[str, Any], central: str) -> bool:
+        return set(point) == set(self.paths) and all(
+            d.contains(point[d.path], central) for d in self.dims)
+
+    def normalise(self, point: Mapping[str, Any]) -> Point:
+        return {d.path: d.normalise(point[d.path]) for d in self.dims if d.path in point}
+
+    def distributions(self, central: str, guided: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for d in self.dims:
+            out.update(d.distributions(central, guided))
+        return out
+
+    def params(self, point: Mapping[str, Any], central: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for d in self.dims:
+            out.update(d.to_params(point[d.path], central))
+        return out
+
+    def point_from_params(self, params: Mapping[str, Any], central: str) -> Point | None:
+        point = {d.path: d.from_params(params, central) for d in self.dims}
+        return None if any(v is None for v in point.values()) else point
+
+    # --- names ----------------------------------------------------------------------------
+    def point_key(self, point: Mapping[str, Any]) -> str:
+        """The point as text, the same in every driver (the cell key without the seed)."""
+        if self.central_weight_only:
+            return f"{float(point[CENTRAL_WEIGHT]):g}"
+        body = ",".join(f"{d.path}={fmt(point[d.path])}" for d in self.dims)
+        if len(body) > _KEY_MAX:
+            body = "h" + hashlib.sha1(body.encode()).hexdigest()[:20]
+        return body
+
+    def cell_key(self, point: Mapping[str, Any], seed: int) -> str:
+        if self.central_weight_only:
+            return S.cell_key(point[CENTRAL_WEIGHT], seed)
+        return f"{self.point_key(point)}|{int(seed)}"
+
+    def label(self, point: Mapping[str, Any]) -> str:
+        """Short and readable, for progress lines and summaries."""
+        return " ".join("alone" if d.kind == "group" and not point[d.path]
+                        else f"{_short(d.path)}={fmt(point[d.path])}"
+                        for d in self.dims if d.path in point)
+
+    def folder(self, point: Mapping[str, Any], seed: int) -> str:
+        """A cell's folder name: `w9_s1` for the classic search, readable otherwise."""
+        if self.central_weight_only:
+            return f"w{float(point[CENTRAL_WEIGHT]):g}_s{int(seed)}"
+        lasts = [d.path.rsplit(".", 1)[-1] for d in self.dims]
+        parts = []
+        for d, last in zip(self.dims, lasts, strict=True):
+            name = last if lasts.count(last) == 1 else d.path.replace(".", "-")
+            if d.path == CENTRAL_WEIGHT:
+                name = "w"
+            value = point[d.path]
+            if d.kind == "group":
+                parts.append("with-" + "+".join(value) if value else "alone")
+            else:
+                parts.append(f"{name}{fmt(value)}")
+        text = re.sub(r"[^A-Za-z0-9._+=-]", "-", "_".join(parts))
+        if len(text) > _FOLDER_MAX:
+            text = "p" + hashlib.sha1(text.encode()).hexdigest()[:20]
+        return f"{text}_s{int(seed)}"
+
+    # --- run configs ------------------------------------------------------------------------
+    def apply(self, train: Mapping[str, Any], point: Mapping[str, Any], central: str,
+              task_names: Sequence[str]) -> dict[str, Any]:
+        """The run-config mapping of `point`: `train` with every path of the point set."""
+        raw = copy.deepcopy(dict(train))
+        for d in self.dims:
+            if d.kind == "group":
+                _keep_tasks(raw, {central, *point[d.path]}, task_names)
+            else:
+                set_path(raw, d.path, point[d.path])
+        return raw
+
+    def to_plain(self) -> dict[str, Any]:
+        return {d.path: d.to_plain() for d in self.dims}
+
+
+def default_space() -> Space:
+    return Space((Dimension(CENTRAL_WEIGHT, values=S.DEFAULT_GRID),))
+
+
+def fmt(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple | list):
+        return "+".join(map(str, value)) or "none"
+    return str(value)
+
+
+def _short(path: str) -> str:
+    if path == CENTRAL_WEIGHT:
+        return "w"
+    if path == GROUP:
+        return "group"
+    return path
+
+
+def _tidy(value: float) -> float:
+    """0.30000000000000004 -> 0.3: grid values built by steps, as the user would write them."""
+    return float(f"{value:.12g}")
+
+
+def _real(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
+    """Set `a.b.c` in nested mappings, making the missing levels. A weighting made here is
+    SIWLM's (the scheme whose central weight a study searches)."""
+    parts = path.split(".")
+    node = raw
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part)
+        if not isinstance(child, dict):
+            child = {"scheme": "siwlm"} if i == 0 and part == "weighting" else {}
+            node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def _keep_tasks(raw: dict[str, Any], keep: set[str], task_names: Sequence[str]) -> None:
+    """Drop the tasks outside `keep` from the run and from every setting that names them."""
+    tasks = raw.get("tasks")
+    if isinstance(tasks, str):
+        tasks = [tasks]
+    if isinstance(tasks, list) and len(tasks) == len(task_names):
+        raw["tasks"] = [t for t, name in zip(tasks, task_names, strict=True) if name in keep]
+    for section, key in (("weighting", "aux_weights"), ("weighting", "weights"),
+                         ("sampling", "weights"), ("distill", "teachers")):
+        node = raw.get(section)
+        if isinstance(node, dict) and isinstance(node.get(key), dict):
+            node[key] = {t: v for t, v in node[key].items() if t in keep}
+    finetune = raw.get("finetune")
+    if isinstance(finetune, dict) and isinstance(finetune.get("tasks"), list):
+        finetune["tasks"] = [t for t in finetune["tasks"] if t in keep]
+
+
+# --- parsing ------------------------------------------------------------------------------
+def parse_space(raw: Any, tasks: Sequence[str], problems: list[str],
+                where: str = "search.space") -> Space:
+    """A Space from its YAML mapping; each problem names its path and the fix."""
+    if raw is None:
+        return default_space()
+    if not isinstance(raw, Mapping) or not raw:
+        problems.append(f"{where}: expected a mapping of run-config paths to values, e.g. "
+                        "{weighting.central_weight: [1, 9], lr: [1.0e-4, 2.0e-4]}")
+        return default_space()
+    dims = []
+    for path, spec in raw.items():
+        dim = _parse_dimension(str(path), spec, tasks, problems, f"{where}.{path}")
+        if dim is not None:
+            dims.append(dim)
+    paths = [d.path for d in dims]
+    for a, b in itertools.permutations(paths, 2):
+        if b.startswith(a + "."):
+            problems.append(f"{where}.{b}: lies inside {a}, which the space also sets; "
+                            "search one of them")
+    return Space(tuple(dims)) if dims else default_space()
+
+
+def _parse_dimension(path: str, spec: Any, tasks: Sequence[str], problems: list[str],
+                     where: str) -> Dimension | None:
+    if not _PATH.match(path):
+        problems.append(f"{where}: not a run-config path; write keys joined by dots, e.g. "
+                        "weighting.central_weight or sampling.weights.squad2")
+        return None
+    top = path.split(".", 1)[0]
+    if top in SWEEP_OWNED:
+        problems.append(f"{where}: {top} is set per cell by the sweep and cannot be searched")
+        return None
+    if path == GROUP or top == GROUP:
+        return _parse_group(path, spec, tasks, problems, where)
+    if isinstance(spec, list):
+        return _parse_values(path, spec, problems, where, categorical=False)
+    if isinstance(spec, Mapping) and "choices" in spec:
+        extra = sorted(set(spec) - {"choices"})
+        if extra:
+            problems.append(f"{where}.{extra[0]}: not a setting of a choice; give only choices")
+        choices = spec["choices"]
+        if not isinstance(choices, list):
+            problems.append(f"{where}.choices: expected a list of values, got {choices!r}")
+            return None
+        return _parse_values(path, choices, problems, where, categorical=True)
+    if isinstance(spec, Mapping):
+        return _parse_range(path, spec, problems, where)
+    problems.append(f"{where}: expected a list of values, {{low, high[, step, log, int]}} or "
+                    f"{{choices: [...]}}, got {spec!r}")
+    return None
+
+
+def _weight_problem(where: str, value: Any) -> str | None:
+    fix = f"use a weight from {S.WEIGHT_LOW:g} to {S.WEIGHT_HIGH:g}"
+    if not _real(value):
+        return f"{where}: {value!r} is not a number; {fix}"
+    if not S.WEIGHT_LOW <= value <= S.WEIGHT_HIGH:
+        return f"{where}: {value!r} is out of range; {fix}"
+    return None
+
+
+def _parse_values(path: str, values: list, problems: list[str], where: str,
+                  categorical: bool) -> Dimension | None:
+    if not values:
+        problems.append(f"{where}: the list is empty; give at least one value, e.g. "
+                        + ("weights: [1, 3, 6, 9, 12, 15]" if path == CENTRAL_WEIGHT
+                           else "[1.0e-4, 2.0e-4]"))
+        return None
+    out: list[Any] = []
+    before = len(problems)
+    for i, given in enumerate(values):
+        value = given
+        if path == CENTRAL_WEIGHT:
+            problem = _weight_problem(f"{where}[{i}]", value)
+            if problem:
+                problems.append(problem)
+                continue
+            value = float(value)
+        elif isinstance(value, Mapping | list) or value is None:
+            problems.append(f"{where}[{i}]: {value!r}: a searched value must be a number, "
+                            "a string or true/false")
+            continue
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(f"{where}[{i}]: {value!r} is not a finite number")
+            continue
+        if any(value == v and type(value) is type(v) for v in out):
+            problems.append(f"{where}[{i}]: {given!r} is listed twice")
+            continue
+        out.append(value)
+    if len(problems) > before:
+        return None
+    return Dimension(path, values=tuple(out), categorical=categorical)
+
+
+def _parse_range(path: str, spec: Mapping[str, Any], problems: list[str],
+                 where: str) -> Dimension | None:
+    known = ("low", "high", "step", "log", "int")
+    for key in sorted(set(spec) - set(known)):
+        problems.append(f"{where}.{key}: unknown setting; a range takes {', '.join(known)}")
+    before = len(problems)
+    low = spec.get("low", S.WEIGHT_LOW if path == CENTRAL_WEIGHT else None)
+    high = spec.get("high", S.WEIGHT_HIGH if path == CENTRAL_WEIGHT else None)
+    for key, value in (("low", low), ("high", high)):
+        if path == CENTRAL_WEIGHT:
+            problem = _weight_problem(f"{where}.{key}", value)
+            if problem:
+                problems.append(problem)
+        elif not _real(value):
+            problems.append(f"{where}.{key}: expected a number, got {value!r}")
+    step, log, integer = spec.get("step"), spec.get("log", False), spec.get("int", False)
+    if step is not None and (not _real(step) or step <= 0):
+        problems.append(f"{where}.step: expected a number > 0 or null, got {step!r}")
+    for key, flag in (("log", log), ("int", integer)):
+        if not isinstance(flag, bool):
+            problems.append(f"{where}.{key}: expected true or false, got {flag!r}")
+    if len(problems) > before:
+        return None
+    if low >= high:
+        problems.append(f"{where}: low ({low!r}) must be below high ({high!r})")
+        return None
+    if log and (low <= 0 or step is not None):
+        problems.append(f"{where}.log: a log range needs low > 0 and no step")
+        return None
+    if integer and not all(float(v).is_integer() for v in (low, high, step or 1)):
+        problems.append(f"{where}.int: low, high and step must be whole numbers")
+        return None
+    if path == CENTRAL_WEIGHT and integer:
+        problems.append(f"{where}.int: the central weight is a real number; use a step of 1")
+        return None
+    return Dimension(path, low=float(low) if not integer else int(low),
+                     high=float(high) if not integer else int(high),
+                     step=None if step is None else (int(step) if integer else float(step)),
+                     log=log, integer=integer)
+
+
+def _parse_group(path: str, spec: Any, tasks: Sequence[str], problems: list[str],
+                 where: str) -> Dimension | None:
+    if path != GROUP or not isinstance(spec, Mapping) or set(spec) != {"subsets_of"}:
+        problems.append(f"{where}: the task grouping space is written tasks: {{subsets_of: "
+                        "[task, ...]}} (candidate auxiliary tasks from train.tasks)")
+        return None
+    candidates = spec["subsets_of"]
+    if not isinstance(candidates, list) or not candidates:
+        problems.append(f"{where}.subsets_of: expected a non-empty list of task names from "
+                        f"train.tasks, got {candidates!r}")
+        return None
+    out: list[str] = []
+    for i, name in enumerate(candidates):
+        key = name.strip().lower() if isinstance(name, str) else name
+        if not isinstance(key, str) or (tasks and key not in tasks):
+            problems.append(f"{where}.subsets_of[{i}]: {name!r} is not among train.tasks "
+                            f"({', '.join(tasks)}); add it there or leave it out")
+        elif key in out:
+            problems.append(f"{where}.subsets_of[{i}]: {name!r} is listed twice")
+        else:
+            out.append(key)
+    # Candidates in train.tasks order: a group's task list keeps the template's order.
+    order = {t: i for i, t in enumerate(tasks)}
+    return Dimension(GROUP, candidates=tuple(sorted(out, key=lambda t: order.get(t, 0))))
+

@@ -1,0 +1,139 @@
+"""The search-strategy protocol: which units of work a study needs, decided from its trials.
+
+A *unit* is what a driver claims in the study database and trains as one Optuna trial: a grid
+cell (point, seed), a guided-search slot whose point the sampler picks once the slot is
+claimed, or a successive-halving stint (a cell trained up to a rung's epoch budget). A
+strategy never touches the database, Ray or the trainer: it sees the study's trials as plain
+`Record`s, so its decisions are pure functions that tests and benchmarks run on synthetic
+results.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from sweep.space import Point, Space
+
+DONE = ("complete", "pruned")
+
+
+@dataclass(frozen=True)
+class Unit:
+    key: str  # the claim key, unique within the study
+    seed: int
+    point: Point | None  # None: `Strategy.propose` chooses it once the unit is claimed
+    budget: int | None = None  # train up to this epoch and stop there; None: every epoch
+    rung: int = 0  # successive halving's rung (0 elsewhere)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One trial of the study as a strategy sees it."""
+
+    number: int
+    unit: str | None  # the unit it filled (its claim key)
+    cell: str | None
+    seed: int | None
+    point: Point | None
+    state: str  # complete | pruned | fail | running | waiting
+    value: float | None  # the trial's value (a pruned stint: its last epoch's)
+    values: Mapping[int, float] = field(default_factory=dict)  # epoch -> objective
+
+
+class Strategy(ABC):
+    """How one central task's study chooses its units. One instance per central task and
+    driver; the driver calls, in this order:
+
+    - `units(records)`: at the start of every planning round, and again whenever this driver
+      has handed out every unit it knew of. Returns every unit the study needs *now* and has
+      not finished, in the order to train them. It must be a pure function of `records`
+      (every driver's trials): all drivers compute the same list, and claims in the database
+      decide who trains which. An adaptive strategy returns its next round's units only once
+      the round before is finished.
+    - `propose(unit, records, taken)`: only for a unit whose `point` is None, right after this
+      driver claimed it: the point to train, outside `taken` (the cells finished, training or
+      claimed by any driver); None when no point is left. The driver claims the proposed cell
+      too and, if another driver won it, asks again with it added to `taken`.
+    - `progress(records)`: (units done, units the study has) for progress and summary lines;
+      an adaptive strategy counts the units it knows of so far.
+    - `max_units()`: an upper bound on the units of the whole study (Tune's trial budget).
+
+    A strategy's settings are a frozen dataclass (`settings_type`) with `KEYS`, a
+    `from_mapping(raw, space, problems, where)` classmethod that appends one message per
+    problem, and `to_plain()`; `check(settings, space, central_tasks, problems, where, epochs)`
+    judges the settings against the space and the run's epochs once the study is parsed.
+    """
+
+    name: ClassVar[str]
+    settings_type: ClassVar[type]
+    unit_word: ClassVar[str] = "cells"  # what its units are called in summaries
+
+    def __init__(self, settings: Any, space: Space, central: str, seeds: Sequence[int],
+                 epochs: int, first: Sequence[Point] = ()) -> None:
+        self.settings = settings
+        self.space = space
+        self.central = central
+        self.seeds = tuple(seeds)
+        self.epochs = epochs
+        self.first = tuple(first)  # points to try first (warm start, the recommender's answer)
+
+    @classmethod
+    def check(cls, settings: Any, space: Space, central_tasks: Sequence[str],
+              problems: list[str], where: str = "search", epochs: int | None = None) -> None:
+        """Problems of `settings` with this space (e.g. a grid needs finitely many points)."""
+        return None
+
+    @abstractmethod
+    def units(self, records: Sequence[Record]) -> list[Unit]: ...
+
+    def propose(self, unit: Unit, records: Sequence[Record], taken: set[str]) -> Point | None:
+        raise NotImplementedError(f"{self.name} units carry their points")
+
+    def progress(self, records: Sequence[Record]) -> tuple[int, int]:
+        done = done_units(records)
+        return len(done), len(done) + len([u for u in self.units(records)
+                                           if u.key not in done])
+
+    @abstractmethod
+    def max_units(self) -> int: ...
+
+    # --- helpers for strategies -----------------------------------------------------------
+    def ordered(self, points: list[Point]) -> list[Point]:
+        """`points` with the preferred ones (`first`) in front, in their order."""
+        keys = [self.space.point_key(p) for p in self.first]
+        rank = {k: i for i, k in enumerate(keys)}
+        return sorted(points, key=lambda p: rank.get(self.space.point_key(p), len(rank)))
+
+    def cell(self, point: Point, seed: int) -> str:
+        return self.space.cell_key(point, seed)
+
+
+def done_units(records: Sequence[Record]) -> set[str]:
+    return {r.unit for r in records if r.state in DONE and r.unit is not None}
+
+
+def taken_cells(records: Sequence[Record]) -> set[str]:
+    """Cells finished or in training, by any driver."""
+    return {r.cell for r in records if r.cell is not None
+            and r.state in (*DONE, "running", "waiting")}
+
+
+def mean_score(records: Sequence[Record], units: set[str]) -> float:
+    """The mean value of the finished trials that filled `units` (-inf without any)."""
+    values = [r.value for r in records if r.unit in units and r.state in DONE
+              and r.value is not None and math.isfinite(r.value)]
+    return sum(values) / len(values) if values else -math.inf
+
+
+def grid_or_problem(space: Space, central_tasks: Sequence[str], name: str,
+                    problems: list[str]) -> None:
+    """A strategy that enumerates points needs every dimension finite."""
+    for d in space.dims:
+        if d.options(central_tasks[0] if central_tasks else "") is None:
+            problems.append(f"search.space.{d.path}: strategy {name} enumerates the space, but "
+                            "this range is continuous; give a step, a list of values, or use "
+                            "strategy: guided")

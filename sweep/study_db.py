@@ -1,0 +1,209 @@
+"""The study database side of a sweep: describe each central task, find or create its Optuna
+study (refusing one launched with another configuration), and read its trials back as the
+`Record`s a strategy decides from. Through Optuna's public API only, never its tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from studies import schema as S
+from studies.regime import encoder_size
+from sweep.space import CENTRAL_WEIGHT, Space
+from sweep.spec import StudySpec
+from sweep.strategies import Record
+from weightsearch.errors import ConfigError, StorageError
+
+
+@dataclass
+class Central:
+    """Everything the driver knows about one central task before touching the database."""
+
+    name: str
+    cfg: Any  # the trainer RunConfig of the task's first point (sizes, metric, encoder)
+    sizes: dict[str, int]
+    attrs: dict[str, Any]  # the study's user attributes
+
+
+def describe(spec: StudySpec, central: str) -> Central:
+    """The central task's run config and sizes (reads the train files: DataError surfaces here)."""
+    import trainer
+
+    cfg = spec.for_cell(central, _widest(spec, central), spec.seeds[0], spec.workdir)
+    sizes = trainer.task_sizes(cfg)
+    aux = [t for t in spec.tasks if t != central]
+    task = cfg.task(central)
+    metric = spec.objective.metric
+    metric = task.primary_metric if metric == "primary" else metric
+    if metric not in task.metrics:
+        raise ConfigError([f"objective.metric: {central} has no metric {metric!r}; use primary "
+                           f"or one of {', '.join(task.metrics)}"])
+    attrs = {
+        S.A_STUDY: spec.study,
+        S.A_CENTRAL: central,
+        S.A_TASK_TYPE: task.type,
+        S.A_TRAIN_SIZE: sizes[central],
+        S.A_AUX_TASKS: aux,
+        S.A_AUX_SIZES: {t: sizes[t] for t in aux if t in sizes},
+        S.A_PRIMARY: metric,
+        S.A_STAGE: spec.objective.stage,
+        S.A_ENCODER: cfg.encoder,
+        S.A_VARIANT: getattr(cfg.weighting, "variant", None),
+        S.A_ENCODER_SIZE: encoder_size(cfg.encoder),  # the recommender's regime
+        S.A_DIGEST: spec.digest(),
+        S.A_SPEC: spec.to_dict(),
+        S.A_SOURCE: S.SOURCE_SWEEP,
+    }
+    if not spec.space.central_weight_only:
+        attrs[S.A_SPACE] = list(spec.space.paths)
+        attrs[S.A_STRATEGY] = spec.search.strategy
+    return Central(central, cfg, sizes, attrs)
+
+
+def _widest(spec: StudySpec, central: str) -> dict[str, Any]:
+    """A point whose run trains every task (the largest group), to size every task once."""
+    point = {d.path: d.first(central) for d in spec.space.dims}
+    group = spec.space.group
+    if group is not None:
+        point[group.path] = group.group_candidates(central)
+    return point
+
+
+def stored_spec(study_name: str, storage: Any, url: str) -> dict[str, Any]:
+    import optuna
+
+    names = [n for n in optuna.get_all_study_names(storage)
+             if S.split_study_name(n)[0] == study_name]
+    if not names:
+        raise StorageError(
+            f"no study named {study_name!r} in {url}; `weightsearch inspect --storage {url}` "
+            "lists the studies"
+        )
+    for name in sorted(names):
+        attrs = optuna.load_study(study_name=name, storage=storage).user_attrs
+        if isinstance(attrs.get(S.A_SPEC), dict):
+            return attrs[S.A_SPEC]
+    raise StorageError(
+        f"study {study_name!r} in {url} holds no study file (it was imported, not launched), "
+        "so there is nothing to resume; launch a study file instead"
+    )
+
+
+def existing_studies(spec: StudySpec, storage: Any, url: str,
+                     centrals: list[Central]) -> dict[str, Any]:
+    """The studies that already exist; one launched with another configuration is an error."""
+    import optuna
+
+    names = set(optuna.get_all_study_names(storage))
+    found, problems = {}, []
+    for c in centrals:
+        name = S.study_name(spec.study, c.name)
+        if name not in names:
+            continue
+        study = optuna.load_study(study_name=name, storage=storage)
+        problem = _mismatch(spec, study, url)
+        if problem:
+            problems.append(problem)
+        else:
+            found[c.name] = study
+    if problems:
+        raise ConfigError(problems)
+    return found
+
+
+def _mismatch(spec: StudySpec, study: Any, url: str) -> str | None:
+    """Why `study` is not this spec's study (None when it is)."""
+    name = study.study_name
+    attrs = _settled_attrs(study)
+    if attrs is None:
+        return (f"study {name!r} in {url} holds no weightsearch settings: another launch is "
+                "still creating it (run the command again in a moment to join it), or another "
+                "tool made it (choose another study name)")
+    if attrs.get(S.A_SOURCE) != S.SOURCE_SWEEP:
+        return f"study {name!r} in {url} was imported, not launched; choose another study name"
+    if attrs.get(S.A_DIGEST) != spec.digest():
+        old = attrs.get(S.A_SPEC) or {}
+        new = spec.to_dict()
+        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        return (f"study {name!r} in {url} was launched with a different configuration "
+                f"(changed: {', '.join(changed) or 'unknown'}); choose another study name, or "
+                f"`weightsearch resume {spec.study} --storage {url}` to continue it as it was")
+    return None
+
+
+def _settled_attrs(study: Any, wait_s: float = 15.0) -> dict[str, Any] | None:
+    """The study's user attributes once its creator has written them; a launch that created
+    the study a moment ago writes them one by one (the creation time last)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        attrs = study.user_attrs
+        if S.A_CREATED in attrs or attrs.get(S.A_SOURCE) not in (None, S.SOURCE_SWEEP):
+            return attrs
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.2)
+
+
+def create_studies(spec: StudySpec, storage: Any, url: str, centrals: list[Central],
+                   existing: dict[str, Any]) -> dict[str, Any]:
+    """Every central task's study: the existing ones, the others created now. A study that
+    another driver created meanwhile is checked like an existing one (same configuration)."""
+    import optuna
+
+    out, problems, created = dict(existing), [], []
+    for c in centrals:
+        if c.name in out:
+            continue
+        name = S.study_name(spec.study, c.name)
+        try:
+            study = optuna.create_study(study_name=name, storage=storage, direction="maximize")
+        except optuna.exceptions.DuplicatedStudyError:
+            study = optuna.load_study(study_name=name, storage=storage)
+            problem = _mismatch(spec, study, url)
+            if problem:
+                problems.append(problem)
+                break
+            out[c.name] = study
+            continue
+        created.append(name)
+        for key, value in c.attrs.items():
+            study.set_user_attr(key, value)
+        with warnings.catch_warnings():  # "experimental" in Optuna
+            warnings.simplefilter("ignore")
+            study.set_metric_names([c.attrs[S.A_PRIMARY]])  # the dashboard's objective label
+        # Last: its presence tells a concurrent launch that the study's settings are complete.
+        study.set_user_attr(S.A_CREATED, dt.datetime.now(dt.timezone.utc).isoformat())
+        out[c.name] = study
+    if problems:
+        for name in created:  # empty studies of this refused launch: leave nothing behind
+            optuna.delete_study(study_name=name, storage=storage)
+        raise ConfigError(problems)
+    return out
+
+
+def records(study: Any, space: Space, central: str) -> list[Record]:
+    """The study's trials as a strategy sees them."""
+    return [to_record(t, space) for t in study.get_trials(deepcopy=False)]
+
+
+def to_record(trial: Any, space: Space) -> Record:
+    ua = trial.user_attrs
+    point = ua.get(S.T_POINT)
+    if isinstance(point, dict):
+        point = space.normalise(point)
+    elif space.central_weight_only and S.PARAM in trial.params:
+        point = {CENTRAL_WEIGHT: float(trial.params[S.PARAM])}  # trials from before `point`
+    else:
+        point = None
+    state = trial.state.name.lower()
+    values = trial.values if trial.values is not None else ()
+    value = values[0] if len(values) == 1 and state in ("complete", "pruned") else None
+    seed = ua.get(S.T_SEED)
+    return Record(
+        number=trial.number, unit=ua.get(S.T_UNIT) or ua.get(S.T_SLOT) or ua.get(S.T_CELL),
+        cell=ua.get(S.T_CELL), seed=seed if isinstance(seed, int) else None, point=point,
+        state=state, value=value, values=dict(trial.intermediate_values),
+    )

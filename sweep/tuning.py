@@ -1,0 +1,209 @@
+"""The Ray side of a sweep: start or join Ray, size the concurrency, run one round of trials
+through Tune.
+
+Tune keeps its own result files for every trial (`result.json`, `progress.csv`, TensorBoard
+events, `params.json`) under `<workdir>/ray/<experiment>/`, one experiment folder per driver
+and round, so Ray's `ExperimentAnalysis` and TensorBoard read a study.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import os
+import re
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from sweep.claims import Claims
+from sweep.progress import Progress, say
+from sweep.spec import StudySpec
+from weightsearch.errors import ClusterError
+
+_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_ray_address(address: str) -> None:
+    """Fail in seconds on an address nothing listens on; Ray itself would retry for minutes."""
+    if address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port_text = hostport.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ClusterError(
+            f"--ray-address {address!r} is not host:port; give the head node's address, "
+            "e.g. 10.0.0.5:6379 (or ray://10.0.0.5:10001 for Ray Client)"
+        )
+    try:
+        with socket.create_connection((host, int(port_text)), timeout=_CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise ClusterError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one there with "
+            f"`ray start --head --port={port_text}`, check the host and port, or leave out "
+            "--ray-address to run on this machine"
+        ) from None
+
+
+def start_ray(address: str | None, verbose: bool = True) -> bool:
+    """Join `address`, or start a local Ray; returns whether this call started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                              "logging_level": "ERROR"}
+    started = time.monotonic()
+    say(f"joining the Ray cluster at {address} ..." if address else
+        f"starting Ray on this machine ({os.cpu_count() or 1} CPUs) ...", verbose)
+    try:
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            # "local" always starts a fresh instance: a bare init() would silently join any
+            # cluster that `ray start` left running on this machine.
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, **kwargs)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = address or "this machine"
+        raise ClusterError(
+            f"cannot start or join Ray at {where}: {str(exc).splitlines()[0]}; "
+            "check `ray status` there, or leave out --ray-address to run locally"
+        ) from None
+    res = ray.cluster_resources()
+    say(f"Ray ready in {time.monotonic() - started:.0f}s: {res.get('CPU', 0):g} CPUs, "
+        f"{res.get('GPU', 0):g} GPUs", verbose)
+    return True
+
+
+def concurrency(spec: StudySpec, pending: int) -> int:
+    """max_concurrent, or as many trials as the cluster's CPUs and GPUs fit at once."""
+    import ray
+
+    available = ray.cluster_resources()
+    cpus, gpus = available.get("CPU", 0.0), available.get("GPU", 0.0)
+    if spec.resources.gpu > 0 and gpus < spec.resources.gpu:
+        raise ClusterError(
+            f"resources.gpu: each trial asks for {spec.resources.gpu:g} GPU but the Ray "
+            f"cluster has {gpus:g}; set resources.gpu: 0 to train on CPUs, or join a cluster "
+            "with GPUs (--ray-address)"
+        )
+    if cpus < spec.resources.cpu:
+        raise ClusterError(
+            f"resources.cpu: each trial asks for {spec.resources.cpu:g} CPUs but the Ray "
+            f"cluster has {cpus:g}; lower resources.cpu"
+        )
+    fit = math.floor(cpus / spec.resources.cpu + 1e-9)
+    if spec.resources.gpu > 0:
+        fit = min(fit, math.floor(gpus / spec.resources.gpu + 1e-9))
+    limit = spec.max_concurrent or fit
+    return max(1, min(limit, pending))
+
+
+def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, claims: Claims,
+              round_no: int) -> tuple[int, int]:
+    """Run this driver's share of the units the plans hold now through one Tune run; returns
+    how many trials it ran and how many of them ended FAIL."""
+    from ray import tune
+
+    from sweep.searcher import CellSearcher
+    from sweep.trainable import run_cell
+
+    before = dict(meter.counts)
+    # Tune's own experiment state (for Tune's restore, which the sweep never uses: the study
+    # database is its state) can fail to sync when Ctrl-C lands mid-copy; that is no news.
+    logging.getLogger("ray.tune.execution.experiment_state").setLevel(logging.CRITICAL)
+    stopped: set[str] = set()
+    searcher = CellSearcher(spec, plans, meter, stopped, claims)
+    budget = sum(p.strategy.max_units() for p in plans)
+    # One experiment folder per driver and round: two drivers started in the same second
+    # never share one.
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    driver = claims.holder.rsplit(":", 1)[-1]
+    tuner = tune.Tuner(
+        tune.with_resources(run_cell, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}),
+        tune_config=tune.TuneConfig(
+            search_alg=searcher,
+            scheduler=_scheduler(spec, stopped, searcher),
+            num_samples=max(1, budget),
+            max_concurrent_trials=parallel,
+            # A worker that already imported torch and transformers takes the next cell:
+            # those imports and the worker start cost more than a small trial's training.
+            reuse_actors=True,
+            trial_dirname_creator=_trial_dirname,
+        ),
+        run_config=tune.RunConfig(
+            storage_path=str(Path(spec.workdir) / "ray"),
+            name=f"{spec.study}-{stamp}-{driver}-r{round_no}",
+            failure_config=tune.FailureConfig(max_failures=spec.max_failures),
+            verbose=0,
+            callbacks=[_trial_index(searcher)],
+        ),
+    )
+    try:
+        tuner.fit()
+    finally:
+        # Ctrl-C, or Tune gave up: no trial of ours stays RUNNING.
+        interrupted = searcher.abandon_live()
+    if interrupted:  # Tune catches Ctrl-C itself and returns with trials still running
+        raise KeyboardInterrupt
+    ran = sum(meter.counts.values()) - sum(before.values())
+    return ran, meter.counts.get("FAIL", 0) - before.get("FAIL", 0)
+
+
+def _trial_dirname(trial: Any) -> str:
+    config = trial.config
+    cell = re.sub(r"[^A-Za-z0-9._=+-]", "-", str(config.get("cell", "")))[:80]
+    return f"{config.get('central_task', 'cell')}_{cell}_{trial.trial_id}"
+
+
+def _scheduler(spec: StudySpec, stopped: set[str], searcher: Any) -> Any:
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+
+    from sweep.trainable import EPOCH, OBJECTIVE
+
+    class StopsLost(FIFOScheduler):
+        """FIFO that stops a trial whose claim another driver took over."""
+
+        def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+            if searcher.should_stop(trial.trial_id):
+                return TrialScheduler.STOP
+            return super().on_trial_result(tune_controller, trial, result)
+
+    if spec.scheduler.name != "asha":
+        return StopsLost()
+
+    class RecordingASHA(ASHAScheduler):
+        """ASHA that remembers whom it stopped, so the searcher can tell PRUNED from FAIL,
+        and that stops a trial whose claim another driver took over."""
+
+        def on_trial_result(self, tune_controller: Any, trial: Any, result: dict) -> str:
+            if searcher.should_stop(trial.trial_id):
+                return TrialScheduler.STOP
+            decision = super().on_trial_result(tune_controller, trial, result)
+            if decision == TrialScheduler.STOP:
+                stopped.add(trial.trial_id)
+            return decision
+
+    # max_t one past the last epoch: ASHA stops a trial at max_t, which would cut off the
+    # trainable's final summary report that follows the last epoch.
+    return RecordingASHA(
+        metric=OBJECTIVE, mode="max", time_attr=EPOCH, max_t=spec.epochs + 1,
+        grace_period=min(spec.scheduler.grace_period, spec.epochs),
+        reduction_factor=spec.scheduler.reduction_factor,
+    )
+
+
+def _trial_index(searcher: Any) -> Any:
+    from ray.tune import Callback
+
+    class TrialIndex(Callback):
+        """Hands the searcher Tune's trial objects, whose error files name a failure's cause."""
+
+        def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+            searcher.tune_trials[trial.trial_id] = trial
+
+    return TrialIndex()

@@ -1,0 +1,174 @@
+"""Regimes beyond encoder and stage (encoder size, weighting variant), encoders without evidence,
+and the recommender's small contracts (train-size messages, the law cache under threads)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from studies import schema as S
+from studies.recommend import _point, check_train_size, prior_evidence, recommend_from
+from studies.regime import VARIANTS, encoder_size, size_from_config
+from weightsearch.cli import main
+from weightsearch.errors import ConfigError
+
+PEAK_AT_3 = {1.0: 72.0, 3.0: 78.0, 6.0: 74.0, 9.0: 71.0, 12.0: 69.0, 15.0: 68.0}
+PEAK_AT_12 = {1.0: 68.0, 3.0: 69.0, 6.0: 71.0, 9.0: 74.0, 12.0: 78.0, 15.0: 75.0}
+
+
+def study(task: str, size: int, means: dict[float, float], encoder: str | None = "minilm",
+          stage: str | None = "multitask", variant: str | None = None,
+          encoder_size: str | None = None):
+    values = {w: [m - 0.5, m, m + 0.5] for w, m in means.items()}
+    return _point(task, f"mine/{task}", size, "classification", "studies", values, True,
+                  encoder, stage, variant, encoder_size)
+
+
+def test_variant_is_part_of_the_regime() -> None:
+    ref = [study(f"r{i}", n, PEAK_AT_3, variant="reference") for i, n in
+           enumerate((1500, 3000, 6000, 9000))]
+    paper = [study(f"p{i}", n, PEAK_AT_12, variant="paper") for i, n in
+             enumerate((1500, 3000, 6000))]
+    evidence = [*ref, *paper]
+    a = recommend_from(evidence, 3000, encoder="minilm", variant="paper")
+    b = recommend_from(evidence, 3000, encoder="minilm", variant="reference")
+    assert a.regime["variant"] == "paper" and b.regime["variant"] == "reference"
+    assert b.central_weight < 6 < 9 < a.central_weight
+    assert all(e["discounted"] == (e["variant"] != "paper") for e in a.evidence)
+    assert any("differs in variant" in n for n in a.notes)
+    # Unasked, the variant with the most evidence wins.
+    assert recommend_from(evidence, 3000, encoder="minilm").regime["variant"] == "reference"
+    with pytest.raises(ConfigError, match="variant must be one of reference, paper"):
+        recommend_from(evidence, 3000, variant="fancy")
+
+
+def test_variants_match_the_trainers() -> None:
+    from trainer.weighting._siwlm import VARIANTS as TRAINER_VARIANTS
+
+    assert tuple(VARIANTS) == tuple(TRAINER_VARIANTS)
+
+
+def test_encoder_size_is_part_of_the_regime(tmp_path: Path) -> None:
+    """Two local folders named alike but of different sizes are different regimes; an unknown
+    size (an import that did not record it) disagrees with none."""
+    small = [study(f"s{i}", n, PEAK_AT_3, encoder="/ckpt/encoder", encoder_size="256x4")
+             for i, n in enumerate((1500, 3000, 6000))]
+    large = [study(f"l{i}", n, PEAK_AT_12, encoder="/other/encoder", encoder_size="1024x24")
+             for i, n in enumerate((1500, 3000, 6000, 9000))]
+    loose = study("u", 3000, PEAK_AT_3, encoder="encoder", encoder_size=None)
+    rec = recommend_from([*small, *large, loose], 3000, encoder="encoder")
+    assert rec.regime["encoder_size"] == "1024x24" and rec.central_weight > 6
+    assert {e["task"] for e in rec.evidence if e["discounted"]} == {"s0", "s1", "s2"}
+    assert any("differs in encoder size" in n for n in rec.notes)
+    assert rec.evidence and all(e["encoder_size"] for e in rec.evidence)
+
+
+def test_encoder_size_from_a_folder_a_known_name_or_unknown(tmp_path: Path,
+                                                            tiny_encoder: str) -> None:
+    assert encoder_size(tiny_encoder) == "32x2"  # the fixture's config.json
+    distil = tmp_path / "distil"
+    distil.mkdir()
+    (distil / "config.json").write_text(json.dumps({"dim": 768, "n_layers": 6}))
+    assert size_from_config(distil) == "768x6" and encoder_size(str(distil)) == "768x6"
+    assert encoder_size("sentence-transformers/all-MiniLM-L6-v2") == "384x6"
+    assert encoder_size("bert-base-uncased") == "768x12"
+    assert encoder_size("my-own-encoder") == "unknown" and encoder_size(None) == "unknown"
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    assert encoder_size(str(broken)) == "unknown"
+    prior = prior_evidence()[0]
+    assert prior.regime.size == "768x12" and prior.regime.variant == "reference"
+
+
+def test_a_launched_study_records_its_encoder_size(sample_data_dir: Path,
+                                                   tiny_encoder: str) -> None:
+    from sweep.spec import load_study_spec
+    from sweep.study_db import describe
+
+    spec = load_study_spec({"study": "sized", "train": {
+        "data_dir": str(sample_data_dir), "tasks": ["rte", "sst2"], "epochs": 1,
+        "encoder": tiny_encoder}, "central_tasks": ["rte"], "weights": [1, 9]})
+    attrs = describe(spec, "rte").attrs
+    assert attrs[S.A_ENCODER_SIZE] == "32x2" and attrs[S.A_VARIANT] == "reference"
+
+
+def test_an_encoder_nobody_used_is_answered_from_the_others_and_said(tmp_path, capsys) -> None:
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    assert main(["recommend", "--train-size", "2500", "--encoder", "robertta-base",
+                 "--storage", url, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["unmatched_encoder"] == {"asked": "robertta-base", "known_encoder": False,
+                                        "encoders_with_evidence": ["bert-base-uncased"]}
+    assert any("no study used encoder robertta-base" in n and "check the spelling" in n
+               and "bert-base-uncased" in n for n in out["notes"])
+    assert all(e["discounted"] for e in out["evidence"])
+    assert main(["recommend", "--train-size", "2500", "--encoder", "roberta-base",
+                 "--storage", url]) == 0
+    text = capsys.readouterr().out
+    assert "no study used encoder roberta-base;" in text and "check the spelling" not in text
+    # The evidence's own encoder: nothing unmatched.
+    assert recommend_from(prior_evidence(), 2500, encoder="bert-base-uncased") \
+        .unmatched_encoder is None
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_http_says_which_encoder_had_no_evidence(tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    from studies.service import create_app
+
+    client = TestClient(create_app(f"sqlite:///{tmp_path / 'h.db'}"))
+    r = client.get("/recommend", params={"train_size": 2500, "encoder": "robertta-base"})
+    assert r.status_code == 200
+    body = r.json()
+    assert body["unmatched_encoder"]["asked"] == "robertta-base"
+    assert body["regime"]["encoder_size"] == "unknown"
+    plain = client.get("/recommend", params={"train_size": 2500}).json()
+    assert plain["unmatched_encoder"] is None and plain["regime"]["encoder_size"] == "768x12"
+    assert client.get("/recommend", params={"train_size": 2500,
+                                            "encoder": "no such!"}).status_code == 422
+
+
+@pytest.mark.parametrize("given, shown", [
+    ("9" * 25, "a 25-digit number"), ("9" * 5000, "a 5000-digit number"),
+    (10 ** 30, "a 31-digit number"), (10 ** 13, "got 10000000000000;"),
+    (10 ** 20000, "a 20001-digit number"),
+], ids=["25 digits", "5000-digit text", "10^30", "10^13", "10^20000"])
+def test_huge_train_sizes_are_described_by_their_digits(given, shown) -> None:
+    with pytest.raises(ConfigError) as err:
+        check_train_size(given)
+    assert shown in str(err.value)
+
+
+def test_leading_zeros_are_no_huge_number() -> None:
+    assert check_train_size("0" * 30 + "2500") == 2500
+
+
+def test_law_cache_is_safe_under_threads() -> None:
+    """The service answers from several worker threads, all sharing the cache of fitted laws."""
+    rng = np.random.default_rng(0)
+    lists = [[study(f"t{i}", int(10 ** rng.uniform(2.5, 5.5)), PEAK_AT_3 if i % 2 else PEAK_AT_12)
+              for i in range(6)] for _ in range(12)]
+    expected = [recommend_from(ev, 3000).to_dict() for ev in lists]
+    got: dict[int, dict] = {}
+    errors: list[BaseException] = []
+
+    def ask(i: int) -> None:
+        try:
+            for _ in range(5):
+                got[i] = recommend_from(lists[i % len(lists)], 3000).to_dict()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert all(got[i] == expected[i % len(lists)] for i in range(24))

@@ -1,0 +1,151 @@
+"""Claims in the study database (SQLite and PostgreSQL, no Ray): leases on the database's
+clock, a lost lease noticed at renewal, a release that stays released, double-precision
+expiries, and the second launch that meets a study another launch just created."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sweep.claims import Claims, db_now
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def engine(request, tmp_path: Path):
+    from sqlalchemy import create_engine
+
+    from studies.storage import engine_kwargs
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'claims.db'}"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    eng = create_engine(url, **engine_kwargs(url))
+    yield eng
+    eng.dispose()
+
+
+def _server_now(engine) -> float:
+    from sqlalchemy import select
+
+    with engine.connect() as conn:
+        return float(conn.execute(select(db_now(engine.dialect.name))).scalar())
+
+
+def _expires(engine, claims: Claims, unit: str) -> float | None:
+    from sqlalchemy import select
+
+    t = claims.table
+    with engine.connect() as conn:
+        return conn.execute(select(t.c.expires).where(t.c.unit == unit)).scalar()
+
+
+def test_one_winner_and_expired_leases_are_taken_over(engine) -> None:
+    a, b = Claims(engine, ttl=1.0), Claims(engine, ttl=60.0)
+    assert a.claim("s/rte", "9|1") and not b.claim("s/rte", "9|1")
+    time.sleep(1.3)  # a never renews: its lease expires
+    assert b.claim("s/rte", "9|1")
+    assert b.holds("s/rte", "9|1") and not a.holds("s/rte", "9|1")
+    # The stalled driver notices at its next renewal, and only then: it must stop that trial.
+    assert not a.lost("s/rte", "9|1")
+    assert a.renew() == [("s/rte", "9|1")]
+    assert a.lost("s/rte", "9|1") and a.renew() == []
+    # Releasing what it lost deletes nothing of the new holder's.
+    a.release("s/rte", "9|1")
+    assert b.holds("s/rte", "9|1")
+    assert a.held_by_others("s/rte") == {"9|1"} and b.held_by_others("s/rte") == set()
+
+
+def test_leases_run_on_the_database_clock(engine, monkeypatch) -> None:
+    """A driver whose clock is an hour ahead writes the same expiry as one on time."""
+    import sweep.claims as claims_module
+
+    skewed = Claims(engine, ttl=30.0)
+    monkeypatch.setattr(claims_module.time, "time", lambda: 1e9 + 3600.0)
+    assert skewed.claim("s/rte", "1|1")
+    now = _server_now(engine)
+    assert now + 25 < _expires(engine, skewed, "1|1") < now + 35
+    # The expiry is stored in double precision (MySQL's FLOAT would round it to minutes).
+    assert abs(_expires(engine, skewed, "1|1") - (now + 30)) < 2.0
+    assert not Claims(engine, ttl=30.0).claim("s/rte", "1|1")  # still live for everyone
+
+
+def test_a_release_racing_a_renewal_stays_released(engine) -> None:
+    driver, other = Claims(engine, ttl=60.0), Claims(engine, ttl=60.0)
+    stop = threading.Event()
+
+    def renew_forever() -> None:
+        while not stop.is_set():
+            driver.renew()
+
+    thread = threading.Thread(target=renew_forever)
+    thread.start()
+    try:
+        units = [f"{w}|1" for w in range(40)]
+        for unit in units:
+            assert driver.claim("s/rte", unit)
+            driver.release("s/rte", unit)
+    finally:
+        stop.set()
+        thread.join()
+    # Every released unit is free at once: no renewal brought a lease back.
+    assert all(other.claim("s/rte", unit) for unit in units)
+    assert not any(driver.lost("s/rte", unit) for unit in units)
+
+
+def test_transient_errors_are_retried() -> None:
+    import sqlite3
+
+    import sqlalchemy.exc
+
+    from studies.storage import call_retrying
+
+    calls = []
+
+    def flaky() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise sqlalchemy.exc.OperationalError("UPDATE", {},
+                                                  sqlite3.OperationalError("database is locked"))
+        return "ok"
+
+    assert call_retrying("claim", flaky) == "ok" and len(calls) == 3
+    with pytest.raises(ValueError):
+        call_retrying("claim", lambda: (_ for _ in ()).throw(ValueError("a real bug")))
+
+
+def test_a_study_created_meanwhile_with_another_configuration_is_refused(
+        tmp_path: Path, sample_data_dir: Path) -> None:
+    """Two launches of different study files with one name: the one that finds the study
+    created by the other between its look and its create is refused, not merged."""
+    from studies import schema as S
+    from studies.storage import open_storage
+    from sweep.spec import load_study_spec
+    from sweep.study_db import Central, create_studies
+    from weightsearch.errors import ConfigError
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    storage = open_storage(url)
+    train = {"data_dir": str(sample_data_dir), "tasks": ["rte", "mrpc"], "epochs": 1}
+    specs = [load_study_spec({"study": "race", "train": train, "weights": w,
+                              "central_tasks": ["rte", "mrpc"]}) for w in ([1, 9], [3])]
+
+    def centrals(spec):
+        attrs = {S.A_PRIMARY: "accuracy", S.A_DIGEST: spec.digest(), S.A_SPEC: spec.to_dict(),
+                 S.A_SOURCE: S.SOURCE_SWEEP}
+        return [Central(c, None, {}, dict(attrs)) for c in ("rte", "mrpc")]
+
+    first = create_studies(specs[0], storage, url, centrals(specs[0])[:1], {})
+    assert list(first) == ["rte"]
+    # The second launch looked before `rte` existed, so it believes nothing exists.
+    with pytest.raises(ConfigError, match="different configuration"):
+        create_studies(specs[1], storage, url, centrals(specs[1]), {})
+    import optuna
+
+    assert optuna.get_all_study_names(storage) == ["race/rte"]  # the refused launch left none
+    # The same configuration joins the study instead.
+    both = create_studies(specs[0], storage, url, centrals(specs[0]), {})
+    assert sorted(both) == ["mrpc", "rte"]

@@ -1,0 +1,147 @@
+"""Search strategies and spaces through real Ray runs with the tiny encoder: successive halving
+against the grid on the same cells, a task-grouping study read back by `inspect`, and a study
+that sweeps a sampling weight (the shipped QA example)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from studies import schema as S
+from sweep.space import CENTRAL_WEIGHT
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _study(name: str, tiny_encoder: str, data_dir: Path, tmp_path: Path, search: dict,
+           epochs: int = 2, tasks=("rte", "mrpc")) -> dict:
+    return {
+        "study": name, "storage": f"sqlite:///{tmp_path / 'studies.db'}",
+        "train": {"encoder": tiny_encoder, "data_dir": str(data_dir), "tasks": list(tasks),
+                  "weighting": {"scheme": "siwlm"}, "epochs": epochs, "batch_size": 16,
+                  "max_train_examples": 32, "max_eval_examples": 32, "max_seq_len": 64},
+        "central_tasks": ["rte"], "search": search, "max_concurrent": 2,
+        "workdir": str(tmp_path / "runs"),
+    }
+
+
+def _trial_epochs(workdir: Path, study: str) -> int:
+    """Epochs trained, counted from Ray's own result files (one row per epoch report)."""
+    rows = 0
+    for result in (workdir / "ray").glob(f"{study}-*/*/result.json"):
+        rows += sum(1 for line in result.read_text().splitlines()
+                    if line.strip() and "metrics_json" in json.loads(line))
+    return rows
+
+
+def test_halving_trains_fewer_epochs_than_the_grid_on_the_same_cells(
+        ray_session, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
+    import optuna
+    from optuna.trial import TrialState
+
+    from sweep.launch import launch
+    from sweep.spec import load_study_spec
+
+    space = {CENTRAL_WEIGHT: [1, 3, 6, 9]}
+    grid = load_study_spec(_study("grid", tiny_encoder, sample_data_dir, tmp_path,
+                                  {"strategy": "grid", "space": space}))
+    halving = load_study_spec(_study("halving", tiny_encoder, sample_data_dir, tmp_path,
+                                     {"strategy": "halving", "space": space, "min_epochs": 1,
+                                      "reduction_factor": 2}))
+    assert launch(grid, progress=False).finished
+    summary = launch(halving, progress=False)
+    assert summary.finished and summary.failed == 0, summary.lines()
+    assert "6/6 stints done" in summary.lines()[0]
+
+    workdir = Path(grid.workdir)
+    assert _trial_epochs(workdir, "grid") == 4 * 2
+    assert _trial_epochs(workdir, "halving") == 4 * 1 + 2 * 1
+
+    trials = optuna.load_study(study_name="halving/rte", storage=halving.storage).get_trials()
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    assert len(pruned) == 4 and len(complete) == 2
+    assert all(t.user_attrs[S.T_BUDGET] == 1 and list(t.intermediate_values) == [1]
+               for t in pruned)
+    # The survivors continued from their rung-0 checkpoints, in their own attempt folders,
+    # and their logged weights are SIWLM's over both epochs.
+    for t in complete:
+        folder = t.user_attrs["output_dir"]
+        assert folder.endswith("-attempt1") and t.user_attrs[S.T_ATTEMPT] == 1
+        assert sorted(t.intermediate_values) == [1, 2]
+        check = subprocess.run([sys.executable, str(ROOT / "scripts/check_siwlm_steps.py"),
+                                folder], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+    # The survivors are the two best points at epoch 1.
+    at_one = sorted(pruned, key=lambda t: -t.intermediate_values[1])
+    assert {t.params[S.PARAM] for t in complete} == {t.params[S.PARAM] for t in at_one[:2]}
+
+
+def test_task_grouping_study_names_the_best_group(
+        ray_session, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
+    import optuna
+
+    from studies.inspection import inspect
+    from sweep.launch import launch
+    from sweep.spec import load_study_spec
+
+    raw = _study("grp", tiny_encoder, sample_data_dir, tmp_path,
+                 {"space": {"tasks": {"subsets_of": ["mrpc", "stsb", "cola"]}}}, epochs=1,
+                 tasks=("rte", "mrpc", "stsb", "cola"))
+    raw["train"]["weighting"] = {"scheme": "siwlm", "central_weight": 9}
+    spec = load_study_spec(raw)
+    summary = launch(spec, progress=False)
+    assert summary.finished and summary.complete == 8, summary.lines()
+    line = summary.lines()[1]
+    assert ("best group=" in line or "best alone" in line) and "over rte alone" in line, line
+
+    study = optuna.load_study(study_name="grp/rte", storage=spec.storage)
+    assert study.metric_names == ["accuracy"]
+    assert study.user_attrs[S.A_SPACE] == ["tasks"]
+    groups = sorted(tuple(t.user_attrs[S.T_GROUP]) for t in study.get_trials())
+    assert len(groups) == 8 and () in groups and ("mrpc", "stsb", "cola") in groups
+    for t in study.get_trials():
+        ran = json.loads((Path(t.user_attrs["output_dir"]) / "data.json").read_text())
+        assert sorted(ran["train_sizes"]) == sorted(["rte", *t.user_attrs[S.T_GROUP]])
+        assert t.params == {f"tasks.{c}": int(c in t.user_attrs[S.T_GROUP])
+                            for c in ("mrpc", "stsb", "cola")}
+    text = inspect(spec.storage, "grp")
+    assert "best group for rte:" in text and "over rte alone" in text, text
+
+
+def test_a_sampling_weight_study_runs(ray_session, tiny_encoder: str, tmp_path: Path) -> None:
+    import optuna
+
+    from sweep.launch import launch
+    from sweep.spec import load_study_spec
+
+    spec = load_study_spec(ROOT / "examples" / "study-qa-weight-sample.yaml", overrides=[
+        f"storage=sqlite:///{tmp_path / 'qa.db'}", f"workdir={tmp_path / 'runs'}",
+        f"train.encoder={tiny_encoder}", "train.max_train_examples=24",
+        "train.max_eval_examples=16",
+    ])
+    summary = launch(spec, progress=False)
+    assert summary.finished and summary.failed == 0, summary.lines()
+    study = optuna.load_study(study_name="qa-weight-sample/squad2", storage=spec.storage)
+    trials = study.get_trials()
+    weights = sorted(t.params["sampling.weights.squad2"] for t in trials)
+    assert weights == [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]  # He 2019's grid, each point once
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    for t in study.get_trials():
+        cfg = (Path(t.user_attrs["output_dir"]) / "config.yaml").read_text()
+        assert f"squad2: {t.params['sampling.weights.squad2']}" in cfg

@@ -1,0 +1,335 @@
+"""Heads over token states: SAN, multiple choice, span QA (windows, decoding), MMoE."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import datasets
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trainer.encoders import load_tokenizer
+from trainer.heads import EvalSplit, build_head, head_class
+from trainer.heads.base import Encoded
+from trainer.heads.span_qa import _window_starts
+from trainer.mixture import MixtureSettings
+from trainer.model import MixtureOfExperts
+from trainer.readers import read_task_file
+from trainer.tasks import PRESETS
+from weightsearch.errors import DataError
+
+HIDDEN = 8
+
+
+@pytest.fixture(scope="module")
+def tokenizer(minilm_path: str) -> Any:
+    return load_tokenizer(minilm_path)
+
+
+def _states(n: int, t: int, lengths: list[int] | None = None) -> Encoded:
+    torch.manual_seed(0)
+    hidden = torch.randn(n, t, HIDDEN)
+    mask = torch.ones(n, t, dtype=torch.long)
+    for i, length in enumerate(lengths or []):
+        mask[i, length:] = 0
+    return Encoded(hidden, mask, lambda h, _m: h[:, 0])
+
+
+# ---- SAN ----------------------------------------------------------------------------------
+
+def _san():
+    torch.manual_seed(0)
+    return build_head(dataclasses.replace(PRESETS["mnli"], head="san"), HIDDEN)
+
+
+def test_san_gives_log_probabilities_and_averages_its_steps():
+    head = _san().eval()
+    states = _states(4, 6, [6, 4, 5, 2])
+    types = torch.tensor([[0, 0, 0, 1, 1, 1]] * 4)
+    out = head(states, {"token_type_ids": types})
+    assert out.shape == (4, 3)
+    torch.testing.assert_close(out.exp().sum(-1), torch.ones(4))
+    torch.testing.assert_close(out, head(states, {"token_type_ids": types}))  # no dropout
+    # Padding does not change the answer: row 1 padded further gives the same result.
+    longer = Encoded(torch.cat([states.hidden, torch.randn(4, 3, HIDDEN)], 1),
+                     torch.cat([states.mask, torch.zeros(4, 3, dtype=torch.long)], 1),
+                     states.pool)
+    wide_types = torch.cat([types, torch.zeros(4, 3, dtype=torch.long)], 1)
+    torch.testing.assert_close(head(longer, {"token_type_ids": wide_types}), out)
+
+
+def test_san_drops_whole_steps_in_training_but_keeps_one():
+    san = _san().san.train()
+    torch.manual_seed(3)
+    keep = san._kept_steps(torch.zeros(2000, 5, 3))
+    assert keep.sum(1).min() >= 1  # at least one step per example
+    share = keep.mean().item()
+    # each step kept with probability 0.9, one of five forced: 0.9 + 0.1 / 5 = 0.92
+    assert abs(share - 0.92) < 0.01
+    assert san.eval()._kept_steps(torch.zeros(3, 5, 3)).eq(1).all()
+
+
+def test_san_trains_end_to_end():
+    head = _san().train()
+    states = _states(4, 6)
+    states.hidden.requires_grad_()
+    labels = torch.tensor([0, 1, 2, 1])
+    loss = head.loss(head(states, {"token_type_ids": torch.ones(4, 6).long()}), {"labels": labels})
+    loss.backward()
+    assert torch.isfinite(loss) and states.hidden.grad.abs().sum() > 0
+    assert all(p.grad is not None for p in head.parameters())
+
+
+def test_san_is_refused_on_a_regression_task():
+    from trainer.tasks import parse_tasks
+
+    problems: list[str] = []
+    parse_tasks([{"preset": "stsb", "head": "san"}], problems)
+    assert problems and "head" in problems[0] and "classification" in problems[0]
+
+
+# ---- multiple choice ----------------------------------------------------------------------
+
+def test_multiple_choice_scores_each_choice_and_softmaxes_over_them():
+    torch.manual_seed(0)
+    head = build_head(PRESETS["swag"], HIDDEN).eval()
+    pooled = torch.randn(2 * 4, HIDDEN)  # two examples, four choices each, example-major
+    batch = {"labels": torch.tensor([2, 0])}
+    scores = head(Encoded(pooled.unsqueeze(1), torch.ones(8, 1).long(), lambda h, _m: h[:, 0]),
+                  batch)
+    expected = (pooled @ head.proj.weight.T + head.proj.bias).view(2, 4)
+    torch.testing.assert_close(scores, expected)
+    by_hand = -(F.log_softmax(expected, -1)[0, 2] + F.log_softmax(expected, -1)[1, 0]) / 2
+    torch.testing.assert_close(head.loss(scores, batch), by_hand)
+    assert head.predict(scores, batch).tolist() == expected.argmax(-1).tolist()
+
+
+def _write_swag(path: Path, rows: list[list[str]]) -> Path:
+    header = "video-id,sent1,sent2,ending0,ending1,ending2,ending3,label\n"
+    path.write_text(header + "".join(",".join(r) + "\n" for r in rows))
+    return path
+
+
+def test_multiple_choice_rows_and_batches(tmp_path, tokenizer):
+    from trainer.data import load_task_data
+
+    _write_swag(tmp_path / "train.csv", [
+        ["v1", "A man sits.", "He", "stands up.", "eats.", "sleeps.", "runs away fast.", "3"],
+        ["v2", "A dog barks.", "It", "wags.", "runs.", "sits.", "jumps.", "0"]])
+    spec = dataclasses.replace(PRESETS["swag"], train_file=str(tmp_path / "train.csv"),
+                               dev_files=(("dev", str(tmp_path / "train.csv")),))
+    data = load_task_data(spec, None, tokenizer, 64, None)
+    batch = data.collate(data.train, np.array([0, 1]), tokenizer.pad_token_id)
+    assert batch["input_ids"].shape[0] == 8 and batch["labels"].tolist() == [3, 0]
+    first = tokenizer.decode(batch["input_ids"][3][batch["attention_mask"][3].bool()])
+    assert first == "[CLS] a man sits. [SEP] he runs away fast. [SEP]"
+    assert tokenizer.decode(batch["input_ids"][4], skip_special_tokens=True).startswith("a dog")
+
+
+@pytest.mark.parametrize(("row", "words"), [
+    (["v", "ctx", "lead", "a", "b", "c", "d", "4"], ["label '4'", "0..3"]),
+    (["v", "ctx", "lead", "a", "b", "c", "d", "x"], ["label 'x'"]),
+    (["v", "ctx", "lead", "a", "", "c", "d", "1"], ["ending1", "empty"]),
+])
+def test_multiple_choice_bad_rows(tmp_path, row, words):
+    path = _write_swag(tmp_path / "t.csv", [row])
+    spec = dataclasses.replace(PRESETS["swag"], train_file=str(path))
+    with pytest.raises(DataError) as err:
+        read_task_file(spec, path)
+    assert all(w in str(err.value) for w in words), err.value
+    assert "line 2" in str(err.value)
+
+
+# ---- span QA: reading and windows ---------------------------------------------------------
+
+def _squad(path: Path, context: str, qas: list[dict]) -> Path:
+    path.write_text(json.dumps({"version": "v2.0", "data": [
+        {"title": "T", "paragraphs": [{"context": context, "qas": qas}]}]}))
+    return path
+
+
+def _qa_spec(path: Path, **changes: Any):
+    return dataclasses.replace(PRESETS["squad2"], train_file=str(path),
+                               dev_files=(("dev", str(path)),), **changes)
+
+
+LONG = " ".join(f"word{i}" for i in range(60)) + " the answer is here ok " + " ".join(
+    f"tail{i}" for i in range(60))
+
+
+def test_windows_cover_the_context_and_label_the_answer_where_it_fits(tmp_path, tokenizer):
+    start = LONG.index("the answer is here")
+    path = _squad(tmp_path / "q.json", LONG, [
+        {"id": "a", "question": "where?", "is_impossible": False,
+         "answers": [{"text": "the answer is here", "answer_start": start}]},
+        {"id": "b", "question": "what not?", "is_impossible": True, "answers": []}])
+    spec = _qa_spec(path, max_seq_len=64, doc_stride=20, max_query_len=8)
+    head = head_class("span_qa")
+    features = head.featurize(spec, read_task_file(spec, path), tokenizer, 64, train=True)
+    cols = {k: v.to_pylist() for k, v in features.columns.items()}
+    windows = features.notes["windows"]
+    assert windows == len(cols["input_ids"]) and windows > 4 and features.examples == 2
+    assert all(len(ids) <= 64 for ids in cols["input_ids"])
+    found = [i for i in range(windows) if cols["label"][i]]
+    assert found, "the answer fits in some window"
+    for i in range(windows):
+        ids, s, e = cols["input_ids"][i], cols["start"][i], cols["end"][i]
+        if i in found:
+            assert tokenizer.decode(ids[s:e + 1]) == "the answer is here"
+        else:  # windows that do not hold the whole answer, and the unanswerable question
+            assert (s, e) == (0, 0)
+    # windows of one question overlap: every context token is in some window
+    assert features.notes["answers_outside_every_window"] == 0
+
+
+def test_answer_longer_than_any_window_is_counted(tmp_path, tokenizer):
+    text = " ".join(f"w{i}" for i in range(80))
+    path = _squad(tmp_path / "q.json", text, [
+        {"id": "a", "question": "all?", "answers": [{"text": text, "answer_start": 0}]}])
+    spec = _qa_spec(path, max_seq_len=40, doc_stride=10, max_query_len=8)
+    features = head_class("span_qa").featurize(spec, read_task_file(spec, path), tokenizer, 40,
+                                                train=True)
+    assert features.notes["answers_outside_every_window"] == 1
+
+
+def test_window_starts_follow_berts_rule():
+    assert _window_starts(10, 20, 5) == [0]
+    assert _window_starts(50, 20, 10) == [0, 10, 20, 30]  # the last reaches the end
+    assert _window_starts(50, 20, 30) == [0, 20, 40]  # a stride beyond the window is capped
+
+
+@pytest.mark.parametrize(("qas", "context", "words"), [
+    ([{"id": "a", "question": "q", "answers": [{"text": "cat", "answer_start": 1}]}],
+     "a cat sat", ["answer_start 1", "'cat'", "occurs at 2"]),
+    ([{"id": "a", "question": "q", "answers": [{"text": "dog", "answer_start": 0}]}],
+     "a cat sat", ["does not occur"]),
+    ([{"id": "a", "question": "q", "answers": []}], "", ["no context"]),
+    ([{"id": "a", "question": "q", "answers": []}, {"id": "a", "question": "r", "answers": []}],
+     "a cat", ["id 'a' is used twice"]),
+    ([{"id": "a", "question": "q", "is_impossible": True,
+       "answers": [{"text": "cat", "answer_start": 2}]}], "a cat", ["is_impossible"]),
+])
+def test_bad_squad_records(tmp_path, qas, context, words):
+    path = _squad(tmp_path / "q.json", context, qas)
+    with pytest.raises(DataError) as err:
+        read_task_file(_qa_spec(path), path)
+    assert all(w in str(err.value) for w in words), err.value
+    assert "question 'a'" in str(err.value) or "twice" in str(err.value)
+
+
+def test_squad_answer_start_off_by_one_names_the_question(tmp_path):
+    path = _squad(tmp_path / "q.json", "a cat sat", [
+        {"id": "q1", "question": "who?", "answers": [{"text": "cat", "answer_start": 3}]}])
+    with pytest.raises(DataError, match=r"question 'q1': answer_start 3 does not point at the "
+                                        r"answer text 'cat'.*occurs at 2"):
+        read_task_file(_qa_spec(path), path)
+
+
+# ---- span QA: decoding -------------------------------------------------------------------
+
+def _eval_split(tmp_path: Path, windows: list[dict], reference: list[dict]) -> EvalSplit:
+    ds = datasets.Dataset.from_dict({
+        "example": [w["example"] for w in windows],
+        "context_start": [w["context_start"] for w in windows],
+        "offset_start": [w["offsets"][0] for w in windows],
+        "offset_end": [w["offsets"][1] for w in windows]})
+    return EvalSplit("qa", "dev", np.arange(len(windows)), ds, reference, tmp_path, 3, True)
+
+
+def _prediction(k: int, starts: list[tuple[int, float]], ends: list[tuple[int, float]],
+                null: float) -> np.ndarray:
+    def pad(pairs):
+        pairs = pairs + [(0, -math.inf)] * (k - len(pairs))
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+
+    s_idx, s_val = pad(starts)
+    e_idx, e_val = pad(ends)
+    return np.array([*s_idx, *s_val, *e_idx, *e_val, null], dtype=np.float32)
+
+
+def test_decoding_picks_the_best_span_over_windows_and_maps_it_to_characters(tmp_path):
+    context = "The Normans lived in Normandy, a region in France."
+    # Word-level "tokens" with character offsets; two windows of one question: tokens 0-5 and
+    # tokens 4-9 of the context, each after 3 question/special tokens.
+    words = [(m.start(), m.end()) for m in __import__("re").finditer(r"\w+|[^\w\s]", context)]
+    w1, w2 = words[0:6], words[4:10]
+    windows = [
+        {"example": 0, "context_start": 3, "offsets": ([a for a, _ in w1], [b for _, b in w1])},
+        {"example": 0, "context_start": 3, "offsets": ([a for a, _ in w2], [b for _, b in w2])},
+        {"example": 1, "context_start": 3, "offsets": ([a for a, _ in w1], [b for _, b in w1])},
+    ]
+    reference = [{"id": "q1", "context": context, "answers": ["Normandy"]},
+                 {"id": "q2", "context": context, "answers": []}]
+    k = 3
+    preds = np.stack([
+        # window 1: "Normans lived" (tokens 4..5 of the window, i.e. words 1-2) scores 2 + 1
+        _prediction(k, [(4, 2.0)], [(5, 1.0)], null=0.5),
+        # window 2: "Normandy" (word 4 = window token 3) scores 3 + 2.5; an end before the
+        # start and a span over max_answer_len are never chosen
+        _prediction(k, [(3, 3.0), (8, 9.0)], [(3, 2.5), (4, 1.0)], null=1.0),
+        # question 2: the null score beats every span
+        _prediction(k, [(3, 0.1)], [(4, 0.2)], null=5.0),
+    ])
+    head = build_head(dataclasses.replace(PRESETS["squad2"], n_best=k, max_answer_len=5,
+                                          metrics=("exact", "f1", "has_ans_f1", "no_ans_f1",
+                                                   "best_f1", "best_f1_thresh")), HIDDEN)
+    split = _eval_split(tmp_path, windows, reference)
+    answers, odds = head.decode(preds, split)
+    assert answers[0] == "Normandy"
+    assert odds[0] == pytest.approx(0.5 - 5.5)  # lowest null over the windows - best span
+    assert odds[1] == pytest.approx(5.0 - 0.3)
+    metrics = head.score(preds, np.zeros(3), split)
+    # best threshold, as the official search finds it: the odds of the last question it answers
+    assert metrics == {"exact": 1.0, "f1": 1.0, "has_ans_f1": 1.0, "no_ans_f1": 1.0,
+                       "best_f1": 1.0, "best_f1_thresh": pytest.approx(-5.0)}
+    written = json.loads((tmp_path / "predictions-squad2-epoch-3.json").read_text())
+    assert written == {"q1": "Normandy", "q2": ""}
+    odds_file = json.loads((tmp_path / "null-odds-squad2-epoch-3.json").read_text())
+    assert odds_file == pytest.approx({"q1": -5.0, "q2": 4.7})
+
+
+def test_predict_keeps_candidates_inside_the_context():
+    head = build_head(dataclasses.replace(PRESETS["squad2"], n_best=2), HIDDEN)
+    outputs = torch.zeros(1, 6, 2)
+    outputs[0, :, 0] = torch.tensor([9.0, 8.0, 1.0, 2.0, 3.0, 7.0])  # start logits
+    outputs[0, :, 1] = torch.tensor([4.0, 0.0, 5.0, 1.0, 6.0, 0.0])  # end logits
+    batch = {"context_start": torch.tensor([2]), "context_end": torch.tensor([5])}
+    got = head.predict(outputs, batch)[0].tolist()
+    # context tokens 2..4 only: starts 4 (3.0), 3 (2.0); ends 4 (6.0), 2 (5.0); null 9 + 4
+    assert got == [4, 3, 3.0, 2.0, 4, 2, 6.0, 5.0, 13.0]
+
+
+def test_span_loss_is_the_mean_of_start_and_end_cross_entropy():
+    head = build_head(PRESETS["squad2"], HIDDEN).eval()
+    states = _states(2, 5, [5, 3])
+    outputs = head(states, {})
+    assert outputs.shape == (2, 5, 2)
+    assert (outputs[1, 3:] < -1e3).all()  # padding is never a start or an end
+    batch = {"start": torch.tensor([1, 0]), "end": torch.tensor([3, 2])}
+    start, end = outputs.unbind(-1)
+    expected = (F.cross_entropy(start, batch["start"]) + F.cross_entropy(end, batch["end"])) / 2
+    torch.testing.assert_close(head.loss(outputs, batch), expected)
+
+
+# ---- MMoE ---------------------------------------------------------------------------------
+
+def test_mixture_gates_per_task_and_starts_close_to_the_encoder():
+    torch.manual_seed(0)
+    moe = MixtureOfExperts(MixtureSettings(experts=3, expert_hidden=16), HIDDEN, ["a", "b"])
+    states = torch.randn(2, 4, HIDDEN)
+    gate_a, gate_b = moe.gate("a", states), moe.gate("b", states)
+    assert gate_a.shape == (2, 4, 3)
+    torch.testing.assert_close(gate_a.sum(-1), torch.ones(2, 4))
+    assert not torch.allclose(gate_a, gate_b)  # each task has its own gate
+    out = moe("a", states)
+    assert out.shape == states.shape
+    assert (out - states).abs().max() < 0.2  # residual: the experts add a small correction
+    # the mixture is the gate-weighted sum of the experts
+    experts = torch.stack([e(states) for e in moe.experts], -1)
+    torch.testing.assert_close(out, states + (experts * gate_a.unsqueeze(-2)).sum(-1))

@@ -1,0 +1,37 @@
+"""Task heads, one module per task type; `trainer.task_types` says which module serves which type.
+
+Every head class implements the protocol of `trainer.heads.base.Head`. The loop, the data layer
+and the model look a head class up here by the task's type and never branch on the type.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from trainer.heads.base import Encoded, EvalSplit, Features, Head
+from trainer.task_types import TASK_TYPES
+from trainer.tasks import TaskSpec
+from weightsearch.errors import ConfigError
+
+
+def head_class(task_type: str) -> type[Head]:
+    """The head class serving `task_type` (its module's `HEAD`)."""
+    kind = TASK_TYPES.get(task_type)
+    if kind is None:
+        raise ConfigError([f"tasks: unknown task type {task_type!r}; choose one of "
+                           f"{', '.join(TASK_TYPES)}"])
+    return importlib.import_module(kind.head_module).HEAD
+
+
+def build_head(spec: TaskSpec, hidden_size: int) -> Head:
+    """The head for `spec`, on an encoder whose token states have `hidden_size` features."""
+    return head_class(spec.type)(hidden_size, spec)
+
+
+HEADS: dict[str, type[Head]] = {name: head_class(name) for name in TASK_TYPES}
+ClassificationHead = HEADS["classification"]
+RegressionHead = HEADS["regression"]
+RankingHead = HEADS["ranking"]
+
+__all__ = ["HEADS", "ClassificationHead", "Encoded", "EvalSplit", "Features", "Head",
+           "RankingHead", "RegressionHead", "build_head", "head_class"]

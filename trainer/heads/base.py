@@ -1,0 +1,271 @@
+"""What a task head is: the one module that knows everything about its task type.
+
+A head class serves a task type from end to end, so that the data layer, the model and the
+training loop never branch on the type:
+
+- `parse(spec, table)` (class method): the task's file, read as a table, into rows whose labels
+  are checked; called when a split is read, before anything is tokenized.
+- `featurize(spec, rows, tokenizer, max_len, train=..., drop_overlong=...)` (class method): the
+  rows into model inputs (one row per sequence, or per window of a long one), counted for
+  `data.json`; the result is cached on disk, so this runs once per file and setting.
+- `collate(table, pad_id)` (class method): a batch of those rows into padded tensors.
+- `forward(states, batch)`: the encoder's token states (`Encoded`) into outputs. The head pools
+  what it needs: `states.pooled()` gives the run's sentence vector, token-level heads read
+  `states.hidden` directly.
+- `loss(outputs, batch)`: the batch loss, a plain mean over the batch's examples.
+- `predict(outputs, batch)`: a fixed-size tensor per row, on the device (no host sync).
+- `score(predictions, references, split)`: the metrics of one dev split from every row's
+  prediction, and any prediction files the task type writes.
+- `soft_loss` (distillation) and `smoothness` (adversarial training) where they make sense.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import pyarrow as pa
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from trainer.metrics import compute_metrics
+from trainer.readers import Table, TaskRows, pair_rows
+from trainer.tasks import TaskSpec
+from weightsearch.errors import ConfigError, DataError
+
+
+@dataclass
+class Encoded:
+    """The shared encoder's output for one batch, as a head sees it."""
+
+    hidden: Tensor  # [N, T, H] token states (the task's expert mixture, when there is one)
+    mask: Tensor  # [N, T], 1 on real tokens
+    pool: Callable[[Tensor, Tensor], Tensor]  # the run's pooling of (hidden, mask) -> [N, H]
+
+    def pooled(self) -> Tensor:
+        return self.pool(self.hidden, self.mask)
+
+
+@dataclass
+class Features:
+    """A split turned into model inputs: Arrow columns with one row per model input row."""
+
+    columns: dict[str, pa.Array]  # at least input_ids, token_type_ids, length, label
+    examples: int  # examples the rows come from (a long context gives several windows)
+    overlong: int  # examples cut to the length limit, or dropped (training, overlong: drop)
+    notes: dict[str, int] = field(default_factory=dict)  # other counts for data.json
+    # What scoring needs beyond the rows (span QA: ids, contexts and gold answers), JSON-able.
+    reference: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class EvalSplit:
+    """What `score` may need of a dev split besides the predictions."""
+
+    task: str
+    name: str  # the split's name ("dev", "matched", ...)
+    rows: np.ndarray  # the dataset row of each prediction, in prediction order
+    dataset: Any  # the split's datasets.Dataset (its extra columns)
+    reference: list[dict[str, Any]] | None
+    output_dir: Path | None  # where prediction files go (None: write none)
+    epoch: int
+    first: bool  # the task's first dev split: files and metrics without a split prefix
+
+
+class Head(nn.Module):
+    """Base of the heads: dropout, then one linear layer in fp32 on the pooled vector."""
+
+    task_type: ClassVar[str]
+
+    def __init__(self, hidden_size: int, spec: TaskSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.dropout = nn.Dropout(spec.dropout)
+        self.proj = nn.Linear(hidden_size, self.out_features(spec))
+
+    # ---- data --------------------------------------------------------------------------
+
+    @classmethod
+    def parse(cls, spec: TaskSpec, table: Table) -> Any:
+        return pair_rows(spec, table)
+
+    @classmethod
+    def featurize(cls, spec: TaskSpec, rows: TaskRows, tokenizer: Any, max_len: int, *,
+                  train: bool, drop_overlong: bool = False) -> Features:
+        return encode_pairs(rows, tokenizer, max_len, drop=train and drop_overlong)
+
+    @classmethod
+    def collate(cls, table: pa.Table, pad_id: int) -> dict[str, Tensor]:
+        return collate_sequences(table, pad_id)
+
+    # ---- model -------------------------------------------------------------------------
+
+    @staticmethod
+    def out_features(spec: TaskSpec) -> int:
+        return 1
+
+    def forward(self, states: Encoded, batch: dict[str, Tensor]) -> Tensor:
+        """Logits [N, C] (classification) or one score per row [N] (the others)."""
+        return self.project(states.pooled()).squeeze(-1)
+
+    def project(self, pooled: Tensor) -> Tensor:
+        # fp32 even under bf16 autocast: the layer is tiny, and bf16's 8-bit mantissa rounds
+        # scores near 2.5 to steps of 0.016, erasing the small differences between examples
+        # that a young regression or ranking head ranks them by.
+        with torch.autocast(pooled.device.type, enabled=False):
+            return self.proj(self.dropout(pooled.float()))
+
+    def loss(self, outputs: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        raise NotImplementedError
+
+    def predict(self, outputs: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        raise NotImplementedError
+
+    def score(self, predictions: np.ndarray, references: np.ndarray,
+              split: EvalSplit) -> dict[str, float]:
+        return compute_metrics(self.spec.metrics, predictions, references)
+
+    def soft_loss(self, outputs: Tensor, soft: Tensor) -> Tensor:
+        """Loss against a teacher ensemble's targets (distillation): squared error to their mean
+        score. Heads whose outputs are not one score per example override or refuse it."""
+        return F.mse_loss(outputs, soft)
+
+    def smoothness(self, a: Tensor, b: Tensor) -> Tensor:
+        """Symmetric divergence between two outputs for the same batch (adversarial training).
+
+        Scores: squared difference, the mean over the batch; gradients reach both sides.
+        """
+        return (a - b).pow(2).mean()
+
+
+def symmetric_kl(a: Tensor, b: Tensor) -> Tensor:
+    """KL(b || a) + KL(a || b) over the last axis, each side pulled towards the other's
+    (constant) distribution; mean over the leading axis."""
+    log_a, log_b = F.log_softmax(a, dim=-1), F.log_softmax(b, dim=-1)
+    return (F.kl_div(log_a, log_b.detach(), log_target=True, reduction="batchmean")
+            + F.kl_div(log_b, log_a.detach(), log_target=True, reduction="batchmean"))
+
+
+def refuse_soft_targets(task_type: str) -> Callable[..., Tensor]:
+    def soft_loss(self: Head, outputs: Tensor, soft: Tensor) -> Tensor:
+        raise ConfigError([f"distill: {self.spec.name} is a {task_type} task; soft targets are "
+                           "built for classification and regression tasks only"])
+    return soft_loss
+
+
+# ---- text pairs: tokenizing and padding shared by the sentence(-pair) heads ---------------
+
+def encode(tokenizer: Any, text_a: list[str], text_b: list[str] | None,
+           max_length: int | None) -> dict[str, list[list[int]]]:
+    """One fast-tokenizer call; max_length=None means no truncation."""
+    return tokenizer(text_a, text_b, truncation=max_length is not None, max_length=max_length,
+                     return_token_type_ids=True, return_attention_mask=False, verbose=False)
+
+
+def encode_pairs(rows: TaskRows, tokenizer: Any, max_len: int, drop: bool = False) -> Features:
+    """Text (pair) rows into token ids: longer ones cut to max_len (pairs: longest first), or,
+    with drop, left out. Either way they are counted."""
+    input_ids, type_ids, too_long = encode_counted(tokenizer, rows.text_a, rows.text_b, max_len,
+                                                   rows.path, drop)
+    labels, groups = rows.labels, rows.groups
+    if drop and too_long:
+        keep = np.ones(len(rows), dtype=bool)
+        keep[too_long] = False
+        labels = np.asarray(labels)[keep]
+        groups = None if groups is None else np.asarray(groups)[keep]
+    lengths = np.fromiter((len(ids) for ids in input_ids), dtype=np.int32, count=len(input_ids))
+    columns: dict[str, pa.Array] = {
+        "input_ids": list_array(input_ids, lengths, pa.int32()),
+        "token_type_ids": list_array(type_ids, lengths, pa.int8()),
+        "length": pa.array(lengths),
+        "label": pa.array(labels),
+    }
+    if groups is not None:
+        columns["group"] = pa.array(groups)
+    return Features(columns, examples=len(input_ids), overlong=len(too_long))
+
+
+def encode_counted(tokenizer: Any, text_a: list[str], text_b: list[str] | None, max_len: int,
+                   where: Any, drop: bool = False
+                   ) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    """Token ids and type ids of each pair, and the indices of the pairs over max_len: cut to it,
+    or (drop) removed from the returned lists."""
+    # Tokenize untruncated first to learn which examples are too long, then re-encode only
+    # those with truncation, so the count is exact and cheap.
+    encoded = encode(tokenizer, text_a, text_b, None)
+    input_ids: list[list[int]] = encoded["input_ids"]
+    type_ids: list[list[int]] = encoded["token_type_ids"]
+    too_long = [i for i, ids in enumerate(input_ids) if len(ids) > max_len]
+    if drop and too_long:
+        if len(too_long) == len(input_ids):
+            raise DataError(f"{where}: every example is longer than max_seq_len={max_len}, so "
+                            "overlong: drop leaves none; raise max_seq_len or use "
+                            "overlong: truncate")
+        skip = set(too_long)
+        input_ids = [ids for i, ids in enumerate(input_ids) if i not in skip]
+        type_ids = [ids for i, ids in enumerate(type_ids) if i not in skip]
+    elif too_long:
+        try:
+            short = encode(tokenizer, [text_a[i] for i in too_long],
+                           None if text_b is None else [text_b[i] for i in too_long], max_len)
+        except Exception as err:  # e.g. max_seq_len smaller than the special tokens
+            raise DataError(f"{where}: cannot truncate to max_seq_len={max_len} ({err}); raise "
+                            "max_seq_len") from err
+        for j, i in enumerate(too_long):
+            input_ids[i] = short["input_ids"][j]
+            type_ids[i] = short["token_type_ids"][j]
+    return input_ids, type_ids, too_long
+
+
+def list_array(seqs: list[list[int]], lengths: np.ndarray, value_type: pa.DataType) -> pa.Array:
+    offsets = np.zeros(len(seqs) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=offsets[1:])
+    values = np.fromiter(itertools.chain.from_iterable(seqs),
+                         dtype=value_type.to_pandas_dtype(), count=int(offsets[-1]))
+    return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type))
+
+
+def collate_sequences(table: pa.Table, pad_id: int) -> dict[str, Tensor]:
+    """Pad a batch of sequences to its longest; attention_mask is 1 on real tokens. `label`
+    becomes `labels`; every other scalar column (group, answer positions, ...) passes through."""
+    lengths = table.column("length").to_numpy().astype(np.int64)
+    ids, types, mask = pad(flat(table, "input_ids"), flat(table, "token_type_ids"), lengths,
+                           pad_id)
+    batch = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+    for name in table.column_names:
+        if name in ("input_ids", "token_type_ids", "length"):
+            continue
+        column = table.column(name)
+        if pa.types.is_list(column.type):
+            continue  # per-token columns that only scoring reads (span offsets)
+        values = column.to_numpy()
+        batch["labels" if name == "label" else name] = (
+            torch.from_numpy(values.astype(np.float32)) if np.issubdtype(values.dtype, np.floating)
+            else torch.from_numpy(values.astype(np.int64)))
+    return batch
+
+
+def pad(ids: np.ndarray, types: np.ndarray, lengths: np.ndarray,
+        pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Flattened token ids of sequences with these lengths, as padded [N, T] tensors."""
+    width = int(lengths.max()) if len(lengths) else 0
+    mask = np.arange(width)[None, :] < lengths[:, None]  # row-major order = flattened tokens
+    input_ids = np.full((len(lengths), width), pad_id, dtype=np.int64)
+    input_ids[mask] = ids
+    token_type_ids = np.zeros((len(lengths), width), dtype=np.int64)
+    token_type_ids[mask] = types
+    return (torch.from_numpy(input_ids), torch.from_numpy(token_type_ids),
+            torch.from_numpy(mask.astype(np.int64)))
+
+
+def flat(table: pa.Table, name: str) -> np.ndarray:
+    """A list column's values, all rows concatenated (nested lists flattened all the way)."""
+    column = table.column(name).combine_chunks()
+    while pa.types.is_list(column.type):
+        column = column.flatten()
+    return column.to_numpy(zero_copy_only=False)

@@ -1,0 +1,131 @@
+"""Weighted stochastic batch selection (He 2019, Algorithm 1): each next batch's task is drawn
+with probability proportional to its weight, among the tasks that still have batches; the epoch
+ends when the `epoch_ends_with` task's batches are used up (He: the QA task), or, without it,
+when every task with a positive weight has used its batches.
+
+`weights` maps tasks to weights. Tasks it does not list get `others`: a number, or `share`
+(the default), an equal share of what the listed weights leave of 1, so that
+`weights: {squad2: 0.8}` draws SQuAD batches 80% of the time and splits the other 20% evenly,
+as in the paper. Batches of a task come in a random order of their own (length bucketing
+groups similar lengths inside a task's batches, which must not become a curriculum).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from trainer.sampling.base import PREFIX, Batches, Plan, Sampler, rng
+
+SHARE = "share"
+
+
+@dataclass(frozen=True)
+class WeightedSettings:
+    weights: tuple[tuple[str, float], ...] = ()
+    others: float | str = SHARE
+    epoch_ends_with: str | None = None
+    scheme: str = field(default="weighted", init=False)
+
+    KEYS: ClassVar[tuple[str, ...]] = ("weights", "others", "epoch_ends_with")
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], tasks: Sequence[str],
+                     problems: list[str]) -> WeightedSettings | None:
+        before = len(problems)
+        weights = raw.get("weights", {})
+        pairs: list[tuple[str, float]] = []
+        if not isinstance(weights, Mapping) or not weights:
+            problems.append(f"{PREFIX}.weights: a mapping of task to sampling weight is needed, "
+                            "e.g. {squad2: 0.8}")
+        else:
+            for task, value in weights.items():
+                if task not in tasks:
+                    problems.append(f"{PREFIX}.weights.{task}: not one of the run's tasks "
+                                    f"({', '.join(tasks)}); name tasks the run trains")
+                elif not _weight(value):
+                    problems.append(f"{PREFIX}.weights.{task}: must be a finite number >= 0, "
+                                    f"got {value!r}")
+                else:
+                    pairs.append((task, float(value)))
+        others = raw.get("others", SHARE)
+        if others != SHARE and not _weight(others):
+            problems.append(f"{PREFIX}.others: must be share or a finite number >= 0, got "
+                            f"{others!r}")
+        ends = raw.get("epoch_ends_with")
+        if ends is not None and ends not in tasks:
+            problems.append(f"{PREFIX}.epoch_ends_with: {ends!r} is not one of the run's tasks "
+                            f"({', '.join(tasks)}); name the task whose batches end an epoch")
+        if len(problems) > before:
+            return None
+        settings = cls(tuple(pairs), others if others == SHARE else float(others), ends)
+        problems.extend(settings.problems(tasks))
+        return settings if len(problems) == before else None
+
+    def resolved(self, tasks: Sequence[str]) -> dict[str, float]:
+        """Every task's weight, the unlisted ones given `others`."""
+        listed = dict(self.weights)
+        rest = [t for t in tasks if t not in listed]
+        if self.others == SHARE:
+            left = max(0.0, 1.0 - sum(listed.values()))
+            other = left / len(rest) if rest else 0.0
+        else:
+            other = float(self.others)
+        return {t: listed.get(t, other) for t in tasks}
+
+    def problems(self, tasks: Sequence[str]) -> list[str]:
+        found = []
+        listed = dict(self.weights)
+        rest = [t for t in tasks if t not in listed]
+        if self.others == SHARE and rest and sum(listed.values()) > 1 + 1e-9:
+            found.append(f"{PREFIX}.weights: the listed weights sum to "
+                         f"{sum(listed.values()):g} > 1, which leaves nothing for "
+                         f"{', '.join(rest)} to share; list every task or set others to a number")
+        resolved = self.resolved(tasks)
+        if not any(w > 0 for w in resolved.values()):
+            found.append(f"{PREFIX}.weights: every task's weight is 0, so no batch would ever be "
+                         "drawn; give at least one task a positive weight")
+        elif self.epoch_ends_with is not None and resolved[self.epoch_ends_with] == 0:
+            found.append(f"{PREFIX}.epoch_ends_with: {self.epoch_ends_with} has sampling weight "
+                         "0, so its batches never run out; give it a positive weight or end "
+                         "epochs with another task")
+        return found
+
+
+def _weight(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
+
+
+class WeightedSampler(Sampler):
+    name = "weighted"
+    settings_type = WeightedSettings
+
+    def __init__(self, settings: WeightedSettings, tasks: Sequence[str]) -> None:
+        super().__init__(settings, tasks)
+        self.weights = settings.resolved(tasks)
+
+    def order(self, batches: Batches, seed: int, epoch: int) -> Plan:
+        queues = {}
+        for t, (task, task_batches) in enumerate(batches.items()):
+            order = rng(seed, epoch, 3, t).permutation(len(task_batches))
+            queues[task] = [task_batches[i] for i in order]
+        used = dict.fromkeys(queues, 0)
+        draw = rng(seed, epoch, 2)
+        ends = self.settings.epoch_ends_with
+        plan: Plan = []
+        while True:
+            if ends is not None and used[ends] == len(queues[ends]):
+                return plan
+            live = [t for t in queues if used[t] < len(queues[t]) and self.weights[t] > 0]
+            if not live:
+                return plan
+            w = np.array([self.weights[t] for t in live])
+            task = live[int(np.searchsorted(np.cumsum(w / w.sum()), draw.random(),
+                                            side="right").clip(max=len(live) - 1))]
+            plan.append((task, queues[task][used[task]]))
+            used[task] += 1

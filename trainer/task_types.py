@@ -1,0 +1,83 @@
+"""The task types, by name: the one list every other part of weightsearch takes them from.
+
+Importing this module costs nothing (no torch): the recommender, the importer and the HTTP
+service validate task types with it. Each entry names the head module that implements the type
+(reading and checking its labels, turning examples into model inputs, the network on the
+encoder's token states, the loss, decoding and metrics) and declares what a task definition of
+that type may say: its metrics, its own settings and their defaults, and the answer modules
+(`head:`) it accepts.
+
+Adding a task type is one head module under `trainer/heads/` plus one entry in `TASK_TYPES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+# A setting's check: None when the value is fine, else what is wrong with it.
+Check = Callable[[Any], "str | None"]
+
+
+def positive_int(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"expected an integer >= 1, got {value!r}"
+    return None
+
+
+@dataclass(frozen=True)
+class TaskType:
+    """What a task definition of one type may say, and which head module implements it."""
+
+    name: str
+    head_module: str  # the module under trainer/heads/ whose `HEAD` class implements the type
+    # What the `label` column holds: "classes" (one of `labels`), "score" (a number),
+    # "choice" (the index of the right choice), "answers" (answer spans of a context).
+    label_kind: str
+    metrics: tuple[str, ...]  # every metric the type can report
+    default_metrics: tuple[str, ...]
+    default_primary: str
+    # Settings only this type has, with their defaults and checks.
+    options: Mapping[str, tuple[Any, Check]] = field(
+        default_factory=lambda: MappingProxyType({}))
+    answer_modules: tuple[str, ...] = ("linear",)  # choices of the task's `head` setting
+    formats: tuple[str, ...] = ("tsv", "csv", "jsonl", "parquet")
+
+
+_CLASS_METRICS = ("accuracy", "f1", "mcc")
+_SQUAD_METRICS = ("exact", "f1", "has_ans_exact", "has_ans_f1", "no_ans_exact", "no_ans_f1",
+                  "best_exact", "best_f1", "best_exact_thresh", "best_f1_thresh")
+
+TASK_TYPES: Mapping[str, TaskType] = MappingProxyType({t.name: t for t in (
+    TaskType("classification", "trainer.heads.classification", "classes", _CLASS_METRICS,
+             ("accuracy",), "accuracy", answer_modules=("linear", "san")),
+    TaskType("regression", "trainer.heads.regression", "score",
+             ("pearson", "spearman", "corr"), ("pearson", "spearman", "corr"), "corr"),
+    TaskType("ranking", "trainer.heads.ranking", "classes", _CLASS_METRICS, ("accuracy",),
+             "accuracy"),
+    TaskType("multiple_choice", "trainer.heads.multiple_choice", "choice", ("accuracy",),
+             ("accuracy",), "accuracy"),
+    TaskType("span_qa", "trainer.heads.span_qa", "answers", _SQUAD_METRICS,
+             ("exact", "f1", "has_ans_exact", "has_ans_f1", "no_ans_exact", "no_ans_f1",
+              "best_exact", "best_f1"), "f1",
+             options=MappingProxyType({
+                 # BERT's SQuAD settings, which the MT-DNN SQuAD paper used.
+                 "doc_stride": (128, positive_int),  # tokens between window starts
+                 "max_query_len": (64, positive_int),  # question tokens kept
+                 "max_answer_len": (30, positive_int),  # longest answer span, in tokens
+                 "n_best": (20, positive_int),  # start/end candidates per window
+             }),
+             formats=("squad", "jsonl", "parquet")),
+)})
+
+NAMES: tuple[str, ...] = tuple(TASK_TYPES)
+
+
+def task_type(name: str) -> TaskType:
+    """The registered type `name`; KeyError names the known ones."""
+    try:
+        return TASK_TYPES[name]
+    except KeyError:
+        raise KeyError(f"unknown task type {name!r}; known: {', '.join(NAMES)}") from None
