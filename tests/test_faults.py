@@ -400,6 +400,56 @@ def test_killed_driver_then_resume_runs_every_cell_once(
           f"{lost_s:.2f}s.\n{text.strip()}")
 
 
+def test_three_drivers_share_a_study_on_two_nodes(
+    cluster: Cluster, postgres_url: str, tiny_encoder: str, sample_data_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """Two `launch` and a `resume` of one study on the two-worker-node cluster with
+    PostgreSQL: every cell COMPLETE once, no FAIL, no trial folder written by two trials."""
+    from optuna.trial import TrialState
+
+    weights = [1, 3, 6, 9]
+    study = _study_file(tmp_path, "threedrivers", postgres_url, tiny_encoder, sample_data_dir,
+                        weights, concurrent=2)
+    drivers = [_driver(cluster, tmp_path, "launch", str(study)) for _ in range(2)]
+    nodes: set[str] = set()
+    try:
+        _poll(lambda: _trials_or_none(postgres_url, "threedrivers") is not None, 240,
+              "a launch to create the study", drivers[0][0], interval=0.2)
+        drivers.append(_driver(cluster, tmp_path, "resume", "threedrivers",
+                               "--storage", postgres_url))
+        deadline = time.monotonic() + DRIVER_TIMEOUT_S
+        while any(p.poll() is None for p, _ in drivers) and time.monotonic() < deadline:
+            nodes |= set(cluster.trial_nodes().values())
+            time.sleep(0.2)
+        texts = [_wait(p, log) for p, log in drivers]
+    finally:
+        for p, _ in drivers:
+            if p.poll() is None:
+                p.kill()
+    for text in texts:
+        assert f"{len(weights)}/{len(weights)} cells done" in text, text
+    trials = _assert_every_cell_once(postgres_url, "threedrivers", weights)
+    assert not [t.number for t in trials if t.state == TrialState.FAIL]
+    folders = [t.user_attrs["output_dir"] for t in trials]
+    assert len(set(folders)) == len(folders), folders
+    for folder in folders:
+        check = subprocess.run([sys.executable, "scripts/check_siwlm_steps.py", folder],
+                               capture_output=True, text=True,
+                               cwd=Path(__file__).resolve().parents[1])
+        assert check.returncode == 0, check.stdout + check.stderr
+    assert set(WORKERS) <= nodes, nodes  # the trials really ran on both nodes
+    print(f"\nTHREE DRIVERS on {sorted(nodes)}: {len(trials)} trials for {len(weights)} cells, "
+          f"all COMPLETE once, {len(set(folders))} distinct folders")
+
+
+def _trials_or_none(url: str, name: str) -> list | None:
+    try:
+        return _trials(url, name)
+    except Exception:  # not created yet, or its schema is being created
+        return None
+
+
 def _pg_cluster() -> list[str]:
     version = sorted(os.listdir("/etc/postgresql"))[-1]
     return ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main"]

@@ -44,6 +44,19 @@ class TaskType:
         default_factory=lambda: MappingProxyType({}))
     answer_modules: tuple[str, ...] = ("linear",)  # choices of the task's `head` setting
     formats: tuple[str, ...] = ("tsv", "csv", "jsonl", "parquet")
+    # Column settings a task of this type must give, each with an example of the setting.
+    required_columns: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}))
+    # How many labels its label set must have: None for any number >= 2 (label_kind "classes").
+    label_count: int | None = None
+
+    @property
+    def has_label_set(self) -> bool:
+        return self.label_kind == "classes"
+
+
+# Column settings that only some types use (a type that does not require one may not give it).
+TYPE_COLUMNS = ("group", "choices")
 
 
 _CLASS_METRICS = ("accuracy", "f1", "mcc")
@@ -56,9 +69,13 @@ TASK_TYPES: Mapping[str, TaskType] = MappingProxyType({t.name: t for t in (
     TaskType("regression", "trainer.heads.regression", "score",
              ("pearson", "spearman", "corr"), ("pearson", "spearman", "corr"), "corr"),
     TaskType("ranking", "trainer.heads.ranking", "classes", _CLASS_METRICS, ("accuracy",),
-             "accuracy"),
+             "accuracy", label_count=2,
+             required_columns=MappingProxyType({
+                 "group": "group: question (equal values form one candidate list)"})),
     TaskType("multiple_choice", "trainer.heads.multiple_choice", "choice", ("accuracy",),
-             ("accuracy",), "accuracy"),
+             ("accuracy",), "accuracy",
+             required_columns=MappingProxyType({
+                 "choices": "choices: [ending0, ending1, ending2, ending3]"})),
     TaskType("span_qa", "trainer.heads.span_qa", "answers", _SQUAD_METRICS,
              ("exact", "f1", "has_ans_exact", "has_ans_f1", "no_ans_exact", "no_ans_f1",
               "best_exact", "best_f1"), "f1",
@@ -69,7 +86,8 @@ TASK_TYPES: Mapping[str, TaskType] = MappingProxyType({t.name: t for t in (
                  "max_answer_len": (30, positive_int),  # longest answer span, in tokens
                  "n_best": (20, positive_int),  # start/end candidates per window
              }),
-             formats=("squad", "jsonl", "parquet")),
+             formats=("squad", "jsonl", "parquet"),
+             required_columns=MappingProxyType({"text_b": "text_b: context"})),
 )})
 
 NAMES: tuple[str, ...] = tuple(TASK_TYPES)

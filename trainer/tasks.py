@@ -16,6 +16,7 @@ from typing import Any
 
 from trainer.task_types import NAMES as TASK_TYPES
 from trainer.task_types import TASK_TYPES as _TYPES
+from trainer.task_types import TYPE_COLUMNS
 
 FORMATS = ("tsv", "csv", "jsonl", "parquet", "squad")
 # Every metric some task type reports, in a stable order.
@@ -359,11 +360,14 @@ def _check_type_settings(item: dict[str, Any], values: dict[str, Any], bad: Any)
             problem = check(values[key])
             if problem:
                 bad(key, problem)
-    if kind.name == "multiple_choice" and not values.get("choices"):
-        bad("choices", "a multiple_choice task needs the columns of its choices, e.g. "
-                       "choices: [ending0, ending1, ending2, ending3]")
-    elif kind.name != "multiple_choice" and values.get("choices"):
-        bad("choices", "only multiple_choice tasks use choices; remove it")
+    for column, example in kind.required_columns.items():
+        if not values.get(column):
+            bad(column, f"a {kind.name} task needs {column}, e.g. {example}")
+    for column in TYPE_COLUMNS:
+        if column not in kind.required_columns and values.get(column):
+            owners = [t.name for t in _TYPES.values() if column in t.required_columns]
+            bad(column, f"only {', '.join(owners)} tasks use {column}; remove it or set "
+                        f"type: {owners[0]}")
     fmt = values.get("format")
     if fmt in FORMATS and fmt not in kind.formats:
         bad("format", f"a {kind.name} task reads {', '.join(kind.formats)} files, not {fmt}")
@@ -419,28 +423,22 @@ def _check_consistency(values: dict[str, Any], bad: Any) -> None:
     task_type = values["type"]
     labels = values.get("labels")
     kind = _TYPES.get(task_type)
-    if kind and kind.label_kind in ("choice", "answers"):
+    if kind is None:
+        return
+    if not kind.has_label_set:
         if labels:
-            bad("labels", f"a {task_type} task has no label set; remove labels")
-        if task_type == "span_qa" and values.get("text_b") is None:
-            bad("text_b", "a span_qa task needs the column of its contexts, e.g. text_b: context")
-    elif task_type in ("classification", "ranking"):
-        if not labels:
-            bad("labels", f"a {task_type} task needs its label set in index order, "
-                          "e.g. labels: [not_entailment, entailment]")
-        elif len(labels) < 2:
-            bad("labels", "needs at least two labels")
-        elif task_type == "ranking" and len(labels) != 2:
-            bad("labels", "a ranking task needs exactly two labels: [negative, positive]")
-        elif "f1" in values.get("metrics", ()) and len(labels) != 2:
-            bad("metrics", "f1 is computed for binary tasks only; drop it or use two labels")
-    elif labels:
-        bad("labels", "a regression task has no label set; remove labels (or set it to null)")
-    if task_type == "ranking" and not values.get("group"):
-        bad("group", "a ranking task needs the column whose equal values form one candidate "
-                     "list, e.g. group: question")
-    if task_type != "ranking" and values.get("group"):
-        bad("group", "only ranking tasks use group; remove it or set type: ranking")
+            bad("labels", f"a {task_type} task has no label set; remove labels (or set it to "
+                          "null)")
+    elif not labels:
+        bad("labels", f"a {task_type} task needs its label set in index order, "
+                      "e.g. labels: [not_entailment, entailment]")
+    elif kind.label_count is not None and len(labels) != kind.label_count:
+        bad("labels", f"a {task_type} task needs exactly {kind.label_count} labels, e.g. "
+                      "[negative, positive]")
+    elif len(labels) < 2:
+        bad("labels", "needs at least two labels")
+    elif "f1" in values.get("metrics", ()) and len(labels) != 2:
+        bad("metrics", "f1 is computed for binary tasks only; drop it or use two labels")
     if not values.get("header", True) and values.get("format") in ("jsonl", "parquet", "squad"):
         bad("header", f"{values['format']} files always name their columns; remove header")
     if not values.get("header", True):
