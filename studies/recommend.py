@@ -18,13 +18,16 @@ fine-tuned, variant reference, single runs; studies without these attributes cou
 with the most evidence, i.e. the largest summed precision of the points compatible with it);
 points from other regimes still count, with REGIME_VAR added to their variance (the stated
 discount, whatever the parts they differ in). An encoder with no evidence is answered from the
-others, and the answer says so (`unmatched_encoder`), listing the encoders the evidence has.
+others, and the answer says so (`unmatched_encoder`), listing the encoders the evidence has;
+a name nobody used and this tool does not know, spelt almost like one that is, is refused as a
+likely typo.
 When the task type is given and has evidence, points of other types get TYPE_VAR added.
 Deterministic: no random state outside a fixed-seed draw per task.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import threading
@@ -33,7 +36,15 @@ from dataclasses import asdict, dataclass, field
 from studies import schema
 from studies.hierarchy import REGIME_VAR, fit_law, interval80
 from studies.prior import PRIOR, PRIOR_STUDY
-from studies.regime import UNKNOWN, VARIANTS, Regime, encoder_size, is_known, short_name
+from studies.regime import (
+    KNOWN_ENCODERS,
+    UNKNOWN,
+    VARIANTS,
+    Regime,
+    encoder_size,
+    is_known,
+    short_name,
+)
 from studies.task_curve import locate_best
 from trainer.task_types import NAMES as TASK_TYPES
 from weightsearch.errors import ConfigError
@@ -287,6 +298,18 @@ def _unmatched_encoder(evidence: list[EvidencePoint], encoder: str | None) -> di
             "encoders_with_evidence": sorted({p.encoder for p in evidence})}
 
 
+def _refuse_a_misspelling(encoder: str, with_evidence: list[str]) -> None:
+    """An encoder no study used and this tool does not know, spelt almost like one that is
+    (robertta-base): most likely a typo, which would silently answer from other regimes. A name
+    unlike any (a lab's own encoder) is answered from the others, with a note."""
+    names = sorted(set(KNOWN_ENCODERS) | {short_name(e) for e in with_evidence})
+    close = difflib.get_close_matches(short_name(encoder), names, n=3, cutoff=0.85)
+    if close:
+        raise ConfigError(f"encoder {encoder!r} is not one any study used nor one this tool "
+                          f"knows; did you mean {' or '.join(close)}? Give the name as studies "
+                          "record it (inspect shows each study's encoder)")
+
+
 _LAWS: list[tuple[list[EvidencePoint], tuple, object]] = []  # the last few fits
 _LAWS_KEPT = 8
 _LAWS_LOCK = threading.Lock()  # the service answers from several worker threads
@@ -312,15 +335,18 @@ def _law_for(evidence: list[EvidencePoint], variances: list[float], discounted: 
 def recommend_from(evidence: list[EvidencePoint], train_size: int,
                    task_type: str | None = None, encoder: str | None = None,
                    stage: str | None = None, variant: str | None = None,
-                   encoder_size: str | None = None) -> Recommendation:
+                   encoder_size: str | None = None, typed_by_user: bool = True) -> Recommendation:
     """`encoder_size` (hidden x layers) narrows the regime where one encoder name was measured
-    at several sizes; a launch passes its study's."""
+    at several sizes; a launch passes its study's, and `typed_by_user=False`: its encoder is one
+    it loads, so a name close to a known one is no typo."""
     train_size, task_type = check_request(train_size, task_type)
     encoder, stage = check_regime(encoder, stage, variant)
     if not evidence:
         raise ConfigError("no evidence to recommend from (no prior and no finished study)")
     regime, notes = choose_regime(evidence, encoder, stage, variant, encoder_size)
     unmatched = _unmatched_encoder(evidence, encoder)
+    if unmatched and not unmatched["known_encoder"] and typed_by_user:
+        _refuse_a_misspelling(encoder, unmatched["encoders_with_evidence"])
     if unmatched:
         notes.append(
             f"no study used encoder {encoder}"
@@ -375,12 +401,12 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
 def recommend(train_size: int, task_type: str | None = None,
               storage_url: str | None = None, encoder: str | None = None,
               stage: str | None = None, variant: str | None = None,
-              encoder_size: str | None = None) -> Recommendation:
+              encoder_size: str | None = None, typed_by_user: bool = True) -> Recommendation:
     """Recommend a central weight; `storage_url=None` uses the built-in prior alone."""
     train_size, task_type = check_request(train_size, task_type)
     check_regime(encoder, stage, variant)
     return recommend_from(load_evidence(storage_url), train_size, task_type, encoder, stage,
-                          variant, encoder_size)
+                          variant, encoder_size, typed_by_user)
 
 
 def start_weights(grid, weight: float, interval, least: int = 2) -> list[float]:

@@ -173,7 +173,7 @@ def first_points(spec: StudySpec, centrals: list[Central], url: str,
             rec = recommend(c.attrs[S.A_TRAIN_SIZE], c.attrs[S.A_TASK_TYPE], url,
                             encoder=asked_encoder(c.attrs.get(S.A_ENCODER)),
                             stage=c.attrs.get(S.A_STAGE), variant=c.attrs.get(S.A_VARIANT),
-                            encoder_size=c.attrs.get(S.A_ENCODER_SIZE))
+                            encoder_size=c.attrs.get(S.A_ENCODER_SIZE), typed_by_user=False)
             answer = {"central_weight": rec.central_weight, "interval": list(rec.interval),
                       "regime": rec.regime}
             c.attrs[S.A_RECOMMENDATION] = answer  # written when the study is created

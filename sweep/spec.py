@@ -21,10 +21,10 @@
                                       # metric of the central task (finetuned needs train.finetune)
 
 Relative paths (workdir, train.data_dir, train.cache_dir, train.init_from, a task's data_dir,
-a local train.encoder) resolve against the study file's folder (against the working directory for a
-study given as a mapping or on the command line with --set), once, here, because Ray runs
-trials in other directories. The storage URL, like every command's --storage, is relative to
-the working directory.
+a local train.encoder, distillation teachers, an MLflow folder in train.tracking) resolve
+against the study file's folder (against the working directory for a study given as a mapping
+or on the command line with --set), once, here, because Ray runs trials in other directories.
+The storage URL, like every command's --storage, is relative to the working directory.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -289,7 +290,9 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
         problems.append(f"storage: expected a SQLAlchemy URL, got {storage!r}")
 
     def where(key: str) -> Path:
-        return Path.cwd() if key in from_cli else base
+        # A path given with --set (the key itself or a mapping holding it) is the user's own.
+        given = any(key == k or key.startswith(k + ".") for k in from_cli)
+        return Path.cwd() if given else base
 
     train_raw = raw.get("train")
     tasks = _task_names(train_raw.get("tasks")) if isinstance(train_raw, Mapping) else ()
@@ -529,6 +532,20 @@ def _parse_train(raw: Any, space: Space, problems: list[str], where: Any) -> dic
         if isinstance(task, dict) and isinstance(task.get("data_dir"), str) \
                 and task["data_dir"].strip():
             task["data_dir"] = _absolute(task["data_dir"], where("train.tasks"))
+    tracking = train.get("tracking")
+    if isinstance(tracking, dict) and isinstance(tracking.get("mlflow"), str) \
+            and tracking["mlflow"].strip() and len(urlsplit(tracking["mlflow"]).scheme) <= 1:
+        # A folder, not a server URI (a one-letter scheme is a Windows drive).
+        tracking["mlflow"] = _absolute(tracking["mlflow"], where("train.tracking.mlflow"))
+    distill = train.get("distill")
+    teachers = distill.get("teachers") if isinstance(distill, dict) else None
+    if isinstance(teachers, dict):
+        base = where("train.distill")
+        distill["teachers"] = {
+            task: [_absolute(t, base) if isinstance(t, str) and t.strip() else t for t in paths]
+            if isinstance(paths, list) else
+            _absolute(paths, base) if isinstance(paths, str) and paths.strip() else paths
+            for task, paths in teachers.items()}
     encoder = train.get("encoder")
     # A hub id looks like "org/name"; a local folder is made absolute.
     if isinstance(encoder, str):

@@ -239,3 +239,23 @@ def test_minilm_runs_the_qa_mix_example_on_the_samples(tmp_path, monkeypatch):
     steps = read_jsonl(out / "steps.jsonl")
     counts = collections.Counter(s["task"] for s in steps)
     assert steps[-1]["task"] == "squad2" and counts["squad2"] == 3  # 96 questions / 32
+
+
+def test_the_console_says_what_windowing_did(sample_data_dir, tiny_encoder, tmp_path, capsys):
+    """Span QA windows contexts and cuts only questions: the console says so in those words,
+    never "examples truncated" or "dropped", and agrees with data.json."""
+    raw = mix(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1, overlong="drop",
+              max_train_examples=24, max_eval_examples=12, sampling={"scheme": "shuffle"},
+              mixture=None)
+    raw["tasks"] = [{"preset": "squad2", "data_dir": str(QA), "max_seq_len": 64,
+                     "doc_stride": 16, "max_query_len": 6}]
+    raw["weighting"] = {"scheme": "equal"}
+    train(load_config(raw))
+    out = capsys.readouterr().out
+    notes = json.loads((tmp_path / "run" / "data.json").read_text())
+    train_notes = notes["notes"]["squad2"]["train"]
+    cut = notes["truncated"]["squad2"]["train"]
+    assert cut > 0 and f"squad2: {cut} train questions cut to max_query_len=6 tokens" in out
+    assert (f"squad2: train: {train_notes['windows']} windows of at most 64 tokens (doc_stride 16);"
+            f" {train_notes['examples_with_several_windows']} contexts span several") in out
+    assert "examples truncated" not in out and "dropped" not in out

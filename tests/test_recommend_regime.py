@@ -99,12 +99,12 @@ def test_a_launched_study_records_its_encoder_size(sample_data_dir: Path,
 
 def test_an_encoder_nobody_used_is_answered_from_the_others_and_said(tmp_path, capsys) -> None:
     url = f"sqlite:///{tmp_path / 'none.db'}"
-    assert main(["recommend", "--train-size", "2500", "--encoder", "robertta-base",
+    assert main(["recommend", "--train-size", "2500", "--encoder", "my-lab/tiny-encoder",
                  "--storage", url, "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["unmatched_encoder"] == {"asked": "robertta-base", "known_encoder": False,
+    assert out["unmatched_encoder"] == {"asked": "my-lab/tiny-encoder", "known_encoder": False,
                                         "encoders_with_evidence": ["bert-base-uncased"]}
-    assert any("no study used encoder robertta-base" in n and "check the spelling" in n
+    assert any("no study used encoder my-lab/tiny-encoder" in n and "check the spelling" in n
                and "bert-base-uncased" in n for n in out["notes"])
     assert all(e["discounted"] for e in out["evidence"])
     assert main(["recommend", "--train-size", "2500", "--encoder", "roberta-base",
@@ -117,16 +117,31 @@ def test_an_encoder_nobody_used_is_answered_from_the_others_and_said(tmp_path, c
     assert not (tmp_path / "none.db").exists()
 
 
+@pytest.mark.parametrize("typo, meant", [("robertta-base", "roberta-base"),
+                                         ("bert-base-uncsed", "bert-base-uncased"),
+                                         ("all-MiniLM-L6-v3", "all-minilm-l6-v2")])
+def test_a_misspelt_encoder_is_refused_with_the_name_meant(tmp_path, capsys, typo,
+                                                           meant) -> None:
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    assert main(["recommend", "--train-size", "2500", "--encoder", typo,
+                 "--storage", url]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"did you mean {meant}" in captured.err
+    assert "Traceback" not in captured.err and not (tmp_path / "none.db").exists()
+
+
 def test_http_says_which_encoder_had_no_evidence(tmp_path) -> None:
     from fastapi.testclient import TestClient
 
     from studies.service import create_app
 
     client = TestClient(create_app(f"sqlite:///{tmp_path / 'h.db'}"))
-    r = client.get("/recommend", params={"train_size": 2500, "encoder": "robertta-base"})
+    r = client.get("/recommend", params={"train_size": 2500, "encoder": "my-lab/encoder"})
     assert r.status_code == 200
     body = r.json()
-    assert body["unmatched_encoder"]["asked"] == "robertta-base"
+    assert body["unmatched_encoder"]["asked"] == "my-lab/encoder"
+    typo = client.get("/recommend", params={"train_size": 2500, "encoder": "robertta-base"})
+    assert typo.status_code == 400 and "did you mean roberta-base" in typo.json()["detail"]
     assert body["regime"]["encoder_size"] == "unknown"
     plain = client.get("/recommend", params={"train_size": 2500}).json()
     assert plain["unmatched_encoder"] is None and plain["regime"]["encoder_size"] == "768x12"

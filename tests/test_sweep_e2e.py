@@ -24,6 +24,7 @@ def study_dict(name: str, tiny_encoder: str, data_dir: Path, tmp_path: Path) -> 
             "batch_size": 16,
             "max_train_examples": 32,
             "max_eval_examples": 32,
+            "tracking": {"tensorboard": True, "mlflow": str(tmp_path / "mlruns")},
         },
         "central_tasks": ["rte", "stsb"],
         "weights": [1, 9],
@@ -33,7 +34,7 @@ def study_dict(name: str, tiny_encoder: str, data_dir: Path, tmp_path: Path) -> 
 
 
 def test_study_runs_every_cell_exactly_once(
-    tiny_encoder: str, sample_data_dir: Path, tmp_path: Path
+    tiny_encoder: str, sample_data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import optuna
     import ray
@@ -88,6 +89,25 @@ def test_study_runs_every_cell_exactly_once(
         assert len(frame) == 4 and set(frame["config/central_task"]) == {"rte", "stsb"}
         assert frame["objective"].notna().all()
         assert list(experiments[0].glob("*/events.out.tfevents.*"))  # TensorBoard reads it
+
+        # Every trial is one MLflow run in the file store, with its cell's settings and
+        # curves, and writes TensorBoard events in its own folder.
+        from mlflow.tracking import MlflowClient
+
+        monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # as the trainer sets it
+        client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+        runs = client.search_runs([client.get_experiment_by_name("weightsearch").experiment_id])
+        cells = sorted((r.data.params["central_task"],
+                        float(r.data.params["weighting.central_weight"])) for r in runs)
+        assert cells == [("rte", 1.0), ("rte", 9.0), ("stsb", 1.0), ("stsb", 9.0)]
+        for r in runs:
+            assert r.info.status == "FINISHED"
+            central = r.data.params["central_task"]
+            assert client.get_metric_history(r.info.run_id, f"eval/{central}/"
+                                             f"{'accuracy' if central == 'rte' else 'corr'}")
+            weight = float(r.data.params["weighting.central_weight"])
+            folder = Path(spec.trial_dir(central, {CENTRAL_WEIGHT: weight}, 1))
+            assert list(folder.rglob("events.out.tfevents.*")), folder
 
         # Exactly once: a second launch finds nothing pending and trains nothing.
         again = launch(spec, progress=False)

@@ -328,3 +328,13 @@ def test_paths_resolve_against_the_study_file(tmp_path: Path, sample_data_dir: P
     monkeypatch.chdir(tmp_path)
     spec = load_study_spec(path, overrides=["workdir=elsewhere"])
     assert spec.workdir == str(tmp_path / "elsewhere")
+    # An MLflow folder too (a server URI stays as it is), whether the file or --set gives it.
+    monkeypatch.chdir("/")
+    path.write_text("study: rel\ntrain:\n  data_dir: ../data\n  tasks: [rte]\n"
+                    "  tracking: {mlflow: mlruns}\nworkdir: runs\n")
+    assert load_study_spec(path).train["tracking"]["mlflow"] == str(folder / "mlruns")
+    monkeypatch.chdir(tmp_path)
+    spec = load_study_spec(path, overrides=["train.tracking={mlflow: here}"])
+    assert spec.train["tracking"]["mlflow"] == str(tmp_path / "here")
+    spec = load_study_spec(path, overrides=["train.tracking={mlflow: 'http://127.0.0.1:5000'}"])
+    assert spec.train["tracking"]["mlflow"] == "http://127.0.0.1:5000"

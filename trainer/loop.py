@@ -31,7 +31,7 @@ from trainer.device import Runtime, select_runtime
 from trainer.distill import soft_targets
 from trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
 from trainer.finetune import FINETUNE_DIR, run_stage
-from trainer.heads import EvalSplit
+from trainer.heads import EvalSplit, head_class
 from trainer.init_weights import init_head_weights
 from trainer.model import MTDNN, load_encoder
 from trainer.optim import build_optimizer, build_scheduler
@@ -184,7 +184,7 @@ def train(
          **({"notes": notes} if notes else {})}, indent=1
     ))
     if not quiet:
-        _report_overlong(truncated, cfg)
+        _report_overlong(data, cfg)
 
     start_epoch = (ckpt.epoch + 1) if ckpt else 1
     bar = tqdm(
@@ -509,18 +509,16 @@ def _check_positions(cfg: RunConfig, encoder_path: str) -> None:
         raise ConfigError(problems)
 
 
-def _report_overlong(counts: dict[str, dict[str, int]], cfg: RunConfig) -> None:
-    eval_len = cfg.eval_max_seq_len or cfg.max_seq_len
-    for name, per_split in counts.items():
-        for split, n in per_split.items():
-            if not n:
-                continue
-            if split == "train" and cfg.overlong == "drop":
-                tqdm.write(f"{name}: {n} train examples longer than max_seq_len="
-                           f"{cfg.max_seq_len} dropped (overlong: drop)")
-            else:
-                limit = cfg.max_seq_len if split == "train" else eval_len
-                tqdm.write(f"{name}: {n} {split} examples truncated to {limit} tokens")
+def _report_overlong(data: dict[str, TaskData], cfg: RunConfig) -> None:
+    for name, task in data.items():
+        head = head_class(task.spec.type)
+        for split, n in task.truncated.items():
+            train = split == "train"
+            limit = (task.spec.seq_len(cfg.max_seq_len) if train else
+                     task.spec.max_seq_len or cfg.eval_max_seq_len or cfg.max_seq_len)
+            for line in head.describe_split(task.spec, split, n, task.notes.get(split, {}),
+                                            limit, dropped=train and cfg.overlong == "drop"):
+                tqdm.write(f"{name}: {line}")
 
 
 def _truncate_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:

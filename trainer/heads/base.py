@@ -103,6 +103,18 @@ class Head(nn.Module):
     def collate(cls, table: pa.Table, pad_id: int) -> dict[str, Tensor]:
         return collate_sequences(table, pad_id)
 
+    @classmethod
+    def describe_split(cls, spec: TaskSpec, split: str, overlong: int, notes: dict[str, int],
+                       limit: int, dropped: bool) -> list[str]:
+        """Console lines on what fitting a split to its token limit did (counts from
+        `featurize`); the same counts go to `data.json`."""
+        if not overlong:
+            return []
+        if dropped:
+            return [f"{overlong} {split} examples longer than max_seq_len={limit} dropped "
+                    "(overlong: drop)"]
+        return [f"{overlong} {split} examples truncated to {limit} tokens"]
+
     # ---- model -------------------------------------------------------------------------
 
     @staticmethod

@@ -143,6 +143,25 @@ class SpanQAHead(Head):
                             for qid, ctx, ans in zip(rows.columns["id"], rows.columns["context"],
                                                      rows.columns["answers"], strict=True)])
 
+    @classmethod
+    def describe_split(cls, spec: TaskSpec, split: str, overlong: int, notes: dict[str, int],
+                       limit: int, dropped: bool) -> list[str]:
+        # Contexts are windowed, never cut or dropped; only over-long questions lose tokens.
+        lines = []
+        if overlong:
+            lines.append(f"{overlong} {split} questions cut to max_query_len="
+                         f"{spec.max_query_len} tokens")
+        several, outside = (notes.get("examples_with_several_windows", 0),
+                            notes.get("answers_outside_every_window", 0))
+        if several:
+            lines.append(f"{split}: {notes.get('windows', 0)} windows of at most {limit} tokens "
+                         f"(doc_stride {spec.doc_stride}); {several} contexts span several")
+        if outside:
+            effect = ("train as unanswerable" if split == "train"
+                      else "cannot be found; raise max_seq_len or lower max_query_len")
+            lines.append(f"{split}: {outside} answers lie outside every window and {effect}")
+        return lines
+
     # ---- model -------------------------------------------------------------------------
 
     def forward(self, states: Encoded, batch: dict[str, Tensor]) -> Tensor:
