@@ -27,7 +27,9 @@ def add_offline_docs(app) -> None:
             openapi_url=app.openapi_url, title=f"{title} — API",
             swagger_js_url=f"{ASSETS_URL}/swagger-ui-bundle.js",
             swagger_css_url=f"{ASSETS_URL}/swagger-ui.css",
-            swagger_favicon_url=f"{ASSETS_URL}/favicon.png")
+            swagger_favicon_url=f"{ASSETS_URL}/favicon.png",
+            # Swagger UI would otherwise send the schema to validator.swagger.io for its badge.
+            swagger_ui_parameters={"validatorUrl": None})
 
     @app.get("/redoc", include_in_schema=False)
     def redoc():

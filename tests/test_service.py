@@ -195,6 +195,7 @@ def test_docs_pages_load_every_asset_from_the_server(client):
             assert ref.startswith("/"), f"{page} loads {ref} from elsewhere"
             assert client.get(ref).status_code == 200, ref
         assert "/openapi.json" in html and "://" not in html, page
+    assert '"validatorUrl": null' in client.get("/docs").text  # no online validator badge
 
 
 def test_openapi_schema_is_typed(client):

@@ -124,7 +124,8 @@ def test_task_grouping_study_names_the_best_group(
     assert "best group for rte:" in text and "over rte alone" in text, text
 
 
-def test_a_sampling_weight_study_runs(ray_session, tiny_encoder: str, tmp_path: Path) -> None:
+def test_a_sampling_weight_study_runs(ray_session, tiny_encoder: str, tmp_path: Path,
+                                      capsys: pytest.CaptureFixture) -> None:
     import optuna
 
     from sweep.launch import launch
@@ -145,3 +146,21 @@ def test_a_sampling_weight_study_runs(ray_session, tiny_encoder: str, tmp_path: 
     for t in study.get_trials():
         cfg = (Path(t.user_attrs["output_dir"]) / "config.yaml").read_text()
         assert f"squad2: {t.params['sampling.weights.squad2']}" in cfg
+    # inspect shows the score against the QA weight, one row per weight.
+    import csv
+    import io
+
+    from weightsearch.cli import main
+
+    capsys.readouterr()
+    assert main(["inspect", "qa-weight-sample", "--storage", spec.storage,
+                 "--format", "csv"]) == 0
+    printed = capsys.readouterr().out
+    rows = list(csv.DictReader(io.StringIO(printed)))
+    assert rows and "sampling.weights.squad2" in rows[0], printed
+    by_weight = {float(r["sampling.weights.squad2"]): r for r in rows}
+    assert sorted(by_weight) == weights
+    for t in trials:  # each row carries its trial's SQuAD 2.0 figures
+        row = by_weight[t.params["sampling.weights.squad2"]]
+        assert float(row["value"]) == pytest.approx(t.value)
+        assert row["state"] == "complete" and "squad2.f1" in row, row
