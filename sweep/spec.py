@@ -38,7 +38,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 
@@ -54,6 +53,7 @@ from sweep.space import (
     parse_space,
 )
 from sweep.strategies import STRATEGIES, Strategy
+from trainer.config_paths import anchor_mlflow, anchor_teachers
 from weightsearch.errors import ConfigError
 from weightsearch.yamlio import load_yaml
 
@@ -532,20 +532,11 @@ def _parse_train(raw: Any, space: Space, problems: list[str], where: Any) -> dic
         if isinstance(task, dict) and isinstance(task.get("data_dir"), str) \
                 and task["data_dir"].strip():
             task["data_dir"] = _absolute(task["data_dir"], where("train.tasks"))
-    tracking = train.get("tracking")
-    if isinstance(tracking, dict) and isinstance(tracking.get("mlflow"), str) \
-            and tracking["mlflow"].strip() and len(urlsplit(tracking["mlflow"]).scheme) <= 1:
-        # A folder, not a server URI (a one-letter scheme is a Windows drive).
-        tracking["mlflow"] = _absolute(tracking["mlflow"], where("train.tracking.mlflow"))
-    distill = train.get("distill")
-    teachers = distill.get("teachers") if isinstance(distill, dict) else None
-    if isinstance(teachers, dict):
-        base = where("train.distill")
-        distill["teachers"] = {
-            task: [_absolute(t, base) if isinstance(t, str) and t.strip() else t for t in paths]
-            if isinstance(paths, list) else
-            _absolute(paths, base) if isinstance(paths, str) and paths.strip() else paths
-            for task, paths in teachers.items()}
+    if "tracking" in train:
+        train["tracking"] = anchor_mlflow(train["tracking"], where("train.tracking.mlflow"),
+                                          _absolute)
+    if "distill" in train:
+        train["distill"] = anchor_teachers(train["distill"], where("train.distill"), _absolute)
     encoder = train.get("encoder")
     # A hub id looks like "org/name"; a local folder is made absolute.
     if isinstance(encoder, str):

@@ -9,7 +9,7 @@ start at the working directory, as paths on a command line do. Task files (`trai
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -47,14 +47,34 @@ def anchor_paths(raw: Mapping[str, Any], base: Path) -> dict[str, Any]:
     if isinstance(tasks, list):  # a task's own data_dir
         out["tasks"] = [{**t, "data_dir": anchored(t["data_dir"], base)}
                         if isinstance(t, Mapping) and "data_dir" in t else t for t in tasks]
-    distill = out.get("distill")
-    teachers = distill.get("teachers") if isinstance(distill, Mapping) else None
-    if isinstance(teachers, Mapping):
-        out["distill"] = {**distill, "teachers": {
-            task: [anchored(p, base) for p in paths] if isinstance(paths, list)
-            else anchored(paths, base) for task, paths in teachers.items()}}
-    tracking = out.get("tracking")
-    if isinstance(tracking, Mapping) and isinstance(tracking.get("mlflow"), str) and \
-            len(urlsplit(tracking["mlflow"]).scheme) <= 1:  # a folder, not a URI
-        out["tracking"] = {**tracking, "mlflow": anchored(tracking["mlflow"], base)}
+    if "distill" in out:
+        out["distill"] = anchor_teachers(out["distill"], base)
+    if "tracking" in out:
+        out["tracking"] = anchor_mlflow(out["tracking"], base)
     return out
+
+
+def anchor_teachers(distill: Any, base: Path,
+                    join: Callable[[str, Path], str] = anchored) -> Any:
+    """A `distill` setting with its teacher runs (or soft-target files) joined to `base`."""
+    teachers = distill.get("teachers") if isinstance(distill, Mapping) else None
+    if not isinstance(teachers, Mapping):
+        return distill
+
+    def one(path: Any) -> Any:
+        return join(path, base) if isinstance(path, str) and path.strip() else path
+
+    return {**distill, "teachers": {
+        task: [one(p) for p in paths] if isinstance(paths, list) else one(paths)
+        for task, paths in teachers.items()}}
+
+
+def anchor_mlflow(tracking: Any, base: Path,
+                  join: Callable[[str, Path], str] = anchored) -> Any:
+    """A `tracking` setting with its MLflow folder joined to `base`; a server URI stays."""
+    uri = tracking.get("mlflow") if isinstance(tracking, Mapping) else None
+    # A one-letter scheme is a Windows drive, i.e. a folder.
+    if not isinstance(uri, str) or not uri.strip() or len(urlsplit(uri).scheme) > 1:
+        return tracking
+    return {**tracking, "mlflow": join(uri, base)}
+

@@ -87,6 +87,12 @@ class TaskData:
         return collate(ds, indices, pad_token_id, self.head)
 
 
+def token_limits(spec: TaskSpec, max_seq_len: int,
+                 eval_max_seq_len: int | None) -> tuple[int, int]:
+    """The token limits of a task's training and dev splits: its own `max_seq_len` wins."""
+    return spec.seq_len(max_seq_len), spec.max_seq_len or eval_max_seq_len or max_seq_len
+
+
 def load_task_data(spec: TaskSpec, data_dir: str | Path | None, tokenizer: Any,
                    max_seq_len: int, cache_dir: str | Path | None,
                    max_train_examples: int | None = None,
@@ -100,8 +106,7 @@ def load_task_data(spec: TaskSpec, data_dir: str | Path | None, tokenizer: Any,
     over the run's limits for both its splits.
     """
     datasets.disable_progress_bars()
-    train_len = spec.seq_len(max_seq_len)
-    eval_len = spec.max_seq_len or eval_max_seq_len or max_seq_len
+    train_len, eval_len = token_limits(spec, max_seq_len, eval_max_seq_len)
     train = _load_split(spec, "train", resolve_path(data_dir, spec.train_file), tokenizer,
                         train_len, cache_dir, train_subset or Subset(n=max_train_examples),
                         train=True, drop=overlong == "drop")

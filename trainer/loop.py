@@ -26,7 +26,14 @@ from trainer.checkpoint import (
     save_checkpoint,
 )
 from trainer.config import DEFAULT_ENCODER, RunConfig, load_config
-from trainer.data import Subset, TaskData, batch_plan, eval_batches, load_task_data
+from trainer.data import (
+    Subset,
+    TaskData,
+    batch_plan,
+    eval_batches,
+    load_task_data,
+    token_limits,
+)
 from trainer.device import Runtime, select_runtime
 from trainer.distill import soft_targets
 from trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
@@ -512,10 +519,10 @@ def _check_positions(cfg: RunConfig, encoder_path: str) -> None:
 def _report_overlong(data: dict[str, TaskData], cfg: RunConfig) -> None:
     for name, task in data.items():
         head = head_class(task.spec.type)
+        train_len, eval_len = token_limits(task.spec, cfg.max_seq_len, cfg.eval_max_seq_len)
         for split, n in task.truncated.items():
             train = split == "train"
-            limit = (task.spec.seq_len(cfg.max_seq_len) if train else
-                     task.spec.max_seq_len or cfg.eval_max_seq_len or cfg.max_seq_len)
+            limit = train_len if train else eval_len
             for line in head.describe_split(task.spec, split, n, task.notes.get(split, {}),
                                             limit, dropped=train and cfg.overlong == "drop"):
                 tqdm.write(f"{name}: {line}")
