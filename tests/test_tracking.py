@@ -132,3 +132,22 @@ def test_tracking_settings_are_checked_up_front(sample_data_dir, tmp_path):
     assert cfg.tracking.mlflow == "sqlite:///mlflow.db"
     # Off by default, and then absent from config.yaml (digests stay as they were).
     assert "tracking" not in load_config(base).to_dict()
+
+
+def test_a_uri_mlflow_cannot_store_runs_at_is_refused_before_a_study_starts(
+        sample_data_dir, tmp_path, capsys):
+    from weightsearch.cli import main
+
+    base = {"data_dir": str(sample_data_dir), "tasks": ["rte"]}
+    with pytest.raises(ConfigError, match=r"tracking.mlflow: MLflow cannot store runs at "
+                                          r"'ftp://host/runs'"):
+        load_config({**base, "tracking": {"mlflow": "ftp://host/runs"}})
+    assert load_config({**base, "tracking": {"mlflow": "postgresql+psycopg://u@h/db"}}) \
+        .tracking.mlflow == "postgresql+psycopg://u@h/db"
+    study = tmp_path / "s.yaml"
+    study.write_text(f"study: s\ntrain:\n  data_dir: {sample_data_dir}\n  tasks: [rte]\n"
+                     "  tracking: {mlflow: 'ftp://host/runs'}\n")
+    assert main(["launch", str(study), "--storage", f"sqlite:///{tmp_path / 's.db'}"]) == 2
+    err = capsys.readouterr().err
+    assert "MLflow cannot store runs at 'ftp://host/runs'" in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]

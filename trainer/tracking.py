@@ -33,6 +33,11 @@ EXTRA = "pip install 'weightsearch[tracking]'"
 TENSORBOARD_DIR = "tensorboard"
 MLFLOW_RUN = "mlflow_run.json"
 _KEYS = ("tensorboard", "mlflow", "mlflow_experiment")
+# Where MLflow's client can keep runs: a file store, a tracking server, a SQL database (with an
+# optional driver, e.g. postgresql+psycopg) or Databricks. Checked up front: a study would
+# otherwise fail every trial on a URI such as ftp://host.
+MLFLOW_SCHEMES = ("file", "http", "https", "sqlite", "postgresql", "mysql", "mssql",
+                  "databricks", "databricks-uc", "uc")
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,12 @@ def parse_tracking(raw: Any, problems: list[str], base: Path | None = None) -> T
                             f"sqlite:///mlflow.db, http://host:5000), got {mlflow!r}")
         else:
             mlflow = _as_uri(mlflow.strip(), base)
-            if importlib.util.find_spec("mlflow") is None:
+            scheme = urlsplit(mlflow).scheme.partition("+")[0]
+            if scheme not in MLFLOW_SCHEMES:
+                problems.append(f"tracking.mlflow: MLflow cannot store runs at {mlflow!r}; give "
+                                f"a folder or a URI with one of the schemes "
+                                f"{', '.join(MLFLOW_SCHEMES)}")
+            elif importlib.util.find_spec("mlflow") is None:
                 problems.append(f"tracking.mlflow: needs MLflow's client; {EXTRA}")
     experiment = raw.get("mlflow_experiment", "weightsearch")
     if not isinstance(experiment, str) or not experiment.strip():
