@@ -1,4 +1,4 @@
-"""Calibration of the recommender on synthetic worlds with a known truth (`studies.synthetic`).
+"""Calibration of the recommender on synthetic worlds with a known truth (`recommender.synthetic`).
 
     python benchmarks/bench_recommend_calibration.py [--worlds 100] [--held-out 4]
 
@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from studies.synthetic import coverage_and_error
+from recommender.synthetic import coverage_and_error
 
 TASKS, SEEDS = (4, 8, 16), (1, 3, 5)
 

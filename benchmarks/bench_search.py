@@ -1,5 +1,5 @@
 """Trial-epochs a weight search needs to reach one of the grid's two best weights, on synthetic
-worlds with per-epoch learning curves (`studies.synthetic`).
+worlds with per-epoch learning curves (`recommender.synthetic`).
 
     python benchmarks/bench_search.py [--worlds 100] [--tasks 16] [--seeds 1 3]
 
@@ -9,7 +9,7 @@ Each world's tasks are searched over the grid 1, 3, 6, 9, 12, 15 with MT-DNN's 5
   promote, successive_halving) over every weight, promoting by the mean over seeds at each
   rung's epoch;
 - seeded halving: the same, its first rung only the weights around the recommender's answer
-  (`studies.recommend.start_weights`: inside the 80% interval, at least the two nearest),
+  (`recommender.recommend.start_weights`: inside the 80% interval, at least the two nearest),
   learned from the world's other tasks (leave-one-task-out), as `search: {strategy: halving,
   start: recommend}` does; with min_epochs 1 and 3;
 - the recommended weight alone (nearest grid weight, every epoch), for reference.
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from studies.recommend import recommend_from, start_weights
-from studies.synthetic import EARLY_LEAD, EPOCHS, GRID, as_evidence, epoch_curves, make_task
+from recommender.recommend import recommend_from, start_weights
+from recommender.synthetic import EARLY_LEAD, EPOCHS, GRID, as_evidence, epoch_curves, make_task
 from sweep.strategies import rung_budgets, successive_halving
 
 GOAL_SHARE, GOAL_SUCCESS = 0.30, 0.90

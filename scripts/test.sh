@@ -10,4 +10,5 @@ python -m pip install -q --upgrade pip
 python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
 python -m pip install -q -c docker/constraints.txt -e ".[all,test]"
 ruff check .
+lint-imports  # the layer contracts in pyproject.toml
 python -m pytest -q -p no:cacheprovider "$@"

@@ -155,13 +155,13 @@ def first_points(spec: StudySpec, centrals: list[Central], url: str,
     stage, variant), from the finished studies and the paper's prior. A guided search starts
     at it; halving orders its grid by distance from it (ties at a rung go to the nearer
     weight), and with `start: recommend` trains only the weights around it
-    (`studies.recommend.start_weights`). The answer is recorded with a new study and read back
+    (`recommender.recommend.start_weights`). The answer is recorded with a new study and read back
     from an existing one, so that every driver and every resume starts from the same points."""
     halving_start = spec.search.strategy == "halving" and \
         getattr(spec.search.settings, "start", "grid") == "recommend"
     if not (spec.warm_recommend or halving_start):  # the spec checks that the weight is searched
         return {c.name: list(spec.warm_start) for c in centrals}
-    from studies.recommend import asked_encoder, recommend, start_weights
+    from recommender.recommend import asked_encoder, recommend, start_weights
 
     out: dict[str, list[Point]] = {}
     dim = spec.space.dim(CENTRAL_WEIGHT)

@@ -10,8 +10,8 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from recommender.regime import encoder_size
 from studies import schema as S
-from studies.regime import encoder_size
 from sweep.space import CENTRAL_WEIGHT, Space
 from sweep.spec import StudySpec
 from sweep.strategies import Record

@@ -63,7 +63,7 @@ def test_builder_averages_the_teachers(sample_data_dir, tiny_encoder, tmp_path, 
     assert [f.name.split("-")[0] for f in files] == ["rte", "stsb"]
 
     from trainer.encoders import load_tokenizer
-    from trainer.loop import load_data
+    from trainer.run_data import load_data
 
     tokenizer = load_tokenizer(tiny_encoder)
     data = load_data(student, tokenizer)
@@ -195,7 +195,7 @@ def test_the_loop_trains_on_the_mean_of_hard_and_soft_losses(sample_data_dir, ti
     # H - 2c * m + c^2 (H the hard loss, m the mean residual), so t = y gives (a + b) * H and
     # the mean of the runs at +c and -c gives (a + b) * H + b * c^2. MT-DNN-KD: a = b = 1/2.
     from trainer.encoders import load_tokenizer
-    from trainer.loop import load_data
+    from trainer.run_data import load_data
 
     base = {"epochs": 1, "tasks": ["stsb"], "central_task": "stsb",
             "weighting": {"scheme": "equal"}}
@@ -258,7 +258,7 @@ def test_a_finetuned_teacher_teaches_and_ranks_with_its_finetuned_checkpoint(
     built = load_file(str(next((tmp_path / "cache" / "soft-targets").glob("rte-*"))))["targets"]
 
     from trainer.encoders import load_tokenizer
-    from trainer.loop import load_data
+    from trainer.run_data import load_data
 
     tokenizer = load_tokenizer(tiny_encoder)
     data = load_data(student, tokenizer)["rte"]

@@ -82,7 +82,7 @@ def test_foreign_studies_are_listed_as_such_and_never_crash(tmp_path, capsys):
     import optuna
     from fastapi.testclient import TestClient
 
-    from studies.service import create_app
+    from service.app import create_app
     from weightsearch.cli import main
 
     warnings.filterwarnings("ignore")

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_config_and_study_parsing_do_not_import_torch():
-    code = ("import sys, trainer.config, sweep.spec, studies.service; "
+    code = ("import sys, trainer.config, sweep.spec, service.app; "
             "print(sorted(m for m in ('torch', 'ray', 'transformers') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=ROOT, check=True).stdout.strip()
@@ -31,7 +31,7 @@ def test_recommend_for_a_task_preset_does_not_import_torch(tmp_path):
 def test_absurd_train_sizes_are_refused_on_the_command_line_and_over_http(capsys):
     from fastapi.testclient import TestClient
 
-    from studies.service import create_app
+    from service.app import create_app
     from weightsearch.cli import main
 
     huge = "9" * 400

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from studies.prior import GRID, PRIOR, write_prior_csv
-from studies.recommend import prior_evidence, recommend
+from recommender.prior import GRID, PRIOR, write_prior_csv
+from recommender.recommend import prior_evidence, recommend
 from weightsearch.errors import ConfigError
 
-CSV = Path(__file__).resolve().parents[1] / "studies" / "data" / "siwlm_table2.csv"
+CSV = Path(__file__).resolve().parents[1] / "recommender" / "data" / "siwlm_table2.csv"
 
 
 def test_prior_has_the_papers_eight_tasks_on_its_grid():

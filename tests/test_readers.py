@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.readers import read_task_file, resolve_path
+from trainer.data import read_task_file
+from trainer.readers import resolve_path
 from trainer.tasks import PRESETS, TaskSpec
 from weightsearch.errors import DataError
 

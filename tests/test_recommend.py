@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from recommender.recommend import leave_one_task_out, load_evidence, recommend
 from studies.importer import import_file
-from studies.recommend import leave_one_task_out, load_evidence, recommend
 from weightsearch.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from recommender.recommend import _point, prior_evidence, recommend_from
+from recommender.synthetic import as_evidence, coverage_and_error, make_task
 from studies.importer import import_file
-from studies.recommend import _point, prior_evidence, recommend_from
-from studies.synthetic import as_evidence, coverage_and_error, make_task
 from weightsearch.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -179,7 +179,7 @@ def test_recommend_for_a_preset_does_not_import_torch(tmp_path):
 def test_http_recommend_regime_and_absurd_sizes(tmp_path):
     from fastapi.testclient import TestClient
 
-    from studies.service import create_app
+    from service.app import create_app
 
     client = TestClient(create_app(f"sqlite:///{tmp_path / 'h.db'}"))
     ok = client.get("/recommend", params={"train_size": 2500, "encoder": "minilm",

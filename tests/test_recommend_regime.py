@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from recommender.recommend import _point, check_train_size, prior_evidence, recommend_from
+from recommender.regime import VARIANTS, encoder_size, size_from_config
 from studies import schema as S
-from studies.recommend import _point, check_train_size, prior_evidence, recommend_from
-from studies.regime import VARIANTS, encoder_size, size_from_config
 from weightsearch.cli import main
 from weightsearch.errors import ConfigError
 
@@ -133,7 +133,7 @@ def test_a_misspelt_encoder_is_refused_with_the_name_meant(tmp_path, capsys, typ
 def test_http_says_which_encoder_had_no_evidence(tmp_path) -> None:
     from fastapi.testclient import TestClient
 
-    from studies.service import create_app
+    from service.app import create_app
 
     client = TestClient(create_app(f"sqlite:///{tmp_path / 'h.db'}"))
     r = client.get("/recommend", params={"train_size": 2500, "encoder": "my-lab/encoder"})

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from recommender.recommend import start_weights
+from recommender.synthetic import GRID, epoch_curves, make_task, world_task
 from studies import schema as S
 from studies.importer import import_file
-from studies.recommend import start_weights
-from studies.synthetic import GRID, epoch_curves, make_task, world_task
 from sweep.launch import first_points
 from sweep.space import CENTRAL_WEIGHT
 from sweep.spec import load_study_spec

@@ -341,8 +341,8 @@ def test_output_dir_that_is_a_file_is_refused(sample_data_dir, tiny_encoder, tmp
 
 def test_random_subsets_are_seeded_stable_and_independent_of_the_run_seed(sample_data_dir):
     from trainer import load_config, task_sizes
-    from trainer.data import Subset
-    from trainer.readers import read_task_file, resolve_path
+    from trainer.data import Subset, read_task_file
+    from trainer.readers import resolve_path
     from trainer.tasks import PRESETS
 
     rows = read_task_file(PRESETS["cola"], resolve_path(sample_data_dir, "CoLA/train.tsv"))

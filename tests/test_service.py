@@ -14,8 +14,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from service.app import create_app
 from studies.importer import import_file
-from studies.service import create_app
 from weightsearch.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from service.request_guard import is_loopback
 from studies.importer import import_file
-from studies.request_guard import is_loopback
 from weightsearch.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

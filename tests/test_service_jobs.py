@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from studies.jobs import JobTable
+from service.jobs import JobTable
 
 # Ignores SIGTERM, as a driver stuck in a native call would.
 STUBBORN = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "

@@ -12,8 +12,8 @@ schemathesis = pytest.importorskip("schemathesis")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
+from service.app import create_app  # noqa: E402
 from studies.importer import import_file  # noqa: E402
-from studies.service import create_app  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ECHO = [sys.executable, "-c", "print('launched')"]

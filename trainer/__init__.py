@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig, load_config
-    from trainer.loop import task_sizes, train
+    from trainer.pipeline import train
     from trainer.results import EpochReport, RunResult
+    from trainer.run_data import task_sizes
 
 _EXPORTS = {
-    "train": "trainer.loop",
-    "task_sizes": "trainer.loop",
+    "train": "trainer.pipeline",
+    "task_sizes": "trainer.run_data",
     "load_config": "trainer.config",
     "RunConfig": "trainer.config",
     "EpochReport": "trainer.results",

@@ -54,7 +54,7 @@ def _train(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub
     from trainer.config import load_config
-    from trainer.loop import train
+    from trainer.pipeline import train
 
     cfg = load_config(args.config, args.overrides)
     result = train(cfg, resume=args.resume, quiet=args.quiet)
@@ -81,7 +81,7 @@ def _soft_targets(args: argparse.Namespace) -> int:
     from trainer.device import select_runtime
     from trainer.distill import build_soft_target_files, pick_teachers
     from trainer.encoders import load_tokenizer, resolve_encoder
-    from trainer.loop import load_data
+    from trainer.run_data import load_data
     from weightsearch.errors import ConfigError
 
     cfg = load_config(args.config, args.overrides)

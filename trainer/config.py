@@ -20,8 +20,8 @@ from typing import Any
 import yaml
 
 from trainer.config_paths import absolute, anchor_paths
-from trainer.distill import DistillSettings, parse_distill
-from trainer.finetune import HEAD_CHOICES, FinetuneSettings, parse_finetune
+from trainer.distill_settings import DistillSettings, parse_distill
+from trainer.finetune_settings import HEAD_CHOICES, FinetuneSettings, parse_finetune
 from trainer.mixture import MixtureSettings, parse_mixture
 from trainer.optim_settings import HEAD_INITS, AdamaxSettings, parse_adamax
 from trainer.presets import expand_preset

@@ -323,3 +323,10 @@ def collate(ds: datasets.Dataset, indices: np.ndarray, pad_token_id: int,
     sequences padded to the longest; attention_mask is 1 on real tokens)."""
     table: pa.Table = ds.with_format("arrow")[np.asarray(indices).tolist()]
     return (head.collate if head is not None else collate_sequences)(table, pad_token_id)
+
+
+def read_task_file(spec: TaskSpec, path: Path) -> Any:
+    """Read one of the task's files and check it as its task type does (the head module of the
+    type parses and validates the labels)."""
+    table = read_task_table(spec, path)
+    return head_class(spec.type).parse(spec, table)

@@ -24,22 +24,24 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainer.checkpoint import CHECKPOINTS, latest_checkpoint
+from trainer.config import RunConfig, load_config, read_yaml
+from trainer.finetune_settings import FINETUNE_DIR
+from trainer.task_types import TASK_TYPES
 from weightsearch.errors import ConfigError
 
-if TYPE_CHECKING:  # torch is imported where targets are built or read, not by config parsing
+if TYPE_CHECKING:
     import torch
 
-    from trainer.config import RunConfig
     from trainer.data import TaskData
     from trainer.device import Runtime
 
 SOFT_TARGETS_DIR = "soft-targets"
-DISTILLABLE = ("classification", "regression")
 
 
 @dataclass(frozen=True)
@@ -55,59 +57,6 @@ class TeacherSource:
     stage: str  # multitask or finetuned
 
 
-@dataclass(frozen=True)
-class DistillSettings:
-    # task -> teacher run folders (an ensemble), or a single soft-target file
-    teachers: tuple[tuple[str, tuple[str, ...]], ...]
-
-    def sources(self) -> dict[str, tuple[str, ...]]:
-        return dict(self.teachers)
-
-
-def parse_distill(raw: object, tasks: Mapping[str, str], problems: list[str]
-                  ) -> DistillSettings | None:
-    """`distill: {teachers: {task: [RUN_DIR, ...] | SOFT_TARGETS.safetensors}}`;
-    `tasks` maps each task of the run to its type."""
-    if raw is None:
-        return None
-    teachers = raw.get("teachers") if isinstance(raw, Mapping) else None
-    if not isinstance(teachers, Mapping) or not teachers:
-        problems.append("distill: expected {teachers: {task: [teacher run folders] or a soft-"
-                        f"target file}}, got {raw!r}")
-        return None
-    for key in set(raw) - {"teachers"}:
-        problems.append(f"distill.{key}: unknown setting; use teachers")
-    out = []
-    for task, value in teachers.items():
-        where = f"distill.teachers.{task}"
-        if task not in tasks:
-            problems.append(f"{where}: {task!r} is not among the run's tasks "
-                            f"({', '.join(tasks)}); give teachers for tasks the run trains")
-            continue
-        if tasks[task] not in DISTILLABLE:
-            problems.append(f"{where}: {tasks[task]} tasks cannot be distilled; teachers work "
-                            f"for {' and '.join(DISTILLABLE)} tasks")
-            continue
-        paths = [value] if isinstance(value, str) else value
-        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
-            problems.append(f"{where}: expected a list of teacher run folders or one soft-target "
-                            f"file, got {value!r}")
-            continue
-        missing = [p for p in paths if not Path(p).expanduser().exists()]
-        if missing:
-            problems.append(f"{where}: {', '.join(missing)} does not exist; give finished "
-                            "teacher runs' output folders or a file from `weightsearch "
-                            "soft-targets`")
-            continue
-        files = [p for p in paths if Path(p).expanduser().is_file()]
-        if files and len(paths) > 1:
-            problems.append(f"{where}: give either one soft-target file or teacher run "
-                            "folders, not both")
-            continue
-        out.append((task, tuple(os.path.expanduser(p) for p in paths)))
-    return DistillSettings(teachers=tuple(out))
-
-
 def pick_teachers(cfg: RunConfig, candidates: list[str], k: int
                   ) -> dict[str, list[tuple[Path, TeacherSource]]]:
     """Per distillable task of the student, the `k` finished candidate runs whose teaching
@@ -121,7 +70,7 @@ def pick_teachers(cfg: RunConfig, candidates: list[str], k: int
             continue
         trained = _run_config(folder, "--candidates").task_names
         for spec in cfg.tasks:
-            if spec.type not in DISTILLABLE or spec.name not in trained:
+            if not TASK_TYPES[spec.type].distillable or spec.name not in trained:
                 continue
             source = teacher_source(folder, spec.name, "--candidates")
             if source.score is not None:
@@ -138,9 +87,6 @@ def pick_teachers(cfg: RunConfig, candidates: list[str], k: int
 def teacher_source(folder: Path, task: str, where: str) -> TeacherSource:
     """The run and checkpoint with which the teacher run `folder` teaches `task`: its fine-tuning
     run of `task` when that has an intact checkpoint, else its own newest intact checkpoint."""
-    from trainer.checkpoint import CHECKPOINTS, latest_checkpoint
-    from trainer.finetune import FINETUNE_DIR
-
     tuned = folder / FINETUNE_DIR / task
     ckpt = latest_checkpoint(tuned, warn=print) if (tuned / CHECKPOINTS).is_dir() else None
     run, stage = (tuned, "finetuned") if ckpt is not None else (folder, "multitask")
@@ -164,8 +110,6 @@ def _run_config(folder: Path, where: str) -> RunConfig:
     """A finished run's config.yaml, read for its model's shape. Its data and weight sources
     (data_dir, init_from, distill) are left out: a teacher reads the student's rows and its
     weights are in its checkpoint, so they need not exist where the student trains."""
-    from trainer.config import load_config, read_yaml
-
     try:
         raw = read_yaml(folder / "config.yaml")
         if not isinstance(raw, dict):

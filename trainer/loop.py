@@ -1,15 +1,20 @@
-"""One MT-DNN training run, top to bottom: load, train, evaluate, checkpoint, report."""
+"""One stage of an MT-DNN run, top to bottom: set up, the epochs, the end of each epoch.
+
+`set_up` checks every input and loads the data and the model without writing anything;
+`train_stage` then trains the stage's epochs into `output_dir`, evaluating, checkpointing and
+reporting after each. Which stages a run has (soft targets, multi-task, fine-tuning) is the
+business of `trainer.pipeline`.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import random
-import shutil
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -20,34 +25,27 @@ from tqdm.auto import tqdm
 
 from trainer.checkpoint import (
     CHECKPOINTS,
+    Checkpoint,
     latest_checkpoint,
     load_checkpoint,
     load_initial,
     save_checkpoint,
 )
-from trainer.config import DEFAULT_ENCODER, RunConfig, load_config
-from trainer.data import (
-    Subset,
-    TaskData,
-    batch_plan,
-    eval_batches,
-    load_task_data,
-    token_limits,
-)
+from trainer.config import DEFAULT_ENCODER, RunConfig
+from trainer.data import TaskData, batch_plan, eval_batches, token_limits
 from trainer.device import Runtime, select_runtime
-from trainer.distill import soft_targets
 from trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
-from trainer.finetune import FINETUNE_DIR, run_stage
 from trainer.heads import EvalSplit, head_class
 from trainer.init_weights import init_head_weights
 from trainer.model import MTDNN, load_encoder
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.results import EpochReport, Metrics, RunResult
 from trainer.resume import resume_problems, resume_record, source_digests, source_problems
+from trainer.run_data import load_data
 from trainer.sampling import build_sampler
 from trainer.smart import smart_loss
 from trainer.tracking import Tracker, open_tracker, run_params
-from trainer.weighting import build_scheme
+from trainer.weighting import Scheme, build_scheme
 from weightsearch.errors import ConfigError
 
 STEPS, METRICS, RESULT, CONFIG, DATA_REPORT = (
@@ -59,70 +57,60 @@ STEPS, METRICS, RESULT, CONFIG, DATA_REPORT = (
 )
 
 Report = Callable[[EpochReport], None]
+# Soft targets of the distilled tasks, one row per training example: (cfg, data, tokenizer,
+# runtime, note) -> task -> tensor. The pipeline passes `trainer.distill.soft_targets`.
+SoftTargets = Callable[..., dict[str, torch.Tensor]]
 
 
-def train_subset(cfg: RunConfig) -> Subset:
-    return Subset(n=cfg.max_train_examples, fraction=cfg.train_fraction,
-                  random=cfg.subsample == "random", seed=cfg.subsample_seed)
+def no_soft_targets(*_: Any, **__: Any) -> dict[str, torch.Tensor]:
+    return {}
 
 
-def load_data(cfg: RunConfig, tokenizer: Any) -> dict[str, TaskData]:
-    return {
-        t.name: load_task_data(
-            t,
-            cfg.data_dir,
-            tokenizer,
-            cfg.max_seq_len,
-            cfg.cache_dir,
-            cfg.max_train_examples,
-            cfg.max_eval_examples,
-            cfg.overlong,
-            cfg.eval_max_seq_len,
-            train_subset(cfg),
-        )
-        for t in cfg.tasks
-    }
+@dataclass
+class Progress:
+    """What a stage has done so far; a checkpoint restores it."""
+
+    history: list[dict[str, Any]] = field(default_factory=list)
+    global_step: int = 0
+    examples_seen: int = 0
+    elapsed_before: float = 0.0  # wall time of earlier attempts of this run
+    train_time: float = 0.0
 
 
-def train(
-    config: RunConfig | str | os.PathLike | dict,
-    report: Report | None = None,
-    resume: bool = False,
-    quiet: bool = False,
-    stage: str = "multitask",
-) -> RunResult:
-    """Train one MT-DNN run. Every input problem raises before `output_dir` is touched.
+@dataclass
+class StageRun:
+    """A stage whose inputs are checked and whose data and model are loaded; nothing written."""
 
-    `resume=True` continues from the newest epoch checkpoint in `output_dir` (and starts fresh
-    when there is none), reaching the same result as an uninterrupted run. With `finetune`
-    set, the multi-task epochs are followed by one fine-tuning run per listed task, each in
-    `output_dir/finetune/<task>/`; `stage` labels this run's scores ("finetuned" for those).
-    """
-    cfg = config if isinstance(config, RunConfig) else load_config(config)
-    run_started = time.perf_counter()  # wall time covers loading data and model too
-    if quiet:
-        _silence_libraries()
+    cfg: RunConfig
+    stage: str
+    out: Path
+    started: float  # wall time covers loading data and model too
+    runtime: Runtime
+    ckpt: Checkpoint | None
+    held: bool  # `out` held a run before this one started
+    pad_id: int
+    data: dict[str, TaskData]
+    soft: dict[str, torch.Tensor]
+    sources: dict[str, str]
+    scheme: Scheme
+    model: MTDNN
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    plans: dict[int, list[tuple[str, np.ndarray]]]
+
+    @property
+    def total_steps(self) -> int:
+        return sum(len(p) for p in self.plans.values())
+
+
+def set_up(cfg: RunConfig, resume: bool = False, stage: str = "multitask",
+           soft_targets: SoftTargets = no_soft_targets) -> StageRun:
+    """Check every input and load what the stage trains; raises ConfigError before `output_dir`
+    is touched. `resume=True` picks up the newest epoch checkpoint there (none: a fresh run)."""
+    started = time.perf_counter()
     runtime = select_runtime(cfg.device, cfg.precision, cfg.num_threads)
     out = Path(cfg.output_dir)
-    if out.exists() and not out.is_dir():
-        raise ConfigError([f"output_dir: {out} is a file, not a folder; choose a folder path"])
-    ckpt = latest_checkpoint(out, warn=tqdm.write) if resume else None
-    held = _holds_run(out)
-    if ckpt is None and not resume and held:
-        raise ConfigError(
-            [
-                f"output_dir: {out} already holds a run; pass --resume to continue it, or "
-                "choose another output_dir"
-            ]
-        )
-    if ckpt is not None:
-        problems = resume_problems(ckpt.meta, cfg, runtime.precision, out)
-        if problems:
-            raise ConfigError(problems)
-    if cfg.finetune is not None and not held and (out / FINETUNE_DIR).exists():
-        raise ConfigError([f"output_dir: {out / FINETUNE_DIR} exists, but {out} holds no run; "
-                           "the fine-tuning stage writes there: move it or choose another "
-                           "output_dir"])
+    ckpt, held = _checkpoint_to_resume(cfg, out, resume, runtime)
 
     encoder_path = os.path.expanduser(resolve_encoder(cfg.encoder))
     _check_positions(cfg, encoder_path)
@@ -135,6 +123,68 @@ def train(
     scheme = build_scheme(cfg.weighting, cfg.task_names, cfg.central_task)
 
     _seed_everything(cfg.seed)
+    model = _build_model(cfg, encoder_path, ckpt, runtime)
+    optimizer = build_optimizer(model, cfg, runtime.device)
+    # Each epoch's batch order is a pure function of (seed, epoch): build it once, here, where
+    # the schedule needs the total number of updates, and train from the same lists below.
+    sampler = build_sampler(cfg.sampling, cfg.task_names)
+    plans = {
+        e: batch_plan(data, cfg.batch_size, cfg.seed, e, cfg.length_bucketing, sampler)
+        for e in range(1, cfg.epochs + 1)
+    }
+    scheduler = build_scheduler(optimizer, sum(len(p) for p in plans.values()), cfg.warmup)
+    return StageRun(cfg, stage, out, started, runtime, ckpt, held, tokenizer.pad_token_id or 0,
+                    data, soft, sources, scheme, model, optimizer, scheduler, plans)
+
+
+def train_stage(run: StageRun, report: Report | None = None, quiet: bool = False) -> RunResult:
+    """Train the stage's epochs into `output_dir`; its `result.json` is the pipeline's to write,
+    since a run with a fine-tuning stage is finished only when that is."""
+    cfg, out = run.cfg, run.out
+    progress = _open_output(run, quiet)
+    tracker = open_tracker(cfg.tracking, out, run.stage, run_params(cfg),
+                           resumed_at=progress.global_step if run.ckpt is not None else None)
+    bar = tqdm(total=run.total_steps, initial=progress.global_step, disable=quiet, unit="step",
+               dynamic_ncols=True, desc="train")
+    for epoch in range(run.ckpt.epoch + 1 if run.ckpt else 1, cfg.epochs + 1):
+        train_loss = _train_epoch(run, epoch, progress, tracker, bar, quiet)
+        _end_epoch(run, epoch, train_loss, progress, tracker, report, quiet)
+    bar.close()
+    tracker.close()
+    return _result(cfg, progress.history, out, {n: d.train_size for n, d in run.data.items()},
+                   {n: d.truncated for n, d in run.data.items()}, progress.train_time,
+                   progress.examples_seen,
+                   progress.elapsed_before + (time.perf_counter() - run.started),
+                   run.model.pooling, run.stage)
+
+
+def holds_run(out: Path) -> bool:
+    """Whether `out` holds (part of) a run: a checkpoint, a result or a step log."""
+    return (out / CHECKPOINTS).exists() or (out / RESULT).exists() or (out / STEPS).exists()
+
+
+def _checkpoint_to_resume(cfg: RunConfig, out: Path, resume: bool, runtime: Runtime
+                          ) -> tuple[Checkpoint | None, bool]:
+    if out.exists() and not out.is_dir():
+        raise ConfigError([f"output_dir: {out} is a file, not a folder; choose a folder path"])
+    ckpt = latest_checkpoint(out, warn=tqdm.write) if resume else None
+    held = holds_run(out)
+    if ckpt is None and not resume and held:
+        raise ConfigError(
+            [
+                f"output_dir: {out} already holds a run; pass --resume to continue it, or "
+                "choose another output_dir"
+            ]
+        )
+    if ckpt is not None:
+        problems = resume_problems(ckpt.meta, cfg, runtime.precision, out)
+        if problems:
+            raise ConfigError(problems)
+    return ckpt, held
+
+
+def _build_model(cfg: RunConfig, encoder_path: str, ckpt: Checkpoint | None,
+                 runtime: Runtime) -> MTDNN:
     try:
         encoder = load_encoder(encoder_path, cfg.seed)
     except OSError as exc:
@@ -151,208 +201,147 @@ def train(
     model = model.to(runtime.device)
     if cfg.compile:
         model.encoder = torch.compile(model.encoder, dynamic=True)
-    optimizer = build_optimizer(model, cfg, runtime.device)
-    # Each epoch's batch order is a pure function of (seed, epoch): build it once, here, where
-    # the schedule needs the total number of updates, and train from the same lists below.
-    sampler = build_sampler(cfg.sampling, cfg.task_names)
-    plans = {
-        e: batch_plan(data, cfg.batch_size, cfg.seed, e, cfg.length_bucketing, sampler)
-        for e in range(1, cfg.epochs + 1)
-    }
-    total_steps = sum(len(p) for p in plans.values())
-    scheduler = build_scheduler(optimizer, total_steps, cfg.warmup)
+    return model
 
-    # Inputs are valid: from here on the output folder is written.
+
+def _open_output(run: StageRun, quiet: bool) -> Progress:
+    """Inputs are valid: from here on the output folder is written. Restores the checkpoint's
+    progress (dropping log lines written after it) or starts the logs afresh."""
+    cfg, out, ckpt = run.cfg, run.out, run.ckpt
     out.mkdir(parents=True, exist_ok=True)
-    truncated = {name: d.truncated for name, d in data.items()}
-    sizes = {name: d.train_size for name, d in data.items()}
     if ckpt is not None:
-        load_checkpoint(ckpt, model, optimizer, scheduler, runtime.device)
-        history: list[dict[str, Any]] = ckpt.meta["history"]
-        global_step, examples_seen = ckpt.meta["global_step"], ckpt.meta["examples_seen"]
-        elapsed_before, train_time = ckpt.meta["elapsed_s"], ckpt.meta["train_time_s"]
-        _truncate_jsonl(out / STEPS, lambda r: r["global_step"] < global_step)
+        load_checkpoint(ckpt, run.model, run.optimizer, run.scheduler, run.runtime.device)
+        meta = ckpt.meta
+        progress = Progress(meta["history"], meta["global_step"], meta["examples_seen"],
+                            meta["elapsed_s"], meta["train_time_s"])
+        _truncate_jsonl(out / STEPS, lambda r: r["global_step"] < progress.global_step)
         # Fine-tuning rows are copied in again from their own runs when those finish.
-        _truncate_jsonl(out / METRICS, lambda r: r.get("stage", stage) == stage
+        _truncate_jsonl(out / METRICS, lambda r: r.get("stage", run.stage) == run.stage
                         and r["epoch"] <= ckpt.epoch)
     else:
-        history, global_step, examples_seen, elapsed_before, train_time = [], 0, 0, 0.0, 0.0
+        progress = Progress()
         for name in (STEPS, METRICS, RESULT):
             (out / name).unlink(missing_ok=True)
-    if cfg.finetune is not None and held and (ckpt is None or ckpt.epoch < cfg.epochs):
-        # Fine-tuning starts from the last multi-task epoch; an earlier attempt's is stale.
-        shutil.rmtree(out / FINETUNE_DIR, ignore_errors=True)
     (out / CONFIG).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-    tracker = open_tracker(cfg.tracking, out, stage, run_params(cfg),
-                           resumed_at=global_step if ckpt is not None else None)
-    notes = {name: d.notes for name, d in data.items() if d.notes}
+    notes = {name: d.notes for name, d in run.data.items() if d.notes}
     (out / DATA_REPORT).write_text(json.dumps(
-        {"train_sizes": sizes, "truncated": truncated, "overlong_train": cfg.overlong,
-         **({"notes": notes} if notes else {})}, indent=1
+        {"train_sizes": {name: d.train_size for name, d in run.data.items()},
+         "truncated": {name: d.truncated for name, d in run.data.items()},
+         "overlong_train": cfg.overlong, **({"notes": notes} if notes else {})}, indent=1
     ))
     if not quiet:
-        _report_overlong(data, cfg)
+        _report_overlong(run.data, cfg)
+    return progress
 
-    start_epoch = (ckpt.epoch + 1) if ckpt else 1
-    bar = tqdm(
-        total=total_steps,
-        initial=global_step,
-        disable=quiet,
-        unit="step",
-        dynamic_ncols=True,
-        desc="train",
+
+def _train_epoch(run: StageRun, epoch: int, progress: Progress, tracker: Tracker, bar: Any,
+                 quiet: bool) -> float:
+    """One pass over the epoch's batch plan; the epoch's mean training loss."""
+    run.model.train()
+    plan = run.plans[epoch]
+    started = time.perf_counter()
+    pending: list[tuple[dict[str, Any], torch.Tensor]] = []
+    losses: list[torch.Tensor] = []
+    skipped = 0
+    with (run.out / STEPS).open("a") as steps_log:
+        for step, (task, indices) in enumerate(plan):
+            record, loss = _train_step(run, epoch, step, task, indices)
+            skipped += record["skipped"]
+            record["global_step"] = progress.global_step
+            # Keep losses on the device and read them in one go every `log_every`
+            # updates: a `.item()` per step would stall a GPU pipeline.
+            pending.append((record, loss))
+            losses.append(loss)
+            progress.global_step += 1
+            progress.examples_seen += len(indices)
+            bar.update(1)
+            if len(pending) >= run.cfg.log_every or step == len(plan) - 1:
+                last = _flush_steps(pending, steps_log, tracker)
+                bar.set_postfix(epoch=epoch, loss=f"{last:.4f}")
+                pending = []
+    if run.runtime.device.type == "cuda":
+        torch.cuda.synchronize()
+    progress.train_time += time.perf_counter() - started
+    if skipped and not quiet:
+        tqdm.write(f"epoch {epoch}: {skipped} batches with weight 0 skipped (no update)")
+    return float(torch.stack(losses).mean()) if losses else float("nan")
+
+
+def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.ndarray
+                ) -> tuple[dict[str, Any], torch.Tensor]:
+    """One batch: its weighted loss, and an update unless its weight is 0. The step's log
+    record (without its global step) and its unweighted loss, still on the device."""
+    cfg, model, data = run.cfg, run.model, run.data[task]
+    batch = _to_device(data.collate(data.train, indices, run.pad_id), run.runtime)
+    if task in run.soft:
+        batch["soft_targets"] = run.soft[task][torch.as_tensor(indices)].to(run.runtime.device)
+    weight = run.scheme.weight(task, epoch, step)
+    lr = run.scheduler.get_last_lr()[0]
+    # A weight-0 batch contributes nothing: no optimizer step, which would still
+    # move the weights through Adamax's momentum and the decoupled weight decay.
+    skip = weight == 0
+    with torch.set_grad_enabled(not skip):
+        with run.runtime.autocast():
+            logits = model(task, batch)
+        loss = model.head(task).loss(logits.float(), batch)
+        if task in run.soft:  # MT-DNN-KD: the mean of the hard and soft losses
+            soft_loss = model.head(task).soft_loss(logits.float(), batch["soft_targets"])
+            loss = (loss + soft_loss) / 2
+    if not skip:
+        run.optimizer.zero_grad(set_to_none=True)
+        total = loss
+        if cfg.adversarial.enabled:
+            with run.runtime.autocast():
+                total = total + cfg.adversarial.weight * smart_loss(
+                    model, task, batch, logits, cfg.adversarial)
+        (total * weight).backward()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        run.optimizer.step()
+    # The schedule counts every batch of the plan, skipped ones too; torch flags
+    # a scheduler step before the first optimizer step, which is intended here.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler")
+        run.scheduler.step()
+    record = {"epoch": epoch, "step": step, "global_step": None, "task": task,
+              "stage": run.scheme.stage(epoch), "focus": run.scheme.focus(epoch, step),
+              "weight": weight, "lr": lr, "batch_size": len(indices), "skipped": skip}
+    return record, loss.detach()
+
+
+def _end_epoch(run: StageRun, epoch: int, train_loss: float, progress: Progress,
+               tracker: Tracker, report: Report | None, quiet: bool) -> None:
+    """Evaluate, log the metrics, checkpoint, and report the epoch."""
+    cfg, out = run.cfg, run.out
+    metrics = evaluate(run.model, run.data, run.runtime, cfg.eval_batch_size, run.pad_id, out,
+                       epoch)
+    primary = {t.name: metrics[t.name][t.primary_metric] for t in cfg.tasks}
+    progress.history.append(
+        {"epoch": epoch, "metrics": metrics, "primary": primary, "train_loss": train_loss}
     )
-    pad_id = tokenizer.pad_token_id or 0
-    for epoch in range(start_epoch, cfg.epochs + 1):
-        model.train()
-        plan = plans[epoch]
-        phase = scheme.stage(epoch)  # swl or iwl under SIWLM
-        epoch_started = time.perf_counter()
-        pending: list[tuple[dict[str, Any], torch.Tensor]] = []
-        epoch_losses: list[torch.Tensor] = []
-        skipped = 0
-        with (out / STEPS).open("a") as steps_log:
-            for step, (task, indices) in enumerate(plan):
-                batch = _to_device(data[task].collate(data[task].train, indices, pad_id),
-                                   runtime)
-                if task in soft:
-                    batch["soft_targets"] = soft[task][torch.as_tensor(indices)].to(runtime.device)
-                weight = scheme.weight(task, epoch, step)
-                lr = scheduler.get_last_lr()[0]
-                # A weight-0 batch contributes nothing: no optimizer step, which would still
-                # move the weights through Adamax's momentum and the decoupled weight decay.
-                skip = weight == 0
-                with torch.set_grad_enabled(not skip):
-                    with runtime.autocast():
-                        logits = model(task, batch)
-                    loss = model.head(task).loss(logits.float(), batch)
-                    if task in soft:  # MT-DNN-KD: the mean of the hard and soft losses
-                        soft_loss = model.head(task).soft_loss(logits.float(),
-                                                               batch["soft_targets"])
-                        loss = (loss + soft_loss) / 2
-                if skip:
-                    skipped += 1
-                else:
-                    optimizer.zero_grad(set_to_none=True)
-                    total = loss
-                    if cfg.adversarial.enabled:
-                        with runtime.autocast():
-                            total = total + cfg.adversarial.weight * smart_loss(
-                                model, task, batch, logits, cfg.adversarial)
-                    (total * weight).backward()
-                    if cfg.grad_clip > 0:
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-                    optimizer.step()
-                # The schedule counts every batch of the plan, skipped ones too; torch flags
-                # a scheduler step before the first optimizer step, which is intended here.
-                with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler")
-                    scheduler.step()
-                record = {
-                    "epoch": epoch,
-                    "step": step,
-                    "global_step": global_step,
-                    "task": task,
-                    "stage": phase,
-                    "focus": scheme.focus(epoch, step),
-                    "weight": weight,
-                    "lr": lr,
-                    "batch_size": len(indices),
-                    "skipped": skip,
-                }
-                # Keep losses on the device and read them in one go every `log_every`
-                # updates: a `.item()` per step would stall a GPU pipeline.
-                pending.append((record, loss.detach()))
-                epoch_losses.append(pending[-1][1])
-                global_step += 1
-                examples_seen += len(indices)
-                bar.update(1)
-                if len(pending) >= cfg.log_every or step == len(plan) - 1:
-                    last = _flush_steps(pending, steps_log, tracker)
-                    bar.set_postfix(epoch=epoch, loss=f"{last:.4f}")
-                    pending = []
-        if runtime.device.type == "cuda":
-            torch.cuda.synchronize()
-        train_time += time.perf_counter() - epoch_started
-        if skipped and not quiet:
-            tqdm.write(f"epoch {epoch}: {skipped} batches with weight 0 skipped (no update)")
-        train_loss = float(torch.stack(epoch_losses).mean()) if epoch_losses else float("nan")
-
-        metrics = evaluate(model, data, runtime, cfg.eval_batch_size, pad_id, out, epoch)
-        primary = {t.name: metrics[t.name][t.primary_metric] for t in cfg.tasks}
-        history.append(
-            {"epoch": epoch, "metrics": metrics, "primary": primary, "train_loss": train_loss}
-        )
-        with (out / METRICS).open("a") as metrics_log:
-            for spec in cfg.tasks:
-                row = {
-                    "stage": stage,
-                    "epoch": epoch,
-                    "task": spec.name,
-                    **metrics[spec.name],
-                    "primary_metric": spec.primary_metric,
-                    "primary": primary[spec.name],
-                }
-                metrics_log.write(json.dumps(row) + "\n")
-        tracker.epoch(epoch, metrics, train_loss)
-        elapsed = elapsed_before + (time.perf_counter() - run_started)
-        path = save_checkpoint(
-            out,
-            epoch,
-            model,
-            optimizer,
-            scheduler,
-            meta={
-                "global_step": global_step,
-                "examples_seen": examples_seen,
-                "history": history,
-                "elapsed_s": elapsed,
-                "train_time_s": train_time,
-                **resume_record(cfg, runtime.precision, sources),
-            },
-            keep=cfg.keep_checkpoints,
-        )
-        if not quiet:
-            summary = "  ".join(f"{t} {cfg.task(t).primary_metric}={v:.4f}"
-                                for t, v in primary.items())
-            tqdm.write(f"epoch {epoch}: train_loss={train_loss:.4f}  {summary}")
-        if report is not None:
-            report(
-                EpochReport(
-                    epoch=epoch,
-                    metrics=metrics,
-                    primary=primary,
-                    checkpoint=path,
-                    train_loss=train_loss,
-                    examples_seen=examples_seen,
-                    elapsed_s=elapsed,
-                    stage=stage,
-                )
-            )
-    bar.close()
-    tracker.close()
-
-    result = _result(
-        cfg,
-        history,
-        out,
-        sizes,
-        truncated,
-        train_time,
-        examples_seen,
-        elapsed_before + (time.perf_counter() - run_started),
-        model.pooling,
-        stage,
+    with (out / METRICS).open("a") as metrics_log:
+        for spec in cfg.tasks:
+            row = {"stage": run.stage, "epoch": epoch, "task": spec.name, **metrics[spec.name],
+                   "primary_metric": spec.primary_metric, "primary": primary[spec.name]}
+            metrics_log.write(json.dumps(row) + "\n")
+    tracker.epoch(epoch, metrics, train_loss)
+    elapsed = progress.elapsed_before + (time.perf_counter() - run.started)
+    path = save_checkpoint(
+        out, epoch, run.model, run.optimizer, run.scheduler,
+        meta={"global_step": progress.global_step, "examples_seen": progress.examples_seen,
+              "history": progress.history, "elapsed_s": elapsed,
+              "train_time_s": progress.train_time,
+              **resume_record(cfg, run.runtime.precision, run.sources)},
+        keep=cfg.keep_checkpoints,
     )
-    if cfg.finetune is not None:
-        del model, encoder, optimizer, scheduler  # the fine-tuning runs load their own copies
-        finetuned = run_stage(cfg, out / CHECKPOINTS / f"epoch-{cfg.epochs:03d}", report, quiet)
-        with (out / METRICS).open("a") as metrics_log:
-            for run in finetuned.values():
-                metrics_log.write((run.output_dir / METRICS).read_text())
-        result = dataclasses.replace(result, finetuned=finetuned)
-    (out / RESULT).write_text(json.dumps(result.to_dict(), indent=1))
-    return result
+    if not quiet:
+        summary = "  ".join(f"{t} {cfg.task(t).primary_metric}={v:.4f}"
+                            for t, v in primary.items())
+        tqdm.write(f"epoch {epoch}: train_loss={train_loss:.4f}  {summary}")
+    if report is not None:
+        report(EpochReport(epoch=epoch, metrics=metrics, primary=primary, checkpoint=path,
+                           train_loss=train_loss, examples_seen=progress.examples_seen,
+                           elapsed_s=elapsed, stage=run.stage))
 
 
 def evaluate(
@@ -387,18 +376,6 @@ def evaluate(
             metrics[name] = row
     model.train()
     return metrics
-
-
-def task_sizes(config: RunConfig | str | os.PathLike | dict) -> dict[str, int]:
-    """Training examples per task after subsampling (before any overlong drops), without
-    loading a tokenizer or model."""
-    from trainer.readers import read_task_file, resolve_path
-
-    cfg = config if isinstance(config, RunConfig) else load_config(config)
-    subset = train_subset(cfg)
-    return {spec.name: len(subset.apply(read_task_file(spec, resolve_path(cfg.data_dir,
-                                                                          spec.train_file))))
-            for spec in cfg.tasks}
 
 
 def _result(
@@ -452,20 +429,6 @@ def peak_memory() -> dict[str, float]:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         out["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
     return out
-
-
-def _holds_run(out: Path) -> bool:
-    return (out / CHECKPOINTS).exists() or (out / RESULT).exists() or (out / STEPS).exists()
-
-
-def _silence_libraries() -> None:
-    """Workers log through their reports; library progress bars would only flood their logs."""
-    import datasets
-    import transformers
-
-    transformers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    datasets.disable_progress_bars()
 
 
 def _seed_everything(seed: int) -> None:
@@ -543,4 +506,4 @@ def _truncate_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:
     path.write_text("".join(line + "\n" for line in kept))
 
 
-__all__ = ["evaluate", "task_sizes", "train"]
+__all__ = ["StageRun", "evaluate", "set_up", "train_stage"]

@@ -116,15 +116,6 @@ class ColumnRows:
         return self.take(np.sort(rng.choice(len(self), size=n, replace=False)))
 
 
-def read_task_file(spec: TaskSpec, path: Path) -> Any:
-    """Read one of the task's files and check it as its task type does (the head module of the
-    type parses and validates the labels). Imports the head module, hence torch."""
-    from trainer.heads import head_class
-
-    table = read_task_table(spec, path)
-    return head_class(spec.type).parse(spec, table)
-
-
 def read_task_table(spec: TaskSpec, path: Path) -> Table:
     """The task's file as a table, with every column the task names present (no torch)."""
     table = read_table(path, spec.format, spec.header)

@@ -49,6 +49,9 @@ class TaskType:
         default_factory=lambda: MappingProxyType({}))
     # How many labels its label set must have: None for any number >= 2 (label_kind "classes").
     label_count: int | None = None
+    # Whether its head learns from teachers' soft targets (MT-DNN-KD: class distributions or
+    # scores), so a run may name teachers for a task of this type.
+    distillable: bool = False
 
     @property
     def has_label_set(self) -> bool:
@@ -65,9 +68,10 @@ _SQUAD_METRICS = ("exact", "f1", "has_ans_exact", "has_ans_f1", "no_ans_exact", 
 
 TASK_TYPES: Mapping[str, TaskType] = MappingProxyType({t.name: t for t in (
     TaskType("classification", "trainer.heads.classification", "classes", _CLASS_METRICS,
-             ("accuracy",), "accuracy", answer_modules=("linear", "san")),
+             ("accuracy",), "accuracy", answer_modules=("linear", "san"), distillable=True),
     TaskType("regression", "trainer.heads.regression", "score",
-             ("pearson", "spearman", "corr"), ("pearson", "spearman", "corr"), "corr"),
+             ("pearson", "spearman", "corr"), ("pearson", "spearman", "corr"), "corr",
+             distillable=True),
     TaskType("ranking", "trainer.heads.ranking", "classes", _CLASS_METRICS, ("accuracy",),
              "accuracy", label_count=2,
              required_columns=MappingProxyType({

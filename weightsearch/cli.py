@@ -23,6 +23,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from recommender import cli as recommender_cli
+    from service import cli as service_cli
     from studies import cli as studies_cli
     from sweep import cli as sweep_cli
     from trainer import cli as trainer_cli
@@ -32,7 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     trainer_cli.register(sub)
     sweep_cli.register(sub)
-    studies_cli.register(sub)
+    studies_cli.register_inspect(sub)
+    recommender_cli.register(sub)
+    studies_cli.register_import(sub)
+    service_cli.register(sub)
     return parser
 
 

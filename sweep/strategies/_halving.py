@@ -12,7 +12,7 @@ The decisions are pure functions of the scores (`rung_budgets`, `keep_count`, `p
 `successive_halving`), for benchmarks on synthetic learning curves.
 
 `start: recommend` narrows the first rung to the points the launch passes as `first`: the grid
-weights around the recommender's answer for the task (`studies.recommend.start_weights`,
+weights around the recommender's answer for the task (`recommender.recommend.start_weights`,
 measured by benchmarks/bench_search.py). Without them (no recommendation) it is the whole grid.
 """
 

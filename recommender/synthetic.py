@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from studies.recommend import EvidencePoint, _point
+from recommender.recommend import EvidencePoint, _point
 
 GRID = (1.0, 3.0, 6.0, 9.0, 12.0, 15.0)
 TASK_SD = 1.5
@@ -169,7 +169,7 @@ def coverage_and_error(worlds: int, tasks: int, seeds: int, held_out: int = 4,
     standard error from the spread of the per-world coverage (clustered by world), and
     `coverage_se_binomial` what independent predictions would give. With held_out=1 every
     prediction has a world of its own and the two agree in expectation."""
-    from studies.recommend import recommend_from
+    from recommender.recommend import recommend_from
 
     per_world, errors = [], []
     for k in range(worlds):

@@ -91,7 +91,8 @@ def prior_rows() -> list[dict]:
 
 
 def write_prior_csv(path) -> None:
-    """Regenerate `studies/data/siwlm_table2.csv` (kept in the repo; a test checks they agree)."""
+    """Regenerate `recommender/data/siwlm_table2.csv` (kept in the repo; a test checks
+    they agree)."""
     import csv
 
     rows = prior_rows()

@@ -1,18 +1,18 @@
 """Recommend a central weight for a new task from its training-set size.
 
 Evidence: one point per finished central task, from the built-in prior (the SIWLM paper's
-Table 2, `studies.prior`) and from the study database. A central task found in both counts once,
+Table 2, `recommender.prior`) and from the study database. A central task found in both counts once,
 with the measured study preferred (same task name and a training size within ~12%, i.e. the same
 data); a study on a subsample of a task is a point of its own.
 
-Every point uses all of its task's trials: `studies.task_curve` turns the scores per weight and
+Every point uses all of its task's trials: `recommender.task_curve` turns the scores per weight and
 seed into where the best weight lies and how precisely (seed noise from replicates, a floor for
-single runs; a flat or tied curve gets almost no say). `studies.hierarchy` combines the tasks as
+single runs; a flat or tied curve gets almost no say). `recommender.hierarchy` combines the tasks as
 noisy observations of a smooth law in log training size (a Gaussian process with a fitted
 task-to-task scatter); both modules' docstrings give the reasoning and the alternatives.
 
-Regimes (`studies.regime`): a point carries its encoder, the encoder's size, the stage its scores
-come from (multitask | finetuned) and the weighting variant. The prior is BERT-base (768x12),
+Regimes (`recommender.regime`): a point carries its encoder, the encoder's size, the stage its
+scores come from (multitask | finetuned) and the weighting variant. The prior is BERT-base (768x12),
 fine-tuned, variant reference, single runs; studies without these attributes count as encoder
 "unknown", stage multitask. The answer is built for one regime (the one asked for, else the one
 with the most evidence, i.e. the largest summed precision of the points compatible with it);
@@ -33,10 +33,9 @@ import re
 import threading
 from dataclasses import asdict, dataclass, field
 
-from studies import schema
-from studies.hierarchy import REGIME_VAR, fit_law, interval80
-from studies.prior import PRIOR, PRIOR_STUDY
-from studies.regime import (
+from recommender.hierarchy import REGIME_VAR, fit_law, interval80
+from recommender.prior import PRIOR, PRIOR_STUDY
+from recommender.regime import (
     KNOWN_ENCODERS,
     UNKNOWN,
     VARIANTS,
@@ -45,7 +44,8 @@ from studies.regime import (
     is_known,
     short_name,
 )
-from studies.task_curve import locate_best
+from recommender.task_curve import locate_best
+from studies import schema
 from trainer.task_types import NAMES as TASK_TYPES
 from weightsearch.errors import ConfigError
 

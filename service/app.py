@@ -21,9 +21,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Literal
 
-from studies import schema
-from studies.api_docs import add_offline_docs
-from studies.api_models import (
+from recommender.recommend import (
+    ENCODER_PATTERN,
+    load_evidence,
+    merge_evidence,
+    prior_evidence,
+    study_evidence,
+)
+from service.docs import add_offline_docs
+from service.jobs import Job, JobTable
+from service.models import (
     STUDY_FILE_BODY,
     Health,
     JobInfo,
@@ -34,16 +41,9 @@ from studies.api_models import (
     StudyList,
     errors,
 )
-from studies.jobs import Job, JobTable
-from studies.recommend import (
-    ENCODER_PATTERN,
-    load_evidence,
-    merge_evidence,
-    prior_evidence,
-    study_evidence,
-)
-from studies.request_guard import RequestGuard
-from studies.safe_body import parse_body
+from service.request_guard import RequestGuard
+from service.safe_body import parse_body
+from studies import schema
 from trainer.task_types import NAMES as TASK_TYPE_NAMES
 from weightsearch.errors import ConfigError, StorageError, WeightsearchError
 
@@ -264,7 +264,7 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
                   task_type: TaskType | None = None,
                   encoder: str | None = Query(None, pattern=ENCODER_PATTERN, max_length=200),
                   stage: Literal["multitask", "finetuned"] | None = None) -> dict:
-        from studies.recommend import recommend_from
+        from recommender.recommend import recommend_from
 
         return recommend_from(db.evidence(), train_size, task_type, encoder, stage).to_dict()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from studies.recommend import EvidencePoint, Recommendation, recommend_from
+from recommender.recommend import EvidencePoint, Recommendation, recommend_from
 
 
 def recommendation_text(rec: Recommendation, shown: int = 8) -> str:
@@ -33,7 +33,7 @@ def recommendation_text(rec: Recommendation, shown: int = 8) -> str:
 
 
 def evaluation_text(rows: list[dict], rate: float | None, over: str) -> str:
-    from studies.recommend import evaluation_summary
+    from recommender.recommend import evaluation_summary
 
     if not rows:
         return "nothing to evaluate: no finished central task"
@@ -65,7 +65,7 @@ def plot_recommendation(evidence: list[EvidencePoint], rec: Recommendation | Non
     """Where each task's best central weight lies against its training-set size (log x), with
     the recommender's curve and 80% band across sizes, and the requested size marked. A point
     is the weight its trials locate as best, +- 1 sd of that location from the seeds' spread
-    (studies.task_curve); a task with one seed per weight has no bar."""
+    (recommender.task_curve); a task with one seed per weight has no bar."""
     import math
 
     import numpy as np

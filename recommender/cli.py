@@ -1,0 +1,114 @@
+"""The `recommend` subcommand.
+
+Heavy imports (optuna, pandas, matplotlib) happen inside the handler, so that
+`weightsearch recommend --train-size N` starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from studies.cli import STORAGE_HELP, check_plot_target, storage_url
+from trainer.task_types import NAMES as TASK_TYPES
+from weightsearch.errors import ConfigError
+
+STAGES = ("multitask", "finetuned")  # = studies.schema.STAGES
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("recommend", help="a central weight for a training-set size",
+                              description="Recommend a central weight from the training-set "
+                              "size, using the SIWLM paper's results and the finished studies.")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--train-size", type=int, metavar="N", help="training examples")
+    what.add_argument("--data", metavar="FILE",
+                      help="count the rows of a CSV/TSV (with a header)/JSONL/Parquet file")
+    what.add_argument("--task", metavar="PRESET",
+                      help="a task preset (e.g. rte); its train file is counted in --data-dir")
+    what.add_argument("--evaluate", action="store_true",
+                      help="leave-one-task-out check over the finished central tasks")
+    p.add_argument("--data-dir", metavar="DIR", help="data folder of --task")
+    p.add_argument("--task-type", choices=TASK_TYPES, help="upweights tasks of the same type")
+    p.add_argument("--encoder", metavar="NAME",
+                   help="answer for studies of this encoder (default: the regime with the "
+                   "strongest evidence); others count with a discount")
+    p.add_argument("--stage", choices=STAGES,
+                   help="answer for scores of this stage (default: the strongest evidence)")
+    p.add_argument("--storage", default=None, help=STORAGE_HELP)
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text (the weight, its range and the evidence table, for reading) or "
+                   "json (everything, for scripts); default: text")
+    p.add_argument("--plot", metavar="FILE",
+                   help="best weight vs training size, with the curve; with --evaluate: "
+                   "recommended vs best weight per task. The format by the extension: .pdf, "
+                   ".svg or .eps (vector), .png or .jpg (needs the plot extra)")
+    p.set_defaults(handler=run_recommend)
+
+
+def _train_size(args) -> int:
+    from recommender.recommend import check_train_size
+
+    if args.train_size is not None:
+        try:
+            return check_train_size(args.train_size)
+        except ConfigError as exc:
+            raise ConfigError(["--" + m.replace("_", "-", 1) for m in exc.problems]) from None
+    if args.data:
+        from studies.tables import count_rows
+
+        return count_rows(args.data)
+    from studies.tables import count_preset_rows
+    from trainer.tasks import PRESETS, preset_key
+
+    spec = PRESETS.get(preset_key(args.task))
+    if spec is None:
+        raise ConfigError(f"--task {args.task!r} is not a preset; presets: {', '.join(PRESETS)}")
+    if not args.data_dir:
+        raise ConfigError(f"--task {args.task} needs --data-dir, the folder that holds "
+                          f"{spec.train_file}")
+    if args.task_type is None:
+        args.task_type = spec.type
+    return count_preset_rows(spec, args.data_dir)
+
+
+def run_recommend(args) -> int:
+    from recommender.recommend import (
+        check_regime,
+        evaluation_summary,
+        leave_one_task_out,
+        load_evidence,
+        recommend_from,
+    )
+    from recommender.report import (
+        evaluation_text,
+        plot_evaluation,
+        plot_recommendation,
+        recommendation_text,
+    )
+
+    if args.data_dir and not args.task:
+        raise ConfigError("--data-dir goes with --task PRESET")
+    check_regime(args.encoder, args.stage)
+    check_plot_target(args.plot)
+    size = None if args.evaluate else _train_size(args)  # user errors before any DB access
+    evidence = load_evidence(storage_url(args))
+    if args.evaluate:
+        rows, rate, over = leave_one_task_out(evidence, args.encoder, args.stage)
+        if args.format == "json":
+            print(json.dumps({"evaluated": over, **evaluation_summary(rows), "tasks": rows},
+                             indent=2))
+        else:
+            print(evaluation_text(rows, rate, over))
+        rec = None
+    else:
+        rec = recommend_from(evidence, size, args.task_type, args.encoder, args.stage)
+        print(json.dumps(rec.to_dict(), indent=2) if args.format == "json"
+              else recommendation_text(rec))
+    if args.plot and args.evaluate:
+        plot_evaluation(rows, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    elif args.plot:
+        plot_recommendation(evidence, rec, args.plot, args.task_type, args.encoder, args.stage)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0

@@ -1,0 +1,1 @@
+"""The REST service over the study database, the recommender and the sweep."""

@@ -1,0 +1,53 @@
+"""The `serve` subcommand: the REST service under uvicorn (needs the serve extra)."""
+
+from __future__ import annotations
+
+import os
+
+from studies.cli import STORAGE_HELP, storage_url
+from weightsearch.errors import ConfigError
+from weightsearch.extras import require_extra
+
+TOKEN_ENV = "WEIGHTSEARCH_TOKEN"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("serve", help="the REST service (studies, recommend, launch)",
+                              description="Serve the study database over HTTP: read studies, "
+                              f"recommend a weight, launch or resume a study. With ${TOKEN_ENV} "
+                              "set, write routes need 'Authorization: Bearer <token>'. API pages "
+                              "at /docs and /redoc. Needs the serve extra.")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1); anything but localhost or a "
+                   f"loopback address needs ${TOKEN_ENV}")
+    p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="a Host name to answer besides localhost and loopback addresses, e.g. "
+                   "the name of a reverse proxy in front of a loopback server (repeatable); a "
+                   "server on loopback refuses other names, against DNS rebinding")
+    p.add_argument("--storage", default=None, help=STORAGE_HELP)
+    p.set_defaults(handler=run_serve)
+
+
+
+def run_serve(args) -> int:
+    require_extra("serve", "fastapi", "fastapi_offline", "uvicorn", feature="weightsearch serve")
+    import uvicorn
+
+    from service.app import create_app
+    from service.http_limits import LimitedH11Protocol
+    from service.request_guard import is_loopback
+
+    exposed = not is_loopback(args.host)
+    if exposed and not os.environ.get(TOKEN_ENV):
+        raise ConfigError(
+            f"--host {args.host} exposes the service beyond this machine, and its POST routes "
+            f"start training runs; set {TOKEN_ENV} to a secret token (clients send "
+            f"'Authorization: Bearer <token>'), or bind to 127.0.0.1"
+        )
+    # Bound to loopback (or told which names to answer): other Host names are refused, so a
+    # page whose DNS name the attacker re-points at 127.0.0.1 cannot reach the service.
+    hosts = args.allow_host if not exposed or args.allow_host else None
+    app = create_app(storage_url(args), token_env=TOKEN_ENV, require_token=exposed, hosts=hosts)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", http=LimitedH11Protocol)
+    return 0

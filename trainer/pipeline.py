@@ -1,0 +1,100 @@
+"""A run as a pipeline of stages: soft targets (distillation), the multi-task stage, then the
+per-task fine-tuning stage, each as the run config asks.
+
+The multi-task stage trains with the soft targets of its distilled tasks; each fine-tuned task
+is a one-task run of its own (`trainer.finetune.stage_config`) in `output_dir/finetune/<task>/`,
+started from the multi-task stage's last checkpoint. A run's `result.json` is written when its
+last stage has finished: its presence means the run is done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from trainer.checkpoint import CHECKPOINTS
+from trainer.config import RunConfig, load_config
+from trainer.distill import soft_targets
+from trainer.finetune import read_result, stage_config
+from trainer.finetune_settings import FINETUNE_DIR
+from trainer.loop import METRICS, RESULT, Report, holds_run, set_up, train_stage
+from trainer.results import RunResult
+from weightsearch.errors import ConfigError
+
+
+def train(
+    config: RunConfig | str | os.PathLike | dict,
+    report: Report | None = None,
+    resume: bool = False,
+    quiet: bool = False,
+    stage: str = "multitask",
+) -> RunResult:
+    """Train one MT-DNN run. Every input problem raises before `output_dir` is touched.
+
+    `resume=True` continues from the newest epoch checkpoint in `output_dir` (and starts fresh
+    when there is none), reaching the same result as an uninterrupted run. With `finetune`
+    set, the multi-task epochs are followed by one fine-tuning run per listed task, each in
+    `output_dir/finetune/<task>/`; `stage` labels this run's scores ("finetuned" for those).
+    """
+    cfg = config if isinstance(config, RunConfig) else load_config(config)
+    if quiet:
+        _silence_libraries()
+    out = Path(cfg.output_dir)
+    if cfg.finetune is not None and not holds_run(out) and (out / FINETUNE_DIR).exists():
+        raise ConfigError([f"output_dir: {out / FINETUNE_DIR} exists, but {out} holds no run; "
+                           "the fine-tuning stage writes there: move it or choose another "
+                           "output_dir"])
+    run = set_up(cfg, resume, stage, soft_targets)
+    if cfg.finetune is not None and run.held and (run.ckpt is None or run.ckpt.epoch < cfg.epochs):
+        # Fine-tuning starts from the last multi-task epoch; an earlier attempt's is stale.
+        shutil.rmtree(out / FINETUNE_DIR, ignore_errors=True)
+    result = train_stage(run, report, quiet)
+    del run  # the fine-tuning runs load their own copies of the model
+    if cfg.finetune is not None:
+        finetuned = _finetune(cfg, out / CHECKPOINTS / f"epoch-{cfg.epochs:03d}", report, quiet)
+        with (out / METRICS).open("a") as metrics_log:
+            for tuned in finetuned.values():
+                metrics_log.write((tuned.output_dir / METRICS).read_text())
+        result = dataclasses.replace(result, finetuned=finetuned)
+    (out / RESULT).write_text(json.dumps(result.to_dict(), indent=1))
+    return result
+
+
+def _finetune(cfg: RunConfig, init_from: Path, report: Report | None, quiet: bool
+              ) -> dict[str, RunResult]:
+    """Fine-tune every listed task in turn; a task whose run finished is read back, not rerun,
+    and one that was interrupted continues from its last epoch checkpoint. (A fresh parent run
+    has removed every earlier `finetune/` folder before it got here.)"""
+    assert cfg.finetune is not None
+    results: dict[str, RunResult] = {}
+    for task in cfg.finetune.task_list(cfg.task_names, cfg.central_task):
+        sub = stage_config(cfg, task, init_from)
+        done = Path(sub.output_dir) / RESULT
+        if done.is_file():  # its folder may have moved with the run's (a study retry's copy)
+            results[task] = dataclasses.replace(read_result(done),
+                                                output_dir=Path(sub.output_dir))
+            continue
+        if not quiet:
+            tqdm.write(f"fine-tuning {task} from {init_from}")
+        result = train_stage(set_up(sub, resume=True, stage="finetuned"), report, quiet)
+        (Path(sub.output_dir) / RESULT).write_text(json.dumps(result.to_dict(), indent=1))
+        results[task] = result
+    return results
+
+
+def _silence_libraries() -> None:
+    """Workers log through their reports; library progress bars would only flood their logs."""
+    import datasets
+    import transformers
+
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    datasets.disable_progress_bars()
+
+
+__all__ = ["train"]

@@ -1,0 +1,43 @@
+"""The data a run config names: each task's rows, read, subsampled and tokenized."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from trainer.config import RunConfig, load_config
+from trainer.data import Subset, TaskData, load_task_data, read_task_file
+from trainer.readers import resolve_path
+
+
+def train_subset(cfg: RunConfig) -> Subset:
+    return Subset(n=cfg.max_train_examples, fraction=cfg.train_fraction,
+                  random=cfg.subsample == "random", seed=cfg.subsample_seed)
+
+
+def load_data(cfg: RunConfig, tokenizer: Any) -> dict[str, TaskData]:
+    return {
+        t.name: load_task_data(
+            t,
+            cfg.data_dir,
+            tokenizer,
+            cfg.max_seq_len,
+            cfg.cache_dir,
+            cfg.max_train_examples,
+            cfg.max_eval_examples,
+            cfg.overlong,
+            cfg.eval_max_seq_len,
+            train_subset(cfg),
+        )
+        for t in cfg.tasks
+    }
+
+
+def task_sizes(config: RunConfig | str | os.PathLike | dict) -> dict[str, int]:
+    """Training examples per task after subsampling (before any overlong drops), without
+    loading a tokenizer or model."""
+    cfg = config if isinstance(config, RunConfig) else load_config(config)
+    subset = train_subset(cfg)
+    return {spec.name: len(subset.apply(read_task_file(spec, resolve_path(cfg.data_dir,
+                                                                          spec.train_file))))
+            for spec in cfg.tasks}
