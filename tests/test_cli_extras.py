@@ -36,7 +36,7 @@ def test_plots_are_written_in_the_format_of_their_extension(tmp_path, capsys):
 
     from studies.importer import import_file
 
-    table = Path(__file__).resolve().parents[1] / "studies" / "data" / "siwlm_table2.csv"
+    table = Path(__file__).resolve().parents[1] / "recommender" / "data" / "siwlm_table2.csv"
     url = f"sqlite:///{tmp_path / 'paper.db'}"
     import_file(table, "paper", url)
     heads = {".pdf": b"%PDF", ".svg": b"<?xml", ".png": b"\x89PNG"}

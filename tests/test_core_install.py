@@ -14,7 +14,7 @@ import pytest
 import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("weightsearch", "trainer", "sweep", "studies")
+PACKAGES = ("weightsearch", "trainer", "studies", "recommender", "sweep", "service")
 EXTRA_ONLY = ("ray", "fastapi", "uvicorn", "psycopg", "matplotlib", "tensorboard", "mlflow")
 TORCH = os.environ.get("TORCH_SPEC", "torch==2.13.0")  # as scripts/test.sh installs it
 
@@ -74,7 +74,7 @@ def test_a_fresh_core_install_recommends_inspects_and_names_missing_extras(tmp_p
     assert _run([python, "-c", typed], tmp_path).stdout.strip() == "True"
 
     url = f"sqlite:///{tmp_path / 'core.db'}"
-    table = ROOT / "studies" / "data" / "siwlm_table2.csv"
+    table = ROOT / "recommender" / "data" / "siwlm_table2.csv"
     for args in (["recommend", "--train-size", "2500", "--storage", url],
                  ["import", str(table), "--study", "paper", "--storage", url],
                  ["inspect", "--storage", url, "--format", "json"]):

@@ -12,7 +12,7 @@ from studies.importer import import_file
 from studies.reading import open_quiet, read_central, study_names
 from weightsearch.errors import DataError, StorageError
 
-TABLE2 = Path(__file__).resolve().parents[1] / "studies" / "data" / "siwlm_table2.csv"
+TABLE2 = Path(__file__).resolve().parents[1] / "recommender" / "data" / "siwlm_table2.csv"
 HEADER = "central_task,task_type,train_size,central_weight,seed,metric\n"
 GOOD = "rte,classification,2490,1,0,70.1\nrte,classification,2490,9,0,71.5\n"
 

@@ -12,7 +12,7 @@ import pytest
 from studies.importer import import_file
 from weightsearch.cli import main
 
-TABLE2 = Path(__file__).resolve().parents[1] / "studies" / "data" / "siwlm_table2.csv"
+TABLE2 = Path(__file__).resolve().parents[1] / "recommender" / "data" / "siwlm_table2.csv"
 SEEDS = """central_task,task_type,train_size,central_weight,seed,metric
 rte,classification,2490,3,1,60
 rte,classification,2490,3,2,64

@@ -12,7 +12,7 @@ from studies.importer import import_file
 from weightsearch.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE2 = ROOT / "studies" / "data" / "siwlm_table2.csv"
+TABLE2 = ROOT / "recommender" / "data" / "siwlm_table2.csv"
 # A measured RTE (same data as the paper's) whose best weight is 3, over two seeds.
 RTE_AT_3 = "central_task,task_type,train_size,central_weight,seed,metric\n" + "".join(
     f"rte,classification,2490,{w},{s},{m + s}\n"

@@ -1,0 +1,96 @@
+"""What release 0.1.0 wrote still opens, inspects, resumes and answers `recommend` as it did.
+
+`tests/compat/release-0.1.0/` holds a study database (a two-task sweep and the imported paper
+table) and a run folder cut back to its first of two epochs, both written by that release
+(`tests/compat/make_fixture.py`), with the release's own answers in `expected.json`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent / "compat"
+FIXTURE = HERE / "release-0.1.0"
+sys.path.insert(0, str(HERE))
+
+from layout import ROOT, STUDY, lay_out, run_config  # noqa: E402
+
+# Measured, not computed: they differ from one run of the same code to the next.
+TIMINGS = {"wall_time_s", "train_time_s", "train_examples_per_s"}
+
+
+@pytest.fixture(scope="module")
+def expected() -> dict:
+    return json.loads((FIXTURE / "expected.json").read_text())
+
+
+@pytest.fixture
+def release(tmp_path_factory) -> Path:
+    """The fixture where the release left it (a run's settings record absolute paths)."""
+    lay_out()
+    shutil.copy(FIXTURE / "studies.db", ROOT / "studies.db")
+    shutil.copytree(FIXTURE / "run", ROOT / "run")
+    yield ROOT
+    shutil.rmtree(ROOT, ignore_errors=True)
+
+
+def _json(argv: list[str]) -> dict:
+    from weightsearch.cli import main
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(argv) == 0
+    return json.loads(buffer.getvalue())
+
+
+def test_inspect_and_recommend_answer_as_the_release_did(release: Path, expected: dict) -> None:
+    url = f"sqlite:///{release / 'studies.db'}"
+    before = (release / "studies.db").read_bytes()
+    assert _json(["inspect", "--format", "json", "--storage", url]) == expected["inspect"]
+    assert _json(["inspect", STUDY, "--format", "json", "--storage", url]) == \
+        expected["inspect_study"]
+    assert _json(["recommend", "--train-size", "2490", "--format", "json", "--storage", url]) \
+        == expected["recommend"]
+    assert _json(["recommend", "--train-size", "300", "--task-type", "regression", "--format",
+                  "json", "--storage", url]) == expected["recommend_small"]
+    assert _json(["recommend", "--evaluate", "--format", "json", "--storage", url]) == \
+        expected["evaluate"]
+    assert (release / "studies.db").read_bytes() == before  # reading writes nothing
+
+
+def test_an_interrupted_run_resumes_to_the_release_result(release: Path, expected: dict) -> None:
+    from trainer import train
+
+    result = train(run_config(), resume=True, quiet=True).to_dict()
+    old = expected["run_result"]
+    assert set(result) == set(old)
+    for key in sorted(set(old) - TIMINGS):
+        if not key.startswith("peak_"):  # memory: measured too
+            assert result[key] == old[key], key
+    assert [h["epoch"] for h in result["history"]] == [1, 2]
+    assert json.loads((release / "run" / "result.json").read_text())["best"] == old["best"]
+
+
+@pytest.mark.integration
+def test_a_finished_release_study_resumes_with_nothing_to_train(release: Path,
+                                                                 expected: dict) -> None:
+    import ray
+
+    from sweep.launch import resume
+
+    url = f"sqlite:///{release / 'studies.db'}"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        summary = resume(STUDY, url, progress=False)
+    finally:
+        ray.shutdown()
+    assert summary.ran == 0 and summary.finished and summary.complete == summary.total == 8
+    assert _json(["inspect", STUDY, "--format", "json", "--storage", url]) == \
+        expected["inspect_study"]
