@@ -1,0 +1,104 @@
+"""The study database as the service reads it: opened once, every study kept loaded, and the
+recommender's evidence refreshed in the background."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+
+from recommender.recommend import load_evidence, merge_evidence, prior_evidence, study_evidence
+from studies import schema
+
+log = logging.getLogger("weightsearch.service")
+
+
+class StudyDatabase:
+    """The storage, opened once (opening checks the schema: too slow per request); every study,
+    kept loaded (`StudyCache`: a refresh reads only new and unfinished trials); and the
+    recommender's evidence, refreshed in the background when older than `refresh_s`."""
+
+    def __init__(self, url: str, refresh_s: float) -> None:
+        self.url = url
+        self.refresh_s = refresh_s
+        self._storage = None
+        self._cache = None
+        self._open_lock = threading.Lock()
+        self._lock = threading.Lock()  # the StudyCache is not thread-safe
+        self._evidence = None
+        self._checked = 0.0
+        self._refreshing = False
+
+    def storage(self):
+        """The Optuna storage, or None while a SQLite file does not exist yet."""
+        from studies.reading import open_quiet, sqlite_file_missing
+
+        if self._storage is None:
+            with self._open_lock:
+                if self._storage is None and not sqlite_file_missing(self.url):
+                    self._storage = open_quiet(self.url)
+        return self._storage
+
+    def studies(self) -> list:
+        """Every study, up to date (a cheap refresh); updates the evidence when they changed."""
+        from studies.reading import StudyCache
+
+        storage = self.storage()
+        if storage is None:
+            if self._evidence is None:
+                self._evidence = load_evidence(None)
+            return []
+        with self._lock:
+            if self._cache is None:
+                self._cache = StudyCache(storage)
+            changed, studies = self._cache.refresh()
+            if changed or self._evidence is None:
+                self._evidence = merge_evidence(prior_evidence(), study_evidence(studies))
+            self._checked = time.monotonic()
+        return studies
+
+    def exists(self, name: str) -> bool:
+        """Whether a study `name`, or a central-task study under base name `name`, is stored."""
+        from studies.reading import study_names
+
+        storage = self.storage()
+        names = [] if storage is None else study_names(storage)
+        return any(n == name or schema.split_study_name(n)[0] == name for n in names)
+
+    def evidence(self):
+        if self._evidence is None:
+            self.refresh()
+        elif time.monotonic() - self._checked > self.refresh_s and not self._refreshing:
+            self._refreshing = True
+            threading.Thread(target=self.refresh, daemon=True).start()
+        return self._evidence
+
+    def refresh(self) -> None:
+        try:
+            self.studies()
+        except Exception:  # keep serving the last good evidence; the log says why
+            log.exception("refreshing the recommender's evidence from %s failed", self.url)
+            if self._evidence is None:
+                self._evidence = load_evidence(None)
+        finally:
+            self._checked = time.monotonic()
+            self._refreshing = False
+
+
+def warm_up(database: StudyDatabase) -> None:
+    """Before the first request: read the studies, and import what reading a study file needs
+    (a third of a second), so that no request pays for it."""
+    database.refresh()
+    for module in ("sweep.spec", "trainer.config"):  # sweep.spec imports the second on first use
+        importlib.import_module(module)
+
+
+def redacted(url: str) -> str:
+    """The URL with its password hidden, for /health."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # a bad URL is reported by /studies; /health must answer anyway
+        return "<invalid URL>"

@@ -1,0 +1,26 @@
+"""GET /recommend: a central weight for a task, from evidence cached in memory (a background
+refresh, at most every `refresh_s`, reads only new and unfinished trials)."""
+
+from typing import Literal
+
+from fastapi import APIRouter, Query
+
+from recommender.recommend import ENCODER_PATTERN
+from service.deps import Database
+from service.models import Recommendation, errors
+from trainer.task_types import NAMES as TASK_TYPE_NAMES
+
+TaskType = Literal[TASK_TYPE_NAMES]  # type: ignore[valid-type]  (from the registry)
+
+router = APIRouter()
+
+
+@router.get("/recommend", response_model=Recommendation, responses=errors(400, 422, 503))
+def recommend(database: Database,
+              train_size: int = Query(gt=0, le=10**12, description="training examples"),
+              task_type: TaskType | None = None,
+              encoder: str | None = Query(None, pattern=ENCODER_PATTERN, max_length=200),
+              stage: Literal["multitask", "finetuned"] | None = None) -> dict:
+    from recommender.recommend import recommend_from
+
+    return recommend_from(database.evidence(), train_size, task_type, encoder, stage).to_dict()

@@ -1,0 +1,60 @@
+"""Starting runs: POST /studies launches a study file, POST /studies/{name}/resume continues a
+stored study. Both answer 202 with the job that runs `weightsearch launch|resume`."""
+
+from fastapi import APIRouter, Depends, HTTPException, Request
+from starlette.concurrency import run_in_threadpool
+
+from service.database import StudyDatabase
+from service.deps import Database, Launching, authorized
+from service.launcher import Launcher
+from service.models import STUDY_FILE_BODY, Started, errors
+from service.safe_body import parse_body
+from weightsearch.errors import ConfigError
+
+router = APIRouter()
+
+
+@router.post("/studies", status_code=202, dependencies=[Depends(authorized)],
+             response_model=Started, openapi_extra=STUDY_FILE_BODY,
+             responses=errors(400, 401, 403, 409, 413, 415, 429, 503))
+async def launch(request: Request, database: Database, launcher: Launching) -> dict:
+    """Body: the study file, as application/yaml or application/json (aliases refused,
+    nesting bounded). Starts `weightsearch launch`."""
+    text = (await request.body()).decode("utf-8", errors="replace")
+    # Parsing and the database lookup run in a worker thread: the event loop keeps
+    # answering other requests (/health) meanwhile.
+    return await run_in_threadpool(_start_study, text, request.headers.get("content-type", ""),
+                                   database, launcher)
+
+
+def _start_study(text: str, content_type: str, database: StudyDatabase,
+                 launcher: Launcher) -> dict:
+    if not launcher.parse_slots.acquire(blocking=False):
+        raise HTTPException(429, "the server is reading other study files; retry in a "
+                            "second", headers={"Retry-After": "1"})
+    try:
+        return _read_and_start(text, content_type, database, launcher)
+    finally:
+        launcher.parse_slots.release()
+
+
+def _read_and_start(text: str, content_type: str, database: StudyDatabase,
+                    launcher: Launcher) -> dict:
+    from sweep.spec import load_study_spec
+
+    source = parse_body(text, content_type) if text.strip() else None
+    if not isinstance(source, dict) or not source:
+        raise ConfigError("the body must be a study file (a YAML or JSON mapping)")
+    spec = load_study_spec(source)
+    if database.exists(spec.study):
+        raise HTTPException(409, f"study {spec.study!r} already exists; "
+                            f"POST /studies/{spec.study}/resume continues it")
+    return launcher.launch(spec)
+
+
+@router.post("/studies/{name:path}/resume", status_code=202, dependencies=[Depends(authorized)],
+             response_model=Started, responses=errors(401, 403, 404, 422, 503))
+def resume(name: str, database: Database, launcher: Launching) -> dict:
+    if not database.exists(name):
+        raise HTTPException(404, f"no study named {name!r}; GET /studies lists them")
+    return launcher.resume(name)

@@ -1,0 +1,35 @@
+"""Reading studies: GET /studies lists them, GET /studies/{name} shows one (POST routes, which
+start runs, are in `service.routes.runs`)."""
+
+from fastapi import APIRouter, HTTPException
+
+from service.deps import Database
+from service.models import StudyDetail, StudyList, errors
+from studies import schema
+
+router = APIRouter()
+
+
+@router.get("/studies", response_model=StudyList, responses=errors(503))
+def list_studies(database: Database) -> dict:
+    from studies.inspection import overview
+
+    return {"studies": overview(database.studies())}
+
+
+@router.get("/studies/{name:path}", response_model=StudyDetail, responses=errors(404, 422, 503))
+def get_study(name: str, database: Database) -> dict:
+    # A study by its full name, or every central-task study under a base name. (No docstring:
+    # FastAPI would publish it as the operation's description.)
+    from studies.inspection import cell_rows
+
+    every = database.studies()
+    studies = [s for s in every if s.name == name] or \
+        [s for s in every if schema.split_study_name(s.name)[0] == name]
+    if not studies:
+        raise HTTPException(404, f"no study named {name!r}; GET /studies lists them")
+    cells = cell_rows(studies)
+    return {"study": name, "central_tasks": [
+        {**s.summary(), "curve": [vars(w) for w in s.curve],
+         "cells": [c for c in cells if c["central_task"] == s.central_task]}
+        for s in studies]}
