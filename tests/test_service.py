@@ -19,7 +19,7 @@ from studies.importer import import_file
 from weightsearch.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE2 = ROOT / "studies" / "data" / "siwlm_table2.csv"
+TABLE2 = ROOT / "recommender" / "data" / "siwlm_table2.csv"
 RTE_AT_3 = "central_task,task_type,train_size,central_weight,seed,metric\n" + "".join(
     f"rte,classification,2490,{w},1,{m}\n" for w, m in ((1, 60), (3, 70), (15, 61)))
 # Stands in for `weightsearch launch|resume` so the tests start no sweep: it logs its arguments.

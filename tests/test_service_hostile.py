@@ -22,7 +22,7 @@ from studies.importer import import_file
 from weightsearch.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-TABLE2 = ROOT / "studies" / "data" / "siwlm_table2.csv"
+TABLE2 = ROOT / "recommender" / "data" / "siwlm_table2.csv"
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 FAST_S = 0.1

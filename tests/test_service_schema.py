@@ -21,7 +21,7 @@ ECHO = [sys.executable, "-c", "print('launched')"]
 
 def _app(tmp: Path):
     url = f"sqlite:///{tmp / 'studies.db'}"
-    import_file(ROOT / "studies" / "data" / "siwlm_table2.csv", "siwlm-paper", url)
+    import_file(ROOT / "recommender" / "data" / "siwlm_table2.csv", "siwlm-paper", url)
     return create_app(url, log_dir=tmp / "runs", command=ECHO)
 
 

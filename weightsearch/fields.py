@@ -1,0 +1,113 @@
+"""Settings declared on their dataclass, checked by one walker.
+
+A settings dataclass states each plain setting's rule beside its default
+(`epochs: int = setting(5, Number(integer=True, low=1))`); `check_fields` walks the fields in
+declaration order and turns a raw mapping (parsed YAML, `--set` overrides) into the values that
+passed, adding one problem per bad value, worded the same way for every setting:
+`<path>: <what is wrong>; <the fix>`. Settings with structure of their own (task lists,
+weighting schemes, samplers) keep their own parsers; cross-field rules stay explicit in the
+parser of the owning config.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+RULE = "rule"  # the metadata key of a field's rule
+
+
+class Rule(Protocol):
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        """The value to keep and None, or (None, the problem with `value` at `key`)."""
+
+
+def setting(default: Any = dataclasses.MISSING, rule: Rule | None = None, *,
+            factory: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field with its default and the rule its raw value must pass."""
+    metadata = {RULE: rule} if rule is not None else {}
+    if factory is not dataclasses.MISSING:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class Number:
+    """An integer or a finite number in [low, high] ((low, high] with `low_open`); None
+    allowed where `optional`."""
+
+    integer: bool
+    low: float
+    high: float = math.inf
+    low_open: bool = False
+    optional: bool = False
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if value is None and self.optional:
+            return None, None
+        ok = is_int(value) if self.integer else is_number(value)
+        if not ok or not math.isfinite(value):
+            kind = "an integer" if self.integer else "a number"
+            return None, f"{key}: expected {kind}, got {value!r}"
+        below = value <= self.low if self.low_open else value < self.low
+        if below or value > self.high:
+            low = f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
+            high = f" and <= {self.high:g}" if self.high != math.inf else ""
+            return None, f"{key}: {value!r} is out of range; use a value {low}{high}"
+        return (int(value) if self.integer else float(value)), None
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a few names, in any letter case (kept in lower case)."""
+
+    options: tuple[str, ...]
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if not isinstance(value, str) or value.lower() not in self.options:
+            return None, f"{key}: {value!r} is not one of {', '.join(self.options)}"
+        return value.lower(), None
+
+
+@dataclass(frozen=True)
+class Flag:
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if not isinstance(value, bool):
+            return None, f"{key}: expected true or false, got {value!r}"
+        return value, None
+
+
+def check_fields(raw: Mapping[str, Any], cls: type, problems: list[str],
+                 prefix: str = "") -> dict[str, Any]:
+    """The settings of `raw` that `cls` declares with a rule, checked in declaration order."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        rule = f.metadata.get(RULE)
+        if rule is None or f.name not in raw:
+            continue
+        value, problem = rule.check(prefix + f.name, raw[f.name])
+        if problem is not None:
+            problems.append(problem)
+        else:
+            values[f.name] = value
+    return values
+
+
+def unknown_keys(raw: Mapping[str, Any], known: Iterable[str], problems: list[str]) -> None:
+    """One problem per key outside `known`, with the known keys that start alike."""
+    known = sorted(known)
+    for key in sorted(set(raw) - set(known)):
+        close = [k for k in known if k.startswith(str(key)[:3])]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        problems.append(f"{key}: unknown setting{hint}; known settings: {', '.join(known)}")
