@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from studies import schema
+from studies.storage import url_dialect
 from weightsearch.errors import StorageError
 
 STATE_KEYS = {"COMPLETE": "complete", "RUNNING": "running", "FAIL": "failed",
@@ -120,7 +121,7 @@ def open_quiet(url: str):
 
 def sqlite_file_missing(url: str) -> bool:
     """True for a SQLite URL whose file does not exist (reading it would create an empty one)."""
-    if not url.startswith("sqlite"):
+    if not url_dialect(url).file:
         return False
     from sqlalchemy.engine import make_url
 

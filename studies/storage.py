@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import logging
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from weightsearch.errors import StorageError
@@ -20,21 +22,59 @@ def default_storage_url() -> str:
     return os.environ.get(ENV_STORAGE, DEFAULT_STORAGE)
 
 
-def engine_kwargs(url: str) -> dict:
-    """SQLAlchemy engine options for a study URL.
+# --- database backends ----------------------------------------------------------------------
+# A server database: `pool_pre_ping` replaces connections that died while a trial trained for an
+# hour; `pool_recycle` retires them before server-side idle timeouts.
+_SERVER_ENGINE = {"pool_pre_ping": True, "pool_recycle": 1800}
 
-    PostgreSQL: `pool_pre_ping` replaces connections that died while a trial trained for an hour;
-    `pool_recycle` retires them before server-side idle timeouts. SQLite: a long busy timeout so
-    concurrent writers wait for the lock instead of failing with 'database is locked'.
-    """
-    if url.startswith("sqlite"):
-        return {"connect_args": {"timeout": 120}}
-    if url.startswith("postgresql"):
-        # Robustness (faults work): fail within seconds on an unreachable host instead of
-        # waiting for the OS's TCP timeout (minutes).
-        return {"pool_pre_ping": True, "pool_recycle": 1800,
-                "connect_args": {"connect_timeout": 10}}
-    return {"pool_pre_ping": True, "pool_recycle": 1800}
+
+@dataclass(frozen=True)
+class Dialect:
+    """What the study code needs to know about one database backend (SQLAlchemy's backend
+    name: `sqlite`, `postgresql`, ...); every backend-specific branch reads it from here."""
+
+    name: str
+    engine: Mapping = field(default_factory=lambda: dict(_SERVER_ENGINE))  # engine options
+    # The database is a local file (SQLite): its folder must exist, a flock on it serialises
+    # schema creation, and a new file is put in WAL mode.
+    file: bool = False
+    advisory_lock: bool = False  # schema creation serialised by a PostgreSQL advisory lock
+    now_sql: str | None = None  # the server's clock in Unix seconds (None: the driver's clock)
+
+    def engine_kwargs(self) -> dict:
+        return copy.deepcopy(dict(self.engine))
+
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (
+    # A long busy timeout, so that concurrent writers wait for the lock instead of failing
+    # with 'database is locked'.
+    Dialect("sqlite", engine={"connect_args": {"timeout": 120}}, file=True,
+            now_sql="((julianday('now') - 2440587.5) * 86400.0)"),
+    # connect_timeout (faults work): fail within seconds on an unreachable host instead of
+    # waiting for the OS's TCP timeout (minutes).
+    Dialect("postgresql", engine={**_SERVER_ENGINE, "connect_args": {"connect_timeout": 10}},
+            advisory_lock=True,
+            now_sql="CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"),
+    Dialect("mysql", now_sql="UNIX_TIMESTAMP(NOW(6))"),
+    Dialect("mariadb", now_sql="UNIX_TIMESTAMP(NOW(6))"),
+)}
+
+
+def dialect(name: str) -> Dialect:
+    """The backend named `name` (SQLAlchemy's `get_backend_name()` or `engine.dialect.name`);
+    any other backend gets the server defaults."""
+    return DIALECTS.get(name) or Dialect(name)
+
+
+def url_dialect(url: str) -> Dialect:
+    """The backend of a study URL by its prefix (`sqlite:///...`, `postgresql+psycopg://...`),
+    without parsing it: works on any string, a malformed URL included."""
+    return next((d for d in DIALECTS.values() if url.startswith(d.name)), Dialect(""))
+
+
+def engine_kwargs(url: str) -> dict:
+    """SQLAlchemy engine options for a study URL (see `DIALECTS`)."""
+    return url_dialect(url).engine_kwargs()
 
 
 def check_url(url: str) -> None:
@@ -59,7 +99,7 @@ def check_url(url: str) -> None:
             f"({exc}); install it into this environment (e.g. `pip install pymysql` and a "
             "mysql+pymysql:// URL, or `pip install psycopg` for postgresql+psycopg://)"
         ) from None
-    if parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+    if dialect(parsed.get_backend_name()).file and parsed.database not in (None, "", ":memory:"):
         folder = Path(parsed.database).expanduser().resolve().parent
         if not folder.is_dir():
             raise StorageError(
@@ -102,7 +142,7 @@ def open_storage(url: str | None = None):
             f"cannot open study storage {url!r}: {first}. Check that the database server is "
             "running and the URL (driver, host, port, database name) is right"
         ) from None
-    if storage.engine.dialect.name == "sqlite" and (ours or _in_wal(storage)):
+    if dialect(storage.engine.dialect.name).file and (ours or _in_wal(storage)):
         # A database file another tool made keeps its journal mode: WAL adds -wal/-shm files
         # beside it and stops older SQLite readers (or network file systems) from opening it.
         _use_sqlite_wal(storage)
@@ -126,8 +166,8 @@ def schema_lock(url: str) -> Iterator[None]:
     from sqlalchemy.engine import make_url
 
     parsed = make_url(url)
-    backend = parsed.get_backend_name()
-    if backend == "sqlite" and parsed.database not in (None, "", ":memory:"):
+    backend = dialect(parsed.get_backend_name())
+    if backend.file and parsed.database not in (None, "", ":memory:"):
         import fcntl
 
         try:
@@ -142,7 +182,7 @@ def schema_lock(url: str) -> Iterator[None]:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
         return
-    if backend != "postgresql":
+    if not backend.advisory_lock:
         yield
         return
     engine = create_engine(url, poolclass=_null_pool(), **engine_kwargs(url))
@@ -257,7 +297,7 @@ def _new_sqlite_file(url: str) -> bool:
     from sqlalchemy.engine import make_url
 
     parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+    if not dialect(parsed.get_backend_name()).file or parsed.database in (None, "", ":memory:"):
         return False
     path = Path(parsed.database).expanduser()
     return not path.exists() or path.stat().st_size == 0

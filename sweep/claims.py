@@ -33,6 +33,7 @@ import uuid
 from typing import Any
 
 from studies.storage import call_retrying
+from studies.storage import dialect as backend
 
 ENV_TTL = "WEIGHTSEARCH_CLAIM_TTL"
 DEFAULT_TTL_S = 120.0  # a lease lives this long unless renewed; renewed every TTL / 6
@@ -73,12 +74,9 @@ def db_now(dialect: str) -> Any:
     """A SQL expression for the database server's current time in Unix seconds."""
     from sqlalchemy import literal, literal_column
 
-    if dialect == "sqlite":
-        return literal_column("((julianday('now') - 2440587.5) * 86400.0)")
-    if dialect == "postgresql":
-        return literal_column("CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)")
-    if dialect in ("mysql", "mariadb"):
-        return literal_column("UNIX_TIMESTAMP(NOW(6))")
+    now = backend(dialect).now_sql
+    if now is not None:
+        return literal_column(now)
     return literal(time.time())  # documented fallback: this driver's clock
 
 

@@ -20,8 +20,9 @@ from sweep import study_db, tuning
 from sweep.claims import Claims
 from sweep.progress import Progress, say
 from sweep.searcher import CentralPlan
-from sweep.space import CENTRAL_WEIGHT, Point
+from sweep.space import Point
 from sweep.spec import StudySpec, load_study_spec
+from sweep.strategies import STRATEGIES
 from sweep.study_db import Central
 from sweep.summary import SweepSummary, summarise
 
@@ -152,20 +153,21 @@ def first_points(spec: StudySpec, centrals: list[Central], url: str,
                  existing: dict[str, Any] | None = None) -> dict[str, list[Point]]:
     """Points each central task's strategy tries first: the spec's warm start, or the
     recommender's answer for the task's training-set size and the study's regime (encoder,
-    stage, variant), from the finished studies and the paper's prior. A guided search starts
-    at it; halving orders its grid by distance from it (ties at a rung go to the nearer
-    weight), and with `start: recommend` trains only the weights around it
-    (`recommender.recommend.start_weights`). The answer is recorded with a new study and read back
-    from an existing one, so that every driver and every resume starts from the same points."""
-    halving_start = spec.search.strategy == "halving" and \
-        getattr(spec.search.settings, "start", "grid") == "recommend"
-    if not (spec.warm_recommend or halving_start):  # the spec checks that the weight is searched
+    stage, variant), from the finished studies and the paper's prior, made into points by the
+    strategy (`Strategy.recommended_first`: a guided search starts at it; halving orders its
+    grid by distance from it, and with `start: recommend` trains only the weights around it).
+    The strategy asks for the answer without `warm_start: recommend` when its settings start
+    from it (`Strategy.wants_recommendation`). The answer is recorded with a new study and read
+    back from an existing one, so that every driver and every resume starts from the same
+    points."""
+    strategy = STRATEGIES[spec.search.strategy]
+    settings = spec.search.settings
+    if not (spec.warm_recommend or strategy.wants_recommendation(settings)):
+        # (the spec checks that a recommendation's space searches the central weight)
         return {c.name: list(spec.warm_start) for c in centrals}
-    from recommender.recommend import asked_encoder, recommend, start_weights
+    from recommender.recommend import asked_encoder, recommend
 
     out: dict[str, list[Point]] = {}
-    dim = spec.space.dim(CENTRAL_WEIGHT)
-    assert dim is not None  # checked by the spec
     for c in centrals:
         study = (existing or {}).get(c.name)
         answer = study.user_attrs.get(S.A_RECOMMENDATION) if study is not None else None
@@ -177,20 +179,7 @@ def first_points(spec: StudySpec, centrals: list[Central], url: str,
             answer = {"central_weight": rec.central_weight, "interval": list(rec.interval),
                       "regime": rec.regime}
             c.attrs[S.A_RECOMMENDATION] = answer  # written when the study is created
-        weight = float(answer["central_weight"])
-        base = {d.path: d.first(c.name) for d in spec.space.dims}
-        options = dim.options(c.name)
-        if spec.search.strategy == "halving":
-            grid = spec.space.grid(c.name) or []
-            if halving_start:
-                keep = start_weights([p[CENTRAL_WEIGHT] for p in grid], weight,
-                                     answer["interval"])
-                grid = [p for p in grid if p[CENTRAL_WEIGHT] in keep]
-            out[c.name] = sorted(grid, key=lambda p: abs(p[CENTRAL_WEIGHT] - weight))
-            continue
-        if options is not None:  # onto the search's grid, so the sampler can propose it too
-            weight = min(options, key=lambda w: abs(w - weight))
-        else:
-            weight = min(dim.high, max(dim.low, weight))
-        out[c.name] = [{**base, CENTRAL_WEIGHT: float(weight)}]
+        out[c.name] = strategy.recommended_first(settings, spec.space, c.name,
+                                                 float(answer["central_weight"]),
+                                                 answer["interval"])
     return out

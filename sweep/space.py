@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from studies import schema as S
+from trainer.sampling import keep_tasks as keep_sampling_tasks
 
 CENTRAL_WEIGHT = "weighting.central_weight"
 GROUP = S.T_GROUP_PATH  # "tasks": the run-config key a task group sets
@@ -341,10 +342,12 @@ def _keep_tasks(raw: dict[str, Any], keep: set[str], task_names: Sequence[str]) 
     if isinstance(tasks, list) and len(tasks) == len(task_names):
         raw["tasks"] = [t for t, name in zip(tasks, task_names, strict=True) if name in keep]
     for section, key in (("weighting", "aux_weights"), ("weighting", "weights"),
-                         ("sampling", "weights"), ("distill", "teachers")):
+                         ("distill", "teachers")):
         node = raw.get(section)
         if isinstance(node, dict) and isinstance(node.get(key), dict):
             node[key] = {t: v for t, v in node[key].items() if t in keep}
+    if "sampling" in raw:  # the batch sampler's settings say what names a task
+        raw["sampling"] = keep_sampling_tasks(raw["sampling"], keep)
     finetune = raw.get("finetune")
     if isinstance(finetune, dict) and isinstance(finetune.get("tasks"), list):
         finetune["tasks"] = [t for t in finetune["tasks"] if t in keep]

@@ -88,11 +88,7 @@ class Search:
 
     def weights_plain(self) -> Any:
         """The `weights:` spelling of a central-weight-only grid or guided search."""
-        dim = self.space.dims[0]
-        if self.strategy == "grid":
-            return list(dim.values)
-        return {"low": dim.low, "high": dim.high, "n_trials": self.settings.n_trials,
-                "sampler": self.settings.sampler, "step": dim.step}
+        return STRATEGIES[self.strategy].weights_plain(self.settings, self.space.dims[0])
 
 
 @dataclass(frozen=True)
@@ -261,6 +257,11 @@ def _read(source: str | os.PathLike | Mapping[str, Any]) -> tuple[str | None, An
         raise ConfigError([f"not valid YAML{at}: {reason}"], label) from None
 
 
+def _or(names: Sequence[str]) -> str:
+    """`a, b or c`."""
+    return names[0] if len(names) < 2 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -302,9 +303,10 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
     seeds = _parse_seeds(raw.get("seeds", [1]), problems)
     resources = _parse_resources(raw.get("resources"), problems)
     scheduler = _parse_scheduler(raw.get("scheduler", "fifo"), problems)
-    if scheduler.name == "asha" and search.strategy == "halving":
-        problems.append("scheduler: asha and strategy halving both stop trials early; use "
-                        "scheduler: fifo with halving")
+    stops_early = STRATEGIES[search.strategy].stops_early
+    if scheduler.name == "asha" and stops_early:
+        problems.append(f"scheduler: asha and strategy {search.strategy} both stop trials "
+                        f"early; use scheduler: fifo with {search.strategy}")
 
     max_concurrent = raw.get("max_concurrent")
     if max_concurrent is not None and (not _is_int(max_concurrent) or max_concurrent < 1):
@@ -325,13 +327,13 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
     objective = _parse_objective(raw.get("objective"), train, central, problems)
     # Early stopping ranks trials by their multi-task epoch scores; a fine-tuned score exists
     # only once a trial has finished, so the two would rank different things.
-    if objective.stage == "finetuned" and (scheduler.name == "asha"
-                                           or search.strategy == "halving"):
-        stopper = "scheduler: asha" if scheduler.name == "asha" else "strategy: halving"
+    if objective.stage == "finetuned" and (scheduler.name == "asha" or stops_early):
+        stopper = ("scheduler: asha" if scheduler.name == "asha"
+                   else f"strategy: {search.strategy}")
+        whole = [n for n, s in STRATEGIES.items() if not s.stops_early]
         problems.append(f"objective.stage: finetuned cannot be combined with {stopper}, which "
                         "stops trials on their multi-task epoch scores before any fine-tuned "
-                        "score exists; use scheduler: fifo and the grid, guided or forward "
-                        "strategy")
+                        f"score exists; use scheduler: fifo and the {_or(whole)} strategy")
     epochs = 5
     if train:
         epochs = _check_points(train, tasks, central or tasks[:1], search,
@@ -417,7 +419,7 @@ def _parse_warm(raw: Any, search: Search, central: tuple[str, ...],
                 problems: list[str]) -> tuple[tuple[Point, ...], bool]:
     if raw is None or raw == []:
         return (), False
-    if search.strategy not in ("guided", "halving"):
+    if not STRATEGIES[search.strategy].accepts_warm_start:
         problems.append("warm_start: applies to a guided search (weights: {n_trials: ...}) or "
                         "halving only; a grid tries every point anyway")
         return (), False

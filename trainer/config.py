@@ -136,7 +136,7 @@ class RunConfig:
         """Plain data, for `config.yaml` in the output folder and for digests."""
         out = dataclasses.asdict(self)
         out["weighting"] = dataclasses.asdict(self.weighting)
-        out["sampling"] = _sampling_dict(self.sampling)
+        out["sampling"] = self.sampling.to_dict()  # the YAML that parses back to it
         if not self.tracking.enabled:  # off: configs and digests read as before tracking existed
             del out["tracking"]
         if self.distill is not None:
@@ -151,14 +151,6 @@ class RunConfig:
     def digest(self) -> str:
         text = json.dumps(self.to_dict(), sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _sampling_dict(settings: Any) -> dict[str, Any]:
-    """The sampling settings as the YAML that parses back to them (weights as a mapping)."""
-    out = dataclasses.asdict(settings)
-    if "weights" in out:
-        out["weights"] = dict(out["weights"])
-    return out
 
 
 def _plain(value: Any) -> Any:

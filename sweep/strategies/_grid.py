@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sweep.space import Space
+from sweep.space import Dimension, Space
 from sweep.strategies.base import Record, Strategy, Unit, done_units, grid_or_problem
 
 
@@ -32,6 +32,10 @@ class GridStrategy(Strategy):
     def check(cls, settings: Any, space: Space, central_tasks: Sequence[str],
               problems: list[str], where: str = "search", epochs: int | None = None) -> None:
         grid_or_problem(space, central_tasks, cls.name, problems)
+
+    @classmethod
+    def weights_plain(cls, settings: Any, dim: Dimension) -> Any:
+        return list(dim.values)
 
     def _all(self) -> list[Unit]:
         points = self.space.grid(self.central) or []

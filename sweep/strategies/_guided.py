@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sweep.space import Point, Space
+from sweep.space import Dimension, Point, Space
 from sweep.strategies.base import DONE, Record, Strategy, Unit, done_units
 
 SAMPLERS = ("tpe", "gp", "random", "cmaes")
@@ -53,6 +53,12 @@ class GuidedSettings:
 class GuidedStrategy(Strategy):
     name = "guided"
     settings_type = GuidedSettings
+    accepts_warm_start = True  # proposed first, before the sampler's own proposals
+
+    @classmethod
+    def weights_plain(cls, settings: GuidedSettings, dim: Dimension) -> Any:
+        return {"low": dim.low, "high": dim.high, "n_trials": settings.n_trials,
+                "sampler": settings.sampler, "step": dim.step}
 
     @classmethod
     def check(cls, settings: GuidedSettings, space: Space, central_tasks: Sequence[str],

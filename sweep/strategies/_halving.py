@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sweep.space import CENTRAL_WEIGHT, Space
+from sweep.space import CENTRAL_WEIGHT, Point, Space
 from sweep.strategies.base import DONE, Record, Strategy, Unit, done_units, grid_or_problem
 
 
@@ -110,6 +110,25 @@ class HalvingStrategy(Strategy):
     name = "halving"
     settings_type = HalvingSettings
     unit_word = "stints"
+    accepts_warm_start = True  # the preferred points go first, and win ties at a rung
+    stops_early = True  # a stint stops at its rung's epoch budget
+
+    @classmethod
+    def wants_recommendation(cls, settings: HalvingSettings) -> bool:
+        return settings.start == "recommend"
+
+    @classmethod
+    def recommended_first(cls, settings: HalvingSettings, space: Space, central: str,
+                          weight: float, interval: Sequence[float]) -> list[Point]:
+        """The grid by distance from the recommended weight (ties at a rung go to the nearer
+        weight); with `start: recommend`, only the grid weights around it."""
+        grid = space.grid(central) or []
+        if settings.start == "recommend":
+            from recommender.recommend import start_weights
+
+            keep = start_weights([p[CENTRAL_WEIGHT] for p in grid], weight, interval)
+            grid = [p for p in grid if p[CENTRAL_WEIGHT] in keep]
+        return sorted(grid, key=lambda p: abs(p[CENTRAL_WEIGHT] - weight))
 
     @classmethod
     def check(cls, settings: HalvingSettings, space: Space, central_tasks: Sequence[str],

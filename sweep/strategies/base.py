@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from sweep.space import Point, Space
+from sweep.space import CENTRAL_WEIGHT, Dimension, Point, Space
 
 DONE = ("complete", "pruned")
 
@@ -66,11 +66,27 @@ class Strategy(ABC):
     `from_mapping(raw, space, problems, where)` classmethod that appends one message per
     problem, and `to_plain()`; `check(settings, space, central_tasks, problems, where, epochs)`
     judges the settings against the space and the run's epochs once the study is parsed.
+
+    What the study file and the launch need to know about a strategy, it says itself (class
+    attributes and classmethods, read through `STRATEGIES`), so adding one is its module plus
+    one `register_strategy` call:
+
+    - `accepts_warm_start`: whether `warm_start:` (points to try first, or `recommend`) applies.
+    - `stops_early`: whether its units stop trials before their last epoch on the multi-task
+      epoch scores, as ASHA does (it cannot share a study with ASHA or a fine-tuned objective).
+    - `wants_recommendation(settings)`: whether the launch asks the recommender for each
+      central task even without `warm_start: recommend`.
+    - `recommended_first(settings, space, central, weight, interval)`: the points to try first
+      given the recommender's central weight (called once per central task by the launch).
+    - `weights_plain(settings, dim)`: the `weights:` spelling of a search over the central
+      weight alone, for the strategies that spelling names (a list: grid; a range: guided).
     """
 
     name: ClassVar[str]
     settings_type: ClassVar[type]
     unit_word: ClassVar[str] = "cells"  # what its units are called in summaries
+    accepts_warm_start: ClassVar[bool] = False
+    stops_early: ClassVar[bool] = False
 
     def __init__(self, settings: Any, space: Space, central: str, seeds: Sequence[int],
                  epochs: int, first: Sequence[Point] = ()) -> None:
@@ -86,6 +102,35 @@ class Strategy(ABC):
               problems: list[str], where: str = "search", epochs: int | None = None) -> None:
         """Problems of `settings` with this space (e.g. a grid needs finitely many points)."""
         return None
+
+    @classmethod
+    def wants_recommendation(cls, settings: Any) -> bool:
+        """Whether the launch asks the recommender for every central task's weight even when
+        the study has no `warm_start: recommend` (its settings start from the answer)."""
+        return False
+
+    @classmethod
+    def recommended_first(cls, settings: Any, space: Space, central: str, weight: float,
+                          interval: Sequence[float]) -> list[Point]:
+        """The points to try first, given the recommender's central weight for `central` and
+        its 80% interval: by default one point, the other paths at their first value and the
+        weight on the searched grid (nearest; so a sampler can propose it too) or clipped
+        into the searched range. Only called for a space that searches the central weight."""
+        dim = space.dim(CENTRAL_WEIGHT)
+        assert dim is not None  # checked by the spec
+        base = {d.path: d.first(central) for d in space.dims}
+        options = dim.options(central)
+        if options is not None:
+            weight = min(options, key=lambda w: abs(w - weight))
+        else:
+            weight = min(dim.high, max(dim.low, weight))
+        return [{**base, CENTRAL_WEIGHT: float(weight)}]
+
+    @classmethod
+    def weights_plain(cls, settings: Any, dim: Dimension) -> Any:
+        """The `weights:` spelling of this search over the central weight alone (`dim`)."""
+        raise NotImplementedError(f"strategy {cls.name} has no weights: spelling; "
+                                  "write it as search: {strategy: ...}")
 
     @abstractmethod
     def units(self, records: Sequence[Record]) -> list[Unit]: ...

@@ -8,6 +8,11 @@ YAML (`sampling` key of a run config):
 
 The order composes with any loss-weighting scheme: weighting schemes see each update's task,
 epoch and step, whatever order produced it.
+
+Adding a sampler: one module with its settings (a `SamplerSettings` dataclass) and its
+`Sampler` subclass, and one `register_sampler` call (the built-in ones are below). What the run
+config and the sweep need to know about its settings, the settings class says itself
+(`to_dict`, `keep_tasks`; see `base.SamplerSettings`).
 """
 
 from __future__ import annotations
@@ -17,12 +22,41 @@ from typing import Any
 
 from trainer.sampling._shuffle import ShuffleSampler, ShuffleSettings
 from trainer.sampling._weighted import WeightedSampler, WeightedSettings
-from trainer.sampling.base import PREFIX, Batches, Plan, Sampler
+from trainer.sampling.base import PREFIX, Batches, Plan, Sampler, SamplerSettings
 
-SAMPLERS: dict[str, type[Sampler]] = {s.name: s for s in (ShuffleSampler, WeightedSampler)}
+SAMPLERS: dict[str, type[Sampler]] = {}
 
-__all__ = ["SAMPLERS", "Batches", "Plan", "Sampler", "ShuffleSettings", "WeightedSettings",
-           "build_sampler", "parse_sampling"]
+
+def register_sampler(sampler: type[Sampler]) -> type[Sampler]:
+    """Make `sampler` available as `sampling: {scheme: <its name>}` (usable as a decorator).
+    A name already taken is refused: unregister the other one first."""
+    if not (isinstance(sampler, type) and issubclass(sampler, Sampler)):
+        raise TypeError(f"{sampler!r} is not a Sampler subclass")
+    name = getattr(sampler, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{sampler.__name__} needs a class attribute `name`")
+    settings = getattr(sampler, "settings_type", None)
+    if not (isinstance(settings, type) and issubclass(settings, SamplerSettings)):
+        raise TypeError(f"{sampler.__name__}.settings_type must be a SamplerSettings subclass")
+    if name in SAMPLERS and SAMPLERS[name] is not sampler:
+        raise ValueError(f"a batch sampler named {name!r} is already registered "
+                         f"({SAMPLERS[name].__name__})")
+    SAMPLERS[name] = sampler
+    return sampler
+
+
+def unregister_sampler(name: str) -> None:
+    """Remove the sampler registered as `name` (for tests and plug-ins); absent: nothing."""
+    SAMPLERS.pop(name, None)
+
+
+for _builtin in (ShuffleSampler, WeightedSampler):
+    register_sampler(_builtin)
+del _builtin
+
+__all__ = ["SAMPLERS", "Batches", "Plan", "Sampler", "SamplerSettings", "ShuffleSettings",
+           "WeightedSettings", "build_sampler", "keep_tasks", "parse_sampling",
+           "register_sampler", "unregister_sampler"]
 
 
 def parse_sampling(raw: object, tasks: Sequence[str], problems: list[str]) -> Any:
@@ -51,3 +85,14 @@ def parse_sampling(raw: object, tasks: Sequence[str], problems: list[str]) -> An
 
 def build_sampler(settings: Any, tasks: Sequence[str]) -> Sampler:
     return SAMPLERS[settings.scheme](settings, tasks)
+
+
+def keep_tasks(raw: Any, keep: set[str]) -> Any:
+    """The YAML `sampling` value for a run that trains only the tasks in `keep`: what its
+    scheme's settings say (`SamplerSettings.keep_tasks`). A value that is not a mapping of a
+    known scheme comes back as it is, for the run config to report."""
+    if not isinstance(raw, Mapping):
+        return raw
+    name = raw.get("scheme", "shuffle")
+    sampler = SAMPLERS.get(name) if isinstance(name, str) else None
+    return raw if sampler is None else sampler.settings_type.keep_tasks(raw, keep)

@@ -2,23 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
 
-from trainer.sampling.base import Batches, Plan, Sampler, rng
+from trainer.sampling.base import Batches, Plan, Sampler, SamplerSettings, rng
 
 
 @dataclass(frozen=True)
-class ShuffleSettings:
+class ShuffleSettings(SamplerSettings):
+    """No settings: every batch once, all shuffled together."""
+
     scheme: str = field(default="shuffle", init=False)
-
-    KEYS: ClassVar[tuple[str, ...]] = ()
-
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any], tasks: Sequence[str],
-                     problems: list[str]) -> ShuffleSettings:
-        return cls()
 
 
 class ShuffleSampler(Sampler):

@@ -19,13 +19,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from trainer.sampling.base import PREFIX, Batches, Plan, Sampler, rng
+from trainer.sampling.base import PREFIX, Batches, Plan, Sampler, SamplerSettings, rng
 
 SHARE = "share"
 
 
 @dataclass(frozen=True)
-class WeightedSettings:
+class WeightedSettings(SamplerSettings):
     weights: tuple[tuple[str, float], ...] = ()
     others: float | str = SHARE
     epoch_ends_with: str | None = None
@@ -65,6 +65,20 @@ class WeightedSettings:
         settings = cls(tuple(pairs), others if others == SHARE else float(others), ends)
         problems.extend(settings.problems(tasks))
         return settings if len(problems) == before else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["weights"] = dict(out["weights"])  # as the mapping the YAML gives
+        return out
+
+    @classmethod
+    def keep_tasks(cls, raw: Mapping[str, Any], keep: set[str]) -> dict[str, Any]:
+        """`weights` loses the tasks outside `keep`. `epoch_ends_with` stays: an epoch that
+        ends with a task the run leaves out is the user's to fix, and the run config says so."""
+        out = dict(raw)
+        if isinstance(out.get("weights"), dict):
+            out["weights"] = {t: v for t, v in out["weights"].items() if t in keep}
+        return out
 
     def resolved(self, tasks: Sequence[str]) -> dict[str, float]:
         """Every task's weight, the unlisted ones given `others`."""
@@ -108,6 +122,14 @@ class WeightedSampler(Sampler):
     def __init__(self, settings: WeightedSettings, tasks: Sequence[str]) -> None:
         super().__init__(settings, tasks)
         self.weights = settings.resolved(tasks)
+
+    def batches_used(self, sizes: Mapping[str, int]) -> dict[str, int | None]:
+        """Weight 0: none. Otherwise every batch, unless the epoch ends with another task's
+        last batch: then the draws decide."""
+        ends = self.settings.epoch_ends_with
+        return {task: 0 if self.weights[task] <= 0 else
+                (int(n) if ends is None or task == ends else None)
+                for task, n in sizes.items()}
 
     def order(self, batches: Batches, seed: int, epoch: int) -> Plan:
         queues = {}

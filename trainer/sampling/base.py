@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -12,6 +13,37 @@ Batches = Mapping[str, list[np.ndarray]]  # task -> its batches (row indices), i
 Plan = list[tuple[str, np.ndarray]]  # one epoch: (task, row indices) per update
 
 PREFIX = "sampling"
+
+
+class SamplerSettings:
+    """Base of a sampler's settings: a frozen dataclass with a `scheme` field (its sampler's
+    name, `field(default=<name>, init=False)`) and the YAML keys it reads in `KEYS`.
+
+    What the rest of the code needs to know about the settings goes through these methods, so
+    that the run config and the sweep never look at a particular scheme's fields:
+
+    - `from_mapping(raw, tasks, problems)`: the settings from the YAML mapping (its keys are
+      `scheme` and `KEYS`, checked before), one message per problem appended to `problems`,
+      each starting with `sampling.<key>`; None after a problem.
+    - `to_dict()`: the plain mapping that parses back to the same settings (config.yaml and
+      the config digest).
+    - `keep_tasks(raw, keep)`: the YAML mapping for a run that trains only the tasks in `keep`
+      (a task-grouping search drops the others from every setting that names them).
+    """
+
+    KEYS: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], tasks: Sequence[str],
+                     problems: list[str]) -> Any:
+        return cls()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def keep_tasks(cls, raw: Mapping[str, Any], keep: set[str]) -> dict[str, Any]:
+        return dict(raw)
 
 
 class Sampler(abc.ABC):
@@ -33,7 +65,7 @@ class Sampler(abc.ABC):
     """
 
     name: ClassVar[str]
-    settings_type: ClassVar[type]
+    settings_type: ClassVar[type[SamplerSettings]]
 
     def __init__(self, settings: Any, tasks: Sequence[str]) -> None:
         self.settings = settings
@@ -42,6 +74,12 @@ class Sampler(abc.ABC):
     @abc.abstractmethod
     def order(self, batches: Batches, seed: int, epoch: int) -> Plan:
         """The epoch's updates."""
+
+    def batches_used(self, sizes: Mapping[str, int]) -> dict[str, int | None]:
+        """How many of each task's batches an epoch uses, given each task's number of batches;
+        None where the draws decide (then anywhere from none to all of them). What `order`
+        promises, and what the conformance tests hold it to. Default: every batch."""
+        return {task: int(n) for task, n in sizes.items()}
 
 
 def rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:

@@ -1,0 +1,429 @@
+"""Extension points stand alone: a batch sampler, or a search strategy, is one module plus one
+registration call. Each example below is such a module, written in the test, registered through
+the registry's public function (and unregistered afterwards), and run through the real path:
+the run config and the trainer's epoch plan for the sampler, the study file and the launch's
+planning for the strategy. The conformance suite for samplers runs over every registered one."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from studies import schema as S
+from sweep.space import CENTRAL_WEIGHT, GROUP, Space
+from sweep.spec import load_study_spec
+from sweep.strategies import (
+    STRATEGIES,
+    Record,
+    Strategy,
+    Unit,
+    register_strategy,
+    unregister_strategy,
+)
+from sweep.strategies.base import done_units, grid_or_problem, taken_cells
+from trainer.config import load_config
+from trainer.sampling import (
+    SAMPLERS,
+    Sampler,
+    SamplerSettings,
+    build_sampler,
+    parse_sampling,
+    register_sampler,
+    unregister_sampler,
+)
+from trainer.sampling.base import PREFIX, Batches, Plan, rng
+from weightsearch.errors import ConfigError
+
+
+# --- a batch sampler in one module ----------------------------------------------------------
+@dataclass(frozen=True)
+class BlockSettings(SamplerSettings):
+    """Tasks one after another, each task's batches shuffled; `first` leads."""
+
+    first: str | None = None
+    scheme: str = field(default="blocks", init=False)
+
+    KEYS: ClassVar[tuple[str, ...]] = ("first",)
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], tasks: Sequence[str],
+                     problems: list[str]) -> BlockSettings | None:
+        first = raw.get("first")
+        if first is not None and first not in tasks:
+            problems.append(f"{PREFIX}.first: {first!r} is not one of the run's tasks "
+                            f"({', '.join(tasks)})")
+            return None
+        return cls(first=first)
+
+    @classmethod
+    def keep_tasks(cls, raw: Mapping[str, Any], keep: set[str]) -> dict[str, Any]:
+        # `first` names a task: a run without it starts with the central task instead.
+        return {k: v for k, v in raw.items() if k != "first" or v in keep}
+
+
+class BlockSampler(Sampler):
+    name = "blocks"
+    settings_type = BlockSettings
+
+    def order(self, batches: Batches, seed: int, epoch: int) -> Plan:
+        tasks = sorted(batches, key=lambda t: t != self.settings.first)  # stable: config order
+        plan: Plan = []
+        for t, task in enumerate(tasks):
+            for i in rng(seed, epoch, 5, t).permutation(len(batches[task])):
+                plan.append((task, batches[task][i]))
+        return plan
+
+
+@pytest.fixture
+def blocks() -> Iterator[type[Sampler]]:
+    register_sampler(BlockSampler)
+    try:
+        yield BlockSampler
+    finally:
+        unregister_sampler(BlockSampler.name)
+    assert BlockSampler.name not in SAMPLERS
+
+
+# --- a search strategy in one module ---------------------------------------------------------
+@dataclass(frozen=True)
+class TopDownSettings:
+    limit: int | None = None  # train only the `limit` first points
+
+    KEYS: ClassVar[tuple[str, ...]] = ("limit",)
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], space: Space, problems: list[str],
+                     where: str = "search") -> TopDownSettings:
+        limit = raw.get("limit")
+        if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool)
+                                  or limit < 1):
+            problems.append(f"{where}.limit: expected a whole number >= 1, got {limit!r}")
+            limit = None
+        return cls(limit=limit)
+
+    def to_plain(self) -> dict[str, Any]:
+        return {} if self.limit is None else {"limit": self.limit}
+
+
+class TopDownStrategy(Strategy):
+    """Every point of a finite space from the highest central weight down (the warm start's
+    points first), at most `limit` of them, every seed."""
+
+    name = "topdown"
+    settings_type = TopDownSettings
+    accepts_warm_start = True
+
+    @classmethod
+    def check(cls, settings: Any, space: Space, central_tasks: Sequence[str],
+              problems: list[str], where: str = "search", epochs: int | None = None) -> None:
+        grid_or_problem(space, central_tasks, cls.name, problems)
+
+    def _all(self) -> list[Unit]:
+        points = sorted(self.space.grid(self.central) or [],
+                        key=lambda p: -float(p.get(CENTRAL_WEIGHT, 0)))
+        points = self.ordered(points)[:self.settings.limit]
+        return [Unit(self.cell(p, s), s, p) for s in self.seeds for p in points]
+
+    def units(self, records: Sequence[Record]) -> list[Unit]:
+        done = done_units(records)
+        return [u for u in self._all() if u.key not in done]
+
+    def max_units(self) -> int:
+        return len(self._all())
+
+
+class EarlyTopDownStrategy(TopDownStrategy):
+    """The same, declared as one that stops trials early (and takes no warm start)."""
+
+    name = "topdown-early"
+    accepts_warm_start = False
+    stops_early = True
+
+
+@pytest.fixture
+def topdown() -> Iterator[type[Strategy]]:
+    register_strategy(TopDownStrategy)
+    register_strategy(EarlyTopDownStrategy)
+    try:
+        yield TopDownStrategy
+    finally:
+        unregister_strategy(TopDownStrategy.name)
+        unregister_strategy(EarlyTopDownStrategy.name)
+    assert {TopDownStrategy.name, EarlyTopDownStrategy.name}.isdisjoint(STRATEGIES)
+
+
+# --- helpers --------------------------------------------------------------------------------
+TASKS = ("qa", "mc", "cls")
+
+
+def _batches(sizes: Mapping[str, int]) -> dict[str, list[np.ndarray]]:
+    """Batches whose row numbers say their task (task index * 100000 + batch index)."""
+    return {task: [np.array([t * 100000 + i, t * 100000 + i]) for i in range(n)]
+            for t, (task, n) in enumerate(sizes.items())}
+
+
+def assert_sampler_contract(sampler: Sampler, sizes: Mapping[str, int], seed: int,
+                            epoch: int) -> Plan:
+    """What every sampler promises (`Sampler.order`): one task per batch, each update a batch
+    of its task, no batch twice, each task's batches used as `batches_used` says, and the plan a
+    pure function of (seed, epoch) that a rebuilt sampler (a resumed run) reproduces."""
+    batches = _batches(sizes)
+    plan = sampler.order(batches, seed, epoch)
+    owner = {int(b[0]): task for task, bs in batches.items() for b in bs}
+    used: list[int] = []
+    for task, batch in plan:
+        rows = {int(r) for r in batch}
+        assert len(rows) == 1 and owner[rows.pop()] == task, "one task per batch, its own"
+        used.append(int(batch[0]))
+    assert len(used) == len(set(used)), "a batch was used twice"
+    claimed = sampler.batches_used(sizes)
+    assert set(claimed) == set(sizes)
+    for task, n in sizes.items():
+        count = sum(t == task for t, _ in plan)
+        if claimed[task] is None:
+            assert 0 <= count <= n, (task, count)
+        else:
+            assert count == claimed[task], (task, count, claimed[task])
+    again = build_sampler(sampler.settings, sampler.tasks).order(batches, seed, epoch)
+    assert [(t, int(b[0])) for t, b in again] == [(t, int(b[0])) for t, b in plan]
+    return plan
+
+
+# Settings every registered sampler is held to its contract with (its defaults, and the
+# settings that change what it promises).
+SAMPLINGS: dict[str, list[dict[str, Any]]] = {
+    "shuffle": [{}],
+    "weighted": [{"weights": {"qa": 0.6}},
+                 {"weights": {"qa": 0.7, "mc": 0.3, "cls": 0}},
+                 {"weights": {"qa": 0.8}, "epoch_ends_with": "qa"},
+                 {"weights": {"qa": 0.5, "mc": 0}, "others": 0.5, "epoch_ends_with": "cls"}],
+}
+
+
+def test_every_registered_sampler_has_a_conformance_case() -> None:
+    assert set(SAMPLINGS) == set(SAMPLERS)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+@pytest.mark.parametrize("sizes", [{"qa": 7, "mc": 3, "cls": 1}, {"qa": 1, "mc": 20, "cls": 5},
+                                   {"qa": 4, "mc": 0, "cls": 4}])
+def test_every_registered_sampler_keeps_the_contract(name: str, sizes: dict) -> None:
+    for raw in SAMPLINGS.get(name, [{}]):
+        problems: list[str] = []
+        settings = parse_sampling({"scheme": name, **raw}, TASKS, problems)
+        assert problems == [] and settings is not None, problems
+        sampler = build_sampler(settings, TASKS)
+        for seed, epoch in ((1, 1), (1, 2), (7, 1)):
+            assert_sampler_contract(sampler, sizes, seed, epoch)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_every_registered_samplers_settings_round_trip(name: str,
+                                                       sample_data_dir: Path) -> None:
+    for raw in SAMPLINGS.get(name, [{}]):
+        tasks = {"qa": "rte", "mc": "mrpc", "cls": "stsb"}
+        renamed = {k: ({tasks[t]: w for t, w in v.items()} if isinstance(v, dict)
+                       else tasks.get(v, v)) for k, v in raw.items()}
+        cfg = load_config({"data_dir": str(sample_data_dir), "tasks": list(tasks.values()),
+                           "central_task": "rte", "sampling": {"scheme": name, **renamed}})
+        plain = cfg.to_dict()["sampling"]
+        assert plain["scheme"] == name
+        again = load_config({"data_dir": str(sample_data_dir), "tasks": list(tasks.values()),
+                             "central_task": "rte", "sampling": plain})
+        assert again.sampling == cfg.sampling and again.digest() == cfg.digest()
+
+
+# --- adding a batch sampler -----------------------------------------------------------------
+def _task_data(cfg: Any, sizes: Mapping[str, int]) -> dict[str, Any]:
+    """Tokenized-looking training sets (only the `length` column batching reads)."""
+    import datasets
+
+    from trainer.data import TaskData
+
+    return {name: TaskData(spec=cfg.task(name), evals={}, truncated={},
+                           train=datasets.Dataset.from_dict(
+                               {"length": [8 + (i * 7) % 50 for i in range(sizes[name])]}))
+            for name in cfg.task_names}
+
+
+def test_a_new_sampler_is_one_module_and_a_registration(blocks, sample_data_dir: Path) -> None:
+    from trainer.data import batch_plan
+
+    raw = {"data_dir": str(sample_data_dir), "tasks": ["rte", "mrpc", "stsb"],
+           "central_task": "rte", "batch_size": 4,
+           "sampling": {"scheme": "blocks", "first": "stsb"}}
+    cfg = load_config(raw)
+    assert cfg.sampling == BlockSettings(first="stsb")
+    # config.yaml and the digest come from the settings' own to_dict, and load back.
+    assert cfg.to_dict()["sampling"] == {"first": "stsb", "scheme": "blocks"}
+    assert load_config({**raw, "sampling": cfg.to_dict()["sampling"]}).digest() == cfg.digest()
+
+    # The epoch plan, built as the training loop builds it.
+    sizes = {"rte": 10, "mrpc": 7, "stsb": 5}
+    data = _task_data(cfg, sizes)
+    sampler = build_sampler(cfg.sampling, cfg.task_names)
+    assert isinstance(sampler, BlockSampler)
+    plan = batch_plan(data, cfg.batch_size, cfg.seed, 1, cfg.length_bucketing, sampler)
+    tasks = [t for t, _ in plan]
+    counts = {t: math.ceil(n / cfg.batch_size) for t, n in sizes.items()}
+    assert tasks == ["stsb"] * counts["stsb"] + ["rte"] * counts["rte"] + ["mrpc"] * counts["mrpc"]
+    assert all(len(batch) <= cfg.batch_size for _, batch in plan)
+    for task, n in sizes.items():  # every example of every task exactly once
+        rows = sorted(int(r) for t, b in plan if t == task for r in b)
+        assert rows == list(range(n))
+    again = batch_plan(data, cfg.batch_size, cfg.seed, 1, cfg.length_bucketing,
+                       build_sampler(cfg.sampling, cfg.task_names))
+    assert [(t, b.tolist()) for t, b in again] == [(t, b.tolist()) for t, b in plan]
+    assert_sampler_contract(sampler, sizes, seed=3, epoch=2)
+
+    # Its own problems, named like every other setting's.
+    with pytest.raises(ConfigError) as info:
+        load_config({**raw, "sampling": {"scheme": "blocks", "first": "qqp", "ends": 1}})
+    assert info.value.problems == ["sampling.ends: not a setting of scheme 'blocks'; its "
+                                   "settings are scheme, first"]
+    problems: list[str] = []
+    parse_sampling({"scheme": "nope"}, ["rte"], problems)
+    assert problems == ["sampling.scheme: unknown scheme 'nope'; choose one of shuffle, "
+                        "weighted, blocks"]
+
+
+def test_a_task_group_search_drops_what_the_new_sampler_names(blocks,
+                                                              sample_data_dir: Path) -> None:
+    # The sweep asks the settings class which settings name tasks (`keep_tasks`).
+    spec = load_study_spec({
+        "study": "blocks",
+        "train": {"data_dir": str(sample_data_dir), "tasks": ["rte", "mrpc", "stsb"],
+                  "epochs": 1, "sampling": {"scheme": "blocks", "first": "mrpc"}},
+        "central_tasks": ["rte"],
+        "search": {"strategy": "grid", "space": {GROUP: {"subsets_of": ["mrpc", "stsb"]}}},
+    })
+    firsts = {}
+    for point in spec.space.grid("rte") or []:
+        cfg = spec.for_cell("rte", point, 1, "/tmp/unused")
+        firsts[point[GROUP]] = cfg.sampling.first
+    assert firsts == {(): None, ("mrpc",): "mrpc", ("stsb",): None,
+                      ("mrpc", "stsb"): "mrpc"}
+
+
+def test_registering_a_sampler_is_checked() -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        register_sampler(type("Other", (BlockSampler,), {"name": "shuffle"}))
+    with pytest.raises(TypeError, match="SamplerSettings"):
+        register_sampler(type("Bare", (BlockSampler,), {"name": "bare",
+                                                        "settings_type": dict}))
+    assert set(SAMPLERS) == {"shuffle", "weighted"}
+
+
+# --- adding a search strategy ---------------------------------------------------------------
+def _study(sample_data_dir: Path, **extra: Any) -> dict[str, Any]:
+    return {"study": "topdown",
+            "train": {"data_dir": str(sample_data_dir), "tasks": ["rte", "mrpc"], "epochs": 2},
+            "central_tasks": ["rte"],
+            "search": {"strategy": "topdown", "limit": 2,
+                       "space": {CENTRAL_WEIGHT: [1, 3, 9], "lr": [1.0e-4]}},
+            "seeds": [1, 2], **extra}
+
+
+def _drive(spec: Any, strategy: Strategy) -> tuple[list[Record], list[Unit]]:
+    """One driver, as the searcher runs it: take each unit the strategy lists, build its run
+    config (the trainer validates it), train it (here: a synthetic score), record the trial."""
+    records: list[Record] = []
+    trained: list[Unit] = []
+    for _ in range(strategy.max_units() + 1):
+        units = strategy.units(records)
+        if not units:
+            return records, trained
+        unit = units[0]
+        point = unit.point or strategy.propose(unit, records, taken_cells(records))
+        assert point is not None
+        cfg = spec.for_cell(strategy.central, point, unit.seed, "/tmp/unused")
+        assert cfg.weighting.central_weight == point[CENTRAL_WEIGHT]
+        value = 0.7 - 0.002 * (point[CENTRAL_WEIGHT] - 9) ** 2
+        records.append(Record(len(records), unit.key, spec.space.cell_key(point, unit.seed),
+                              unit.seed, point, "complete", value, {1: value}))
+        trained.append(unit)
+    raise AssertionError("the strategy did not finish within its unit budget")
+
+
+def test_a_new_strategy_is_one_module_and_a_registration(topdown,
+                                                         sample_data_dir: Path) -> None:
+    from sweep.launch import first_points
+    from sweep.study_db import Central
+
+    spec = load_study_spec(_study(sample_data_dir, warm_start=[{CENTRAL_WEIGHT: 3,
+                                                                "lr": 1.0e-4}]))
+    assert spec.search.strategy == "topdown" and spec.search.settings == TopDownSettings(2)
+    # Its settings are part of the canonical form, and the digest survives the round trip.
+    assert spec.to_dict()["search"] == {"strategy": "topdown", "limit": 2,
+                                        "space": spec.space.to_plain()}
+    assert load_study_spec(spec.to_dict()).digest() == spec.digest()
+
+    # The launch's planning, without Ray: the first points (the warm start), then the units.
+    first = first_points(spec, [Central("rte", None, {}, {})], "sqlite:///:memory:")
+    assert first == {"rte": [{CENTRAL_WEIGHT: 3.0, "lr": 1.0e-4}]}
+    strategy = spec.strategy("rte", first["rte"])
+    assert isinstance(strategy, TopDownStrategy) and strategy.max_units() == 4
+    assert [u.point[CENTRAL_WEIGHT] for u in strategy.units([])] == [3.0, 9.0, 3.0, 9.0]
+    records, trained = _drive(spec, strategy)
+    assert [(u.seed, u.point[CENTRAL_WEIGHT]) for u in trained] == [
+        (1, 3.0), (1, 9.0), (2, 3.0), (2, 9.0)]
+    assert strategy.progress(records) == (4, 4)
+    assert strategy.units(records) == []
+
+
+def test_the_launch_makes_a_recommendation_into_the_new_strategys_first_points(
+        topdown, sample_data_dir: Path) -> None:
+    from sweep.launch import first_points
+    from sweep.study_db import Central
+
+    spec = load_study_spec(_study(sample_data_dir, warm_start="recommend"))
+    # An existing study holds the recommender's answer: the launch reads it back.
+    existing = {"rte": SimpleNamespace(user_attrs={S.A_RECOMMENDATION: {
+        "central_weight": 7.6, "interval": [5.0, 12.0], "regime": "test"}})}
+    first = first_points(spec, [Central("rte", None, {}, {})], "sqlite:///:memory:", existing)
+    assert first == {"rte": [{CENTRAL_WEIGHT: 9.0, "lr": 1.0e-4}]}  # the nearest grid weight
+    assert [u.point[CENTRAL_WEIGHT] for u in spec.strategy("rte", first["rte"]).units([])] \
+        == [9.0, 3.0, 9.0, 3.0]
+
+
+def test_what_the_study_file_knows_of_a_strategy_is_its_class_attributes(
+        topdown, sample_data_dir: Path) -> None:
+    # accepts_warm_start = True, stops_early = False: ASHA may stop its trials.
+    spec = load_study_spec(_study(sample_data_dir, scheduler="asha", warm_start=[
+        {CENTRAL_WEIGHT: 9, "lr": 1.0e-4}]))
+    assert spec.scheduler.name == "asha" and len(spec.warm_start) == 1
+
+    def problems(**extra: Any) -> list[str]:
+        with pytest.raises(ConfigError) as info:
+            load_study_spec(_study(sample_data_dir, **extra))
+        return info.value.problems
+
+    early = {"strategy": "topdown-early", "space": {CENTRAL_WEIGHT: [1, 9]}}
+    assert problems(search=early, scheduler="asha") == [
+        "scheduler: asha and strategy topdown-early both stop trials early; use scheduler: "
+        "fifo with topdown-early"]
+    assert problems(search=early, warm_start=[9])[0].startswith("warm_start: applies to")
+    finetuned = problems(search=early, objective={"stage": "finetuned"},
+                         train={"data_dir": str(sample_data_dir), "tasks": ["rte", "mrpc"],
+                                "epochs": 2, "finetune": {"tasks": "central", "epochs": 1}})
+    assert finetuned == [
+        "objective.stage: finetuned cannot be combined with strategy: topdown-early, which stops "
+        "trials on their multi-task epoch scores before any fine-tuned score exists; use "
+        "scheduler: fifo and the grid, guided, forward or topdown strategy"]
+    assert problems(search={**_study(sample_data_dir)["search"], "limit": 0}) == [
+        "search.limit: expected a whole number >= 1, got 0"]
+
+
+def test_registering_a_strategy_is_checked() -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        register_strategy(type("Other", (TopDownStrategy,), {"name": "grid"}))
+    with pytest.raises(TypeError, match="not a Strategy"):
+        register_strategy(dict)  # type: ignore[arg-type]
+    assert set(STRATEGIES) == {"grid", "guided", "halving", "forward"}
