@@ -10,7 +10,7 @@ import json
 import sys
 
 from studies.cli import STORAGE_HELP, check_plot_target, storage_url
-from trainer.task_types import NAMES as TASK_TYPES
+from trainer.task_types import TASK_TYPES  # a live view: registered types count at once
 from weightsearch.errors import ConfigError
 
 STAGES = ("multitask", "finetuned")  # = studies.schema.STAGES

@@ -46,7 +46,7 @@ from recommender.regime import (
 )
 from recommender.task_curve import locate_best
 from studies import schema
-from trainer.task_types import NAMES as TASK_TYPES
+from trainer.task_types import TASK_TYPES  # a live view: registered types count at once
 from weightsearch.errors import ConfigError
 
 SAME_DATA_DECADES = 0.05  # |log10 size ratio| below which two points are the same data (~12%)

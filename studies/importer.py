@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from studies import schema
-from trainer.task_types import NAMES as TASK_TYPES
+from trainer.task_types import TASK_TYPES  # a live view: registered types count at once
 from weightsearch.errors import DataError, StorageError
 
 REQUIRED = ("central_task", "task_type", "train_size", "central_weight", "seed", "metric")

@@ -54,6 +54,7 @@ from sweep.space import (
 )
 from sweep.strategies import STRATEGIES, Strategy
 from trainer.config_paths import anchor_mlflow, anchor_teachers
+from trainer.weighting import has_central_weight
 from weightsearch.errors import ConfigError
 from weightsearch.yamlio import load_yaml
 
@@ -517,7 +518,8 @@ def _parse_train(raw: Any, space: Space, problems: list[str], where: Any) -> dic
             train.pop(key)
     weighting = train.get("weighting")
     if space.dim(CENTRAL_WEIGHT) is not None and weighting is not None:
-        if not isinstance(weighting, Mapping) or weighting.get("scheme", "siwlm") != "siwlm":
+        if not isinstance(weighting, Mapping) or not has_central_weight(
+                weighting.get("scheme", "siwlm")):
             problems.append("train.weighting: a weight search sweeps SIWLM's central weight; "
                             "use weighting: {scheme: siwlm, ...} or leave it out")
             train.pop("weighting")

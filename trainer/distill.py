@@ -189,10 +189,10 @@ def read_soft_targets(path: Path, data: TaskData, rows: str, where: str) -> torc
     if meta.get("type") != spec.type:
         problems.append(f"{where}: {path} holds {meta.get('type')} targets, the task is "
                         f"{spec.type}; build them from teachers of this task")
-    elif spec.type == "regression" and targets.ndim != 1:
-        problems.append(f"{where}: {path} holds class probabilities for the regression task "
-                        f"{spec.name}; a regression task takes one score per example")
-    elif spec.type == "classification":
+    elif not TASK_TYPES[spec.type].class_outputs and targets.ndim != 1:
+        problems.append(f"{where}: {path} holds class probabilities for the {spec.type} task "
+                        f"{spec.name}; a {spec.type} task takes one score per example")
+    elif TASK_TYPES[spec.type].class_outputs:
         labels = json.loads(meta.get("labels", "null"))
         if labels != list(spec.labels or ()):
             problems.append(f"{where}: {path} has labels {labels}, the task has "
@@ -279,14 +279,15 @@ def _predict(cfg: RunConfig, weights: Path, task: str, data: TaskData, tokenizer
     saved = {k.replace("._orig_mod", ""): v for k, v in load_file(str(weights)).items()}
     model.load_state_dict(saved, strict=True)
     model = model.to(runtime.device).eval()
-    out = torch.empty((data.train_size, data.spec.num_labels) if data.spec.type ==
-                      "classification" else (data.train_size,))
+    classes = TASK_TYPES[data.spec.type].class_outputs
+    out = torch.empty((data.train_size, data.spec.num_labels) if classes
+                      else (data.train_size,))
     for indices in eval_batches(data.train, cfg.eval_batch_size):
         batch = data.collate(data.train, indices, tokenizer.pad_token_id or 0)
         batch = {k: v.to(runtime.device) for k, v in batch.items()}
         with torch.inference_mode(), runtime.autocast():
             logits = model(task, batch).float()
-        values = logits.softmax(-1) if data.spec.type == "classification" else logits
+        values = logits.softmax(-1) if classes else logits
         out[torch.as_tensor(indices)] = values.cpu()
     return out
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from trainer.task_types import task_type
 from trainer.tasks import TaskSpec
 from weightsearch.errors import DataError
 
@@ -145,7 +146,8 @@ def pair_rows(spec: TaskSpec, table: Table) -> TaskRows:
     ranking groups."""
     text_a = texts(table, spec.text_a)
     text_b = texts(table, spec.text_b) if spec.text_b is not None else None
-    labels = scores(table, spec) if spec.type == "regression" else class_indices(table, spec)
+    labels = (scores(table, spec) if task_type(spec.type).label_kind == "score"
+              else class_indices(table, spec))
     groups = _group_ids(table, spec.group) if spec.group is not None else None
     return TaskRows(table.path, text_a, text_b, labels, groups)
 

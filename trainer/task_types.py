@@ -5,13 +5,19 @@ service validate task types with it. Each entry names the head module that imple
 (reading and checking its labels, turning examples into model inputs, the network on the
 encoder's token states, the loss, decoding and metrics) and declares what a task definition of
 that type may say: its metrics, its own settings and their defaults, and the answer modules
-(`head:`) it accepts.
+(`head:`) it accepts. What other code needs to know about a type is an attribute of its entry
+(or of its head class), never a test of its name.
 
-Adding a task type is one head module under `trainer/heads/` plus one entry in `TASK_TYPES`.
+Adding a task type is one head module (the built-in ones are under `trainer/heads/`) plus one
+`register_task_type(TaskType(...))` call (the built-in ones are below). `TASK_TYPES` is a
+read-only view of the registry, so it always shows the registered types; `NAMES` is rebound on
+every change, so read it as `task_types.NAMES` (or use `TASK_TYPES`) where a later registration
+matters.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -32,7 +38,8 @@ class TaskType:
     """What a task definition of one type may say, and which head module implements it."""
 
     name: str
-    head_module: str  # the module under trainer/heads/ whose `HEAD` class implements the type
+    # The importable module whose `HEAD` class implements the type (built-ins: trainer.heads.*).
+    head_module: str
     # What the `label` column holds: "classes" (one of `labels`), "score" (a number),
     # "choice" (the index of the right choice), "answers" (answer spans of a context).
     label_kind: str
@@ -52,6 +59,9 @@ class TaskType:
     # Whether its head learns from teachers' soft targets (MT-DNN-KD: class distributions or
     # scores), so a run may name teachers for a task of this type.
     distillable: bool = False
+    # Whether its head gives one output per class of the label set (soft targets are then
+    # class distributions); otherwise one score per example (or per choice, span position).
+    class_outputs: bool = False
 
     @property
     def has_label_set(self) -> bool:
@@ -66,9 +76,42 @@ _CLASS_METRICS = ("accuracy", "f1", "mcc")
 _SQUAD_METRICS = ("exact", "f1", "has_ans_exact", "has_ans_f1", "no_ans_exact", "no_ans_f1",
                   "best_exact", "best_f1", "best_exact_thresh", "best_f1_thresh")
 
-TASK_TYPES: Mapping[str, TaskType] = MappingProxyType({t.name: t for t in (
+_REGISTRY: dict[str, TaskType] = {}
+TASK_TYPES: Mapping[str, TaskType] = MappingProxyType(_REGISTRY)  # a live, read-only view
+NAMES: tuple[str, ...] = ()
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def register_task_type(kind: TaskType) -> TaskType:
+    """Make `kind` available as a task's `type:`. A name already taken by another entry is
+    refused: unregister that one first."""
+    global NAMES
+    if not isinstance(kind, TaskType):
+        raise TypeError(f"{kind!r} is not a TaskType")
+    if not isinstance(kind.name, str) or not _NAME.match(kind.name):
+        raise ValueError(f"task type name {kind.name!r}: use lower-case letters, digits and _")
+    if not set(kind.default_metrics) <= set(kind.metrics) \
+            or kind.default_primary not in kind.default_metrics:
+        raise ValueError(f"task type {kind.name!r}: default_metrics must be among metrics, and "
+                         "default_primary among default_metrics")
+    if _REGISTRY.get(kind.name, kind) != kind:
+        raise ValueError(f"a task type named {kind.name!r} is already registered")
+    _REGISTRY[kind.name] = kind
+    NAMES = tuple(_REGISTRY)
+    return kind
+
+
+def unregister_task_type(name: str) -> None:
+    """Remove the task type registered as `name` (for tests and plug-ins); absent: nothing."""
+    global NAMES
+    _REGISTRY.pop(name, None)
+    NAMES = tuple(_REGISTRY)
+
+
+for _builtin in (
     TaskType("classification", "trainer.heads.classification", "classes", _CLASS_METRICS,
-             ("accuracy",), "accuracy", answer_modules=("linear", "san"), distillable=True),
+             ("accuracy",), "accuracy", answer_modules=("linear", "san"), distillable=True,
+             class_outputs=True),
     TaskType("regression", "trainer.heads.regression", "score",
              ("pearson", "spearman", "corr"), ("pearson", "spearman", "corr"), "corr",
              distillable=True),
@@ -92,9 +135,9 @@ TASK_TYPES: Mapping[str, TaskType] = MappingProxyType({t.name: t for t in (
              }),
              formats=("squad", "jsonl", "parquet"),
              required_columns=MappingProxyType({"text_b": "text_b: context"})),
-)})
-
-NAMES: tuple[str, ...] = tuple(TASK_TYPES)
+):
+    register_task_type(_builtin)
+del _builtin
 
 
 def task_type(name: str) -> TaskType:
@@ -102,4 +145,4 @@ def task_type(name: str) -> TaskType:
     try:
         return TASK_TYPES[name]
     except KeyError:
-        raise KeyError(f"unknown task type {name!r}; known: {', '.join(NAMES)}") from None
+        raise KeyError(f"unknown task type {name!r}; known: {', '.join(TASK_TYPES)}") from None

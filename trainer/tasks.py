@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
-from trainer.task_types import NAMES as TASK_TYPES
-from trainer.task_types import TASK_TYPES as _TYPES
-from trainer.task_types import TYPE_COLUMNS
+from trainer.task_types import TASK_TYPES, TYPE_COLUMNS
+
+_TYPES = TASK_TYPES  # a live view of the registry: a type registered later counts at once
 
 FORMATS = ("tsv", "csv", "jsonl", "parquet", "squad")
 # Every metric some task type reports, in a stable order.
@@ -56,7 +56,7 @@ class TaskSpec:
     @property
     def num_labels(self) -> int:
         """Outputs of the task head: one per class, a single score for regression and ranking."""
-        if self.type == "classification" and self.labels is not None:
+        if self.labels is not None and getattr(_TYPES.get(self.type), "class_outputs", False):
             return len(self.labels)
         return 1
 
@@ -285,9 +285,9 @@ def _check_fields(item: dict[str, Any], base: TaskSpec | None, where: str,
             values["format"] = item["format"]
     elif base is None and isinstance(values.get("train_file"), str):
         suffix = PurePath(values["train_file"]).suffix.lower()
-        # a .json file of a span_qa task is the official SQuAD layout, not JSON lines
-        fmt = "squad" if suffix == ".json" and values.get("type") == "span_qa" else (
-            _EXTENSION_FORMATS.get(suffix))
+        # a .json file of a type that reads SQuAD files (span_qa) is that layout, not JSON lines
+        squad = "squad" in getattr(_TYPES.get(values.get("type", "")), "formats", ())
+        fmt = "squad" if suffix == ".json" and squad else _EXTENSION_FORMATS.get(suffix)
         if fmt is None:
             bad("format", f"cannot tell the format of '{values['train_file']}' from its "
                           f"extension; set format to one of {', '.join(FORMATS)}")

@@ -1,12 +1,15 @@
 """Task heads, one module per task type; `trainer.task_types` says which module serves which type.
 
 Every head class implements the protocol of `trainer.heads.base.Head`. The loop, the data layer
-and the model look a head class up here by the task's type and never branch on the type.
+and the model look a head class up here by the task's type and never branch on the type. A task
+type registered later (`trainer.task_types.register_task_type`) is served the same way: its
+entry names the module whose `HEAD` is its head class.
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Iterator, Mapping
 
 from trainer.heads.base import Encoded, EvalSplit, Features, Head
 from trainer.task_types import TASK_TYPES
@@ -28,7 +31,22 @@ def build_head(spec: TaskSpec, hidden_size: int) -> Head:
     return head_class(spec.type)(hidden_size, spec)
 
 
-HEADS: dict[str, type[Head]] = {name: head_class(name) for name in TASK_TYPES}
+class _Heads(Mapping[str, type[Head]]):
+    """Task type name -> head class, for every registered type (a live view)."""
+
+    def __getitem__(self, name: str) -> type[Head]:
+        if name not in TASK_TYPES:
+            raise KeyError(name)
+        return head_class(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(TASK_TYPES)
+
+    def __len__(self) -> int:
+        return len(TASK_TYPES)
+
+
+HEADS: Mapping[str, type[Head]] = _Heads()
 ClassificationHead = HEADS["classification"]
 RegressionHead = HEADS["regression"]
 RankingHead = HEADS["ranking"]

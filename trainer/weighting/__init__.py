@@ -10,10 +10,16 @@ YAML (`weighting` key of a run config):
 A config without a `weighting` key trains with `equal` (plain MT-DNN): SIWLM cannot default,
 because its central weight is the very value a search has to choose. A `weighting` mapping
 must name its scheme.
+
+Adding a scheme: one module with its settings (a frozen dataclass mixing in `base.Settings`,
+whose `scheme` field names it) and its `Scheme` subclass, and one `register_scheme` call (the
+built-in ones are below). What other code needs to know about a scheme, its settings class
+says itself (e.g. `Settings.has_central_weight`, which a weight search reads).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Union
 
@@ -38,18 +44,61 @@ __all__ = [
     "WeightingScheme",
     "WeightingSettings",
     "build_scheme",
+    "has_central_weight",
     "parse_weighting",
+    "register_scheme",
     "scheme_problems",
+    "unregister_scheme",
 ]
 
+# The built-in settings types; a registered scheme brings its own `Settings` subclass.
 WeightingSettings = Union[SiwlmSettings, EqualSettings, StaticSettings]  # noqa: UP007
 
-SCHEMES: dict[str, type[Scheme]] = {
-    scheme.name: scheme for scheme in (SiwlmScheme, EqualScheme, StaticScheme)
-}
+SCHEMES: dict[str, type[Scheme]] = {}
 
 
-def parse_weighting(raw: object, problems: list[str]) -> WeightingSettings | None:
+def register_scheme(scheme: type[Scheme]) -> type[Scheme]:
+    """Make `scheme` available as `weighting: {scheme: <its name>}` (usable as a decorator).
+    A name already taken is refused: unregister the other one first."""
+    if not (isinstance(scheme, type) and issubclass(scheme, Scheme)):
+        raise TypeError(f"{scheme!r} is not a Scheme subclass")
+    name = getattr(scheme, "name", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{scheme.__name__} needs a class attribute `name`")
+    settings = getattr(scheme, "settings_type", None)
+    if not (isinstance(settings, type) and issubclass(settings, Settings)
+            and dataclasses.is_dataclass(settings)):
+        raise TypeError(f"{scheme.__name__}.settings_type must be a dataclass mixing in "
+                        "trainer.weighting.Settings")
+    fields = {f.name: f for f in dataclasses.fields(settings)}
+    if "scheme" not in fields or fields["scheme"].default != name:
+        raise ValueError(f"{settings.__name__} needs a field `scheme: str = "
+                         f"field(default={name!r}, init=False)` naming its scheme")
+    if name in SCHEMES and SCHEMES[name] is not scheme:
+        raise ValueError(f"a weighting scheme named {name!r} is already registered "
+                         f"({SCHEMES[name].__name__})")
+    SCHEMES[name] = scheme
+    return scheme
+
+
+def unregister_scheme(name: str) -> None:
+    """Remove the scheme registered as `name` (for tests and plug-ins); absent: nothing."""
+    SCHEMES.pop(name, None)
+
+
+for _builtin in (SiwlmScheme, EqualScheme, StaticScheme):
+    register_scheme(_builtin)
+del _builtin
+
+
+def has_central_weight(name: object) -> bool:
+    """Whether the scheme registered as `name` takes a `central_weight` setting (the value a
+    weight search sweeps); False for an unknown name."""
+    scheme = SCHEMES.get(name) if isinstance(name, str) else None
+    return scheme is not None and bool(scheme.settings_type.has_central_weight)
+
+
+def parse_weighting(raw: object, problems: list[str]) -> Settings | None:
     """Settings from the YAML `weighting` value (None when the key is absent: `equal`).
 
     Appends one message per problem to `problems` and returns None if there was any.
@@ -74,7 +123,7 @@ def parse_weighting(raw: object, problems: list[str]) -> WeightingSettings | Non
 
 
 def scheme_problems(
-    settings: WeightingSettings, tasks: Sequence[str], central_task: str | None
+    settings: Settings, tasks: Sequence[str], central_task: str | None
 ) -> list[str]:
     """Every problem of `settings` on its own and with the run's tasks (empty if it is fine)."""
     if not isinstance(settings, Settings) or getattr(settings, "scheme", None) not in SCHEMES:
@@ -89,10 +138,10 @@ def scheme_problems(
 
 
 def build_scheme(
-    settings: WeightingSettings, tasks: Sequence[str], central_task: str | None
+    settings: Settings, tasks: Sequence[str], central_task: str | None
 ) -> WeightingScheme:
     """The scheme for a run; `tasks` ordered central task first. Raises ConfigError."""
     found = scheme_problems(settings, tasks, central_task)
     if found:
         raise ConfigError(found)
-    return SCHEMES[settings.scheme](settings, tasks, central_task)
+    return SCHEMES[settings.scheme](settings, tasks, central_task)  # type: ignore[attr-defined]

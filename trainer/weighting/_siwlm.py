@@ -37,6 +37,7 @@ class SiwlmSettings(Settings):
     KEYS: ClassVar[tuple[str, ...]] = (
         "central_weight", "variant", "aux_weight", "aux_weights", "focus_span", "off_focus",
     )
+    has_central_weight: ClassVar[bool] = True
 
     def problems(self) -> list[str]:
         found: list[str] = []

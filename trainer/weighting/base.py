@@ -22,7 +22,7 @@ class WeightingScheme(Protocol):
 
 
 class Scheme(abc.ABC):
-    """Base class of the built-in schemes.
+    """Base class of the weighting schemes (the built-in ones and any `register_scheme` adds).
 
     Lifecycle, as the training loop uses it:
 
@@ -85,6 +85,9 @@ class Settings:
     """
 
     KEYS: ClassVar[tuple[str, ...]]
+    # Whether the scheme has a `central_weight` setting: the value a weight search sweeps
+    # (`trainer.weighting.has_central_weight`).
+    has_central_weight: ClassVar[bool] = False
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any], problems: list[str]) -> Any:
