@@ -104,3 +104,18 @@ def test_yaml_file_errors_name_the_line(tmp_path):
         load_config(bad)
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "missing.yaml")
+
+
+def test_every_declared_setting_is_read_from_the_config(sample_data_dir):
+    """`compile: true` used to be accepted and then dropped: every plain setting the run config
+    declares with a rule is now read from the file, and a bad value is named."""
+    cfg = load_config(base(sample_data_dir, compile=True, length_bucketing=False,
+                           precision="FP32", train_fraction=0.5))
+    assert (cfg.compile, cfg.length_bucketing, cfg.precision, cfg.train_fraction) == \
+        (True, False, "fp32", 0.5)
+    assert problems_of(base(sample_data_dir, compile="yes")) == \
+        ["compile: expected true or false, got 'yes'"]
+    assert problems_of(base(sample_data_dir, epochs=0, device="tpu")) == [
+        "epochs: 0 is out of range; use a value >= 1",
+        "device: 'tpu' is not one of auto, cpu, cuda, mps",
+    ]

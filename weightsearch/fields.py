@@ -70,9 +70,11 @@ class Number:
 
 @dataclass(frozen=True)
 class Choice:
-    """One of a few names, in any letter case (kept in lower case)."""
+    """One of a few names, in any letter case (kept in lower case); null (the default) where
+    `optional`."""
 
     options: tuple[str, ...]
+    optional: bool = False
 
     def check(self, key: str, value: Any) -> tuple[Any, str | None]:
         if not isinstance(value, str) or value.lower() not in self.options:
@@ -90,11 +92,16 @@ class Flag:
 
 def check_fields(raw: Mapping[str, Any], cls: type, problems: list[str],
                  prefix: str = "") -> dict[str, Any]:
-    """The settings of `raw` that `cls` declares with a rule, checked in declaration order."""
+    """The settings of `raw` that `cls` declares with a rule, checked in declaration order. A
+    null given for an optional setting leaves its default."""
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         rule = f.metadata.get(RULE)
         if rule is None or f.name not in raw:
+            continue
+        if raw[f.name] is None and getattr(rule, "optional", False):
+            if f.default is None:
+                values[f.name] = None
             continue
         value, problem = rule.check(prefix + f.name, raw[f.name])
         if problem is not None:
@@ -104,10 +111,24 @@ def check_fields(raw: Mapping[str, Any], cls: type, problems: list[str],
     return values
 
 
-def unknown_keys(raw: Mapping[str, Any], known: Iterable[str], problems: list[str]) -> None:
+def unknown_keys(raw: Mapping[str, Any], known: Iterable[str], problems: list[str],
+                 prefix: str = "") -> None:
     """One problem per key outside `known`, with the known keys that start alike."""
     known = sorted(known)
-    for key in sorted(set(raw) - set(known)):
+    for key in sorted(set(raw) - set(known), key=str):
         close = [k for k in known if k.startswith(str(key)[:3])]
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        problems.append(f"{key}: unknown setting{hint}; known settings: {', '.join(known)}")
+        problems.append(f"{prefix}{key}: unknown setting{hint}; known settings: "
+                        f"{', '.join(known)}")
+
+
+def check_section(raw: Any, cls: type, where: str, problems: list[str], example: str,
+                  known: Iterable[str] | None = None) -> dict[str, Any] | None:
+    """A settings mapping such as `mixture: {experts: 4}`: its unknown keys and the values of
+    the fields `cls` declares with a rule. None (and a problem) when `raw` is no mapping."""
+    if not isinstance(raw, Mapping):
+        problems.append(f"{where}: expected a mapping such as {example}, got {raw!r}")
+        return None
+    names = known if known is not None else [f.name for f in dataclasses.fields(cls)]
+    unknown_keys(raw, names, problems, prefix=f"{where}.")
+    return check_fields(raw, cls, problems, prefix=f"{where}.")
