@@ -58,9 +58,16 @@ from trainer.weighting import has_central_weight
 from weightsearch.errors import ConfigError
 from weightsearch.yamlio import load_yaml
 
+# The study file's format. A study's stored spec and digest are in the format of the release
+# that launched it; a spec of an older format is compared by content (`same_study`), so a
+# change of canonical form needs a new version, never a branch that keeps an old digest.
+# 1: up to 0.1.0, which left out a default `objective` and halving's default `start`.
+SPEC_VERSION = 2
+
 KEYS = (
-    "study", "storage", "train", "central_tasks", "search", "weights", "seeds", "resources",
-    "max_concurrent", "scheduler", "max_failures", "workdir", "warm_start", "objective",
+    "version", "study", "storage", "train", "central_tasks", "search", "weights", "seeds",
+    "resources", "max_concurrent", "scheduler", "max_failures", "workdir", "warm_start",
+    "objective",
 )
 SCHEDULERS = ("fifo", "asha")
 DEFAULT_WORKDIR = "./weightsearch_runs"
@@ -142,13 +149,13 @@ class StudySpec:
         return self.search.space
 
     def to_dict(self) -> dict[str, Any]:
-        """The study file in canonical form; stored with the study so `resume` needs nothing else.
-
-        `storage` is left out: the database that holds the study is given on the command line.
-        A classic central-weight search keeps the `weights:` spelling, so the studies launched
-        before `search:` existed keep their digest.
+        """The study file in canonical form (format `SPEC_VERSION`); stored with the study so
+        `resume` needs nothing else. `storage` is left out: the database that holds the study
+        is given on the command line. A search of the central weight alone is spelt `weights:`,
+        the short form a study file may use for it.
         """
         out: dict[str, Any] = {
+            "version": SPEC_VERSION,
             "study": self.study,
             "train": json.loads(json.dumps(self.train)),
             "central_tasks": list(self.central_tasks),
@@ -167,9 +174,8 @@ class StudySpec:
             "max_failures": self.max_failures,
             "workdir": self.workdir,
             "warm_start": "recommend" if self.warm_recommend else self._warm_plain(),
+            "objective": {"stage": self.objective.stage, "metric": self.objective.metric},
         })
-        if self.objective != Objective():  # studies from before `objective` keep their digest
-            out["objective"] = {"stage": self.objective.stage, "metric": self.objective.metric}
         return out
 
     def _warm_plain(self) -> list[Any]:
@@ -276,6 +282,11 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
     problems: list[str] = []
     for key in sorted(set(raw) - set(KEYS)):
         problems.append(f"{key}: unknown setting; known settings: {', '.join(KEYS)}")
+    version = raw.get("version", SPEC_VERSION)  # every format so far reads as the current one
+    if not _is_int(version) or not 1 <= version <= SPEC_VERSION:
+        problems.append(f"version: {version!r} is not a study-file format this release reads "
+                        f"(1 to {SPEC_VERSION}); leave it out for the current one, or upgrade "
+                        "weightsearch")
 
     study = raw.get("study")
     if study is None:

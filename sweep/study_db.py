@@ -13,7 +13,7 @@ from typing import Any
 from recommender.regime import encoder_size
 from studies import schema as S
 from sweep.space import CENTRAL_WEIGHT, Space
-from sweep.spec import StudySpec
+from sweep.spec import SPEC_VERSION, StudySpec, load_study_spec
 from sweep.strategies import Record
 from weightsearch.errors import ConfigError, StorageError
 
@@ -124,14 +124,27 @@ def _mismatch(spec: StudySpec, study: Any, url: str) -> str | None:
                 "tool made it (choose another study name)")
     if attrs.get(S.A_SOURCE) != S.SOURCE_SWEEP:
         return f"study {name!r} in {url} was imported, not launched; choose another study name"
-    if attrs.get(S.A_DIGEST) != spec.digest():
-        old = attrs.get(S.A_SPEC) or {}
-        new = spec.to_dict()
+    old = attrs.get(S.A_SPEC) if isinstance(attrs.get(S.A_SPEC), dict) else {}
+    if old.get("version") != SPEC_VERSION:  # an older release's format: compare by content
+        old = _in_current_format(old, spec.storage)
+    elif attrs.get(S.A_DIGEST) == spec.digest():
+        return None
+    new = spec.to_dict()
+    if old != new:
         changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         return (f"study {name!r} in {url} was launched with a different configuration "
                 f"(changed: {', '.join(changed) or 'unknown'}); choose another study name, or "
                 f"`weightsearch resume {spec.study} --storage {url}` to continue it as it was")
     return None
+
+
+def _in_current_format(stored: dict[str, Any], storage: str) -> dict[str, Any]:
+    """A spec stored by an older release, in today's canonical form (as stored when it no
+    longer reads: every key then differs from the spec it is compared with)."""
+    try:
+        return load_study_spec({**stored, "storage": storage}).to_dict()
+    except ConfigError:
+        return stored
 
 
 def _settled_attrs(study: Any, wait_s: float = 15.0) -> dict[str, Any] | None:

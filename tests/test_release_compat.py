@@ -94,3 +94,26 @@ def test_a_finished_release_study_resumes_with_nothing_to_train(release: Path,
     assert summary.ran == 0 and summary.finished and summary.complete == summary.total == 8
     assert _json(["inspect", STUDY, "--format", "json", "--storage", url]) == \
         expected["inspect_study"]
+
+
+def test_a_release_study_is_the_same_study_in_todays_format(release: Path) -> None:
+    """A 0.1.0 study's stored spec (format 1, no `version`) is compared by content: the same
+    study file is the same study, a changed one is refused and its change named."""
+    import optuna
+
+    from studies import schema
+    from studies.storage import open_storage
+    from sweep import study_db
+    from sweep.spec import SPEC_VERSION, load_study_spec
+
+    url = f"sqlite:///{release / 'studies.db'}"
+    storage = open_storage(url)
+    stored = study_db.stored_spec(STUDY, storage, url)
+    assert "version" not in stored and "objective" not in stored  # as 0.1.0 wrote it
+    spec = load_study_spec(stored)
+    study = optuna.load_study(study_name=f"{STUDY}/rte", storage=storage)
+    assert spec.to_dict()["version"] == SPEC_VERSION
+    assert spec.digest() != study.user_attrs[schema.A_DIGEST]  # digests of two formats
+    assert study_db._mismatch(spec, study, url) is None
+    more_seeds = load_study_spec({**stored, "seeds": [1, 2, 3]})
+    assert "(changed: seeds)" in study_db._mismatch(more_seeds, study, url)

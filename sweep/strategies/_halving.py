@@ -99,11 +99,8 @@ class HalvingSettings:
         return cls(min_epochs=least, reduction_factor=float(factor), start=start)
 
     def to_plain(self) -> dict[str, Any]:
-        plain: dict[str, Any] = {"min_epochs": self.min_epochs,
-                                 "reduction_factor": self.reduction_factor}
-        if self.start != "grid":  # absent by default: older studies keep their digest
-            plain["start"] = self.start
-        return plain
+        return {"min_epochs": self.min_epochs, "reduction_factor": self.reduction_factor,
+                "start": self.start}
 
 
 class HalvingStrategy(Strategy):
