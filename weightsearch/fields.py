@@ -4,20 +4,24 @@ A settings dataclass states each plain setting's rule beside its default
 (`epochs: int = setting(5, Number(integer=True, low=1))`); `check_fields` walks the fields in
 declaration order and turns a raw mapping (parsed YAML, `--set` overrides) into the values that
 passed, adding one problem per bad value, worded the same way for every setting:
-`<path>: <what is wrong>; <the fix>`. Settings with structure of their own (task lists,
-weighting schemes, samplers) keep their own parsers; cross-field rules stay explicit in the
-parser of the owning config.
+`<path>: <what is wrong>; <the fix>`. The same declarations give a JSON Schema
+(`json_schema`), which the HTTP service publishes for the bodies it reads. Settings with
+structure of their own (task lists, weighting schemes, samplers) keep their own parsers, which
+may be rules too (any object with `check`); cross-field rules stay explicit in the parser of the
+owning config.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 RULE = "rule"  # the metadata key of a field's rule
+DOC = "doc"  # the metadata key of a field's one-line description (the schema's)
 
 
 class Rule(Protocol):
@@ -26,9 +30,12 @@ class Rule(Protocol):
 
 
 def setting(default: Any = dataclasses.MISSING, rule: Rule | None = None, *,
-            factory: Any = dataclasses.MISSING) -> Any:
-    """A dataclass field with its default and the rule its raw value must pass."""
-    metadata = {RULE: rule} if rule is not None else {}
+            factory: Any = dataclasses.MISSING, doc: str | None = None) -> Any:
+    """A dataclass field with its default, the rule its raw value must pass and, for the
+    schema, what it is."""
+    metadata: dict[str, Any] = {RULE: rule} if rule is not None else {}
+    if doc:
+        metadata[DOC] = doc
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -40,6 +47,10 @@ def is_int(value: Any) -> bool:
 
 def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _nullable(schema: dict[str, Any], optional: bool) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]} if optional else schema
 
 
 @dataclass(frozen=True)
@@ -67,6 +78,13 @@ class Number:
             return None, f"{key}: {value!r} is out of range; use a value {low}{high}"
         return (int(value) if self.integer else float(value)), None
 
+    def schema(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "integer" if self.integer else "number",
+                               "exclusiveMinimum" if self.low_open else "minimum": self.low}
+        if self.high != math.inf:
+            out["maximum"] = self.high
+        return _nullable(out, self.optional)
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -81,6 +99,9 @@ class Choice:
             return None, f"{key}: {value!r} is not one of {', '.join(self.options)}"
         return value.lower(), None
 
+    def schema(self) -> dict[str, Any]:
+        return _nullable({"type": "string", "enum": list(self.options)}, self.optional)
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -88,6 +109,35 @@ class Flag:
         if not isinstance(value, bool):
             return None, f"{key}: expected true or false, got {value!r}"
         return value, None
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "boolean"}
+
+
+@dataclass(frozen=True)
+class Text:
+    """A non-blank string (kept stripped), matching `pattern` where given; `what` names it in
+    the message (`expected <what>, got ...`) and `fix` says what a valid one looks like."""
+
+    what: str = "a non-empty string"
+    pattern: str | None = None
+    fix: str = ""
+    optional: bool = False
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if value is None and self.optional:
+            return None, None
+        if not isinstance(value, str) or not value.strip():
+            return None, f"{key}: expected {self.what}, got {value!r}"
+        if self.pattern is not None and not re.fullmatch(self.pattern, value.strip()):
+            return None, f"{key}: {value.strip()[:40]!r} is not valid; {self.fix}"
+        return value.strip(), None
+
+    def schema(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": "string", "minLength": 1}
+        if self.pattern is not None:
+            out["pattern"] = f"^(?:{self.pattern})$"
+        return _nullable(out, self.optional)
 
 
 def check_fields(raw: Mapping[str, Any], cls: type, problems: list[str],
@@ -132,3 +182,23 @@ def check_section(raw: Any, cls: type, where: str, problems: list[str], example:
     names = known if known is not None else [f.name for f in dataclasses.fields(cls)]
     unknown_keys(raw, names, problems, prefix=f"{where}.")
     return check_fields(raw, cls, problems, prefix=f"{where}.")
+
+
+def json_schema(cls: type, keys: Iterable[str] | None = None,
+                parts: Mapping[str, dict[str, Any]] | None = None,
+                required: Iterable[str] = ()) -> dict[str, Any]:
+    """The JSON Schema of a settings mapping that `cls` declares: each field's rule (or the
+    schema `parts` gives for a structured one; anything for the rest), with its description.
+    `keys` are the mapping's keys when they are not exactly the dataclass's fields."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    properties: dict[str, Any] = {}
+    for key in keys if keys is not None else fields:
+        f = fields.get(key)
+        rule = f.metadata.get(RULE) if f is not None else None
+        schema = dict((parts or {}).get(key) or (rule.schema() if hasattr(rule, "schema")
+                                                 else {}))
+        if f is not None and DOC in f.metadata:
+            schema["description"] = f.metadata[DOC]
+        properties[key] = schema
+    return {"type": "object", "properties": properties, "additionalProperties": False,
+            **({"required": list(required)} if required else {})}
