@@ -16,19 +16,99 @@ midway, the studies this import created are deleted again.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from studies import schema
-from trainer.task_types import TASK_TYPES  # a live view: registered types count at once
+from trainer import task_types  # NAMES is read when a row is checked: the registry is live
 from weightsearch.errors import DataError, StorageError
+from weightsearch.fields import Text, check_fields, setting
 
-REQUIRED = ("central_task", "task_type", "train_size", "central_weight", "seed", "metric")
-OPTIONAL = ("metric_name", "encoder", "stage", "variant")
 A_IMPORTED_FROM = "imported_from"
 MAX_LISTED = 50  # problems listed in one error; the count of the rest follows
+
+
+def _number(text: Any) -> float | None:
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+# --- the rules of a cell (every cell of an import file is read as text) --------------------
+@dataclass(frozen=True)
+class _Numeral:
+    """A finite number written in a cell: a whole one where `whole`, above 0 where
+    `positive`, within `bounds` where given."""
+
+    whole: bool = False
+    positive: bool = False
+    bounds: tuple[float, float] | None = None
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        number = _number(value)
+        if (number is None or (self.whole and not number.is_integer())
+                or (self.positive and number <= 0)):
+            kind = f"a {'positive ' * self.positive}{'whole ' * self.whole}number"
+            return None, f"{key} {value!r} is not {kind}"
+        if self.bounds is not None and not self.bounds[0] <= number <= self.bounds[1]:
+            return None, f"{key} {number:g} is outside {self.bounds[0]:g}..{self.bounds[1]:g}"
+        return (int(number) if self.whole else number), None
+
+
+@dataclass(frozen=True)
+class _OneOf:
+    """One of the names `names()` gives when the cell is checked, in their letter case."""
+
+    names: Callable[[], tuple[str, ...]]
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        text = str(value).strip()
+        if text not in self.names():
+            return None, f"{key} {text!r} is not one of {', '.join(self.names())}"
+        return text, None
+
+
+@dataclass(frozen=True)
+class _StudyPart:
+    """A name that becomes part of a study name: not blank, without the separator."""
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        text = str(value).strip()
+        if not text or schema.SEPARATOR in text:
+            return None, f"{key} {text!r} must be a non-empty name without {schema.SEPARATOR!r}"
+        return text, None
+
+
+@dataclass(frozen=True)
+class ImportColumns:
+    """The columns of an import file, in the order their problems are listed: the required
+    ones, then the optional ones with the value a blank cell leaves."""
+
+    central_task: str = setting(rule=_StudyPart())
+    task_type: str = setting(rule=_OneOf(lambda: task_types.NAMES))
+    train_size: int = setting(rule=_Numeral(whole=True, positive=True))
+    central_weight: float = setting(rule=_Numeral(bounds=(schema.WEIGHT_LOW,
+                                                          schema.WEIGHT_HIGH)))
+    seed: int = setting(rule=_Numeral(whole=True))
+    metric: float = setting(rule=_Numeral())
+    metric_name: str = setting("metric", Text())  # the primary metric's name
+    # The regime the results were measured in; absent: encoder "unknown", stage multitask.
+    encoder: str | None = setting(None, Text())
+    stage: str | None = setting(None, _OneOf(lambda: schema.STAGES))
+    variant: str | None = setting(None, Text())
+
+
+_COLUMNS = dataclasses.fields(ImportColumns)
+REQUIRED = tuple(f.name for f in _COLUMNS if f.default is dataclasses.MISSING)
+OPTIONAL = tuple(f.name for f in _COLUMNS if f.default is not dataclasses.MISSING)
+REGIME = ("encoder", "stage", "variant")
 
 
 @dataclass(frozen=True)
@@ -45,24 +125,16 @@ class ImportRow:
     regime: dict[str, str] = field(default_factory=dict)  # encoder/stage/variant when given
 
 
-def _number(text: str) -> float | None:
-    try:
-        v = float(text)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
+# --- reading and checking a file ---------------------------------------------------------
 def _line_offset(path: Path) -> int:
     """Line number of the first data row: CSV/TSV have a header line, JSONL does not."""
     return 2 if path.suffix.lower() in (".csv", ".tsv") else 1
 
 
-def parse_rows(path: str | Path) -> list[ImportRow]:
-    """Read and validate the whole file; raise one DataError listing every problem."""
+def _read(path: Path):
+    """The file as a table of text cells, with every required column and a row at least."""
     from studies.tables import read_table
 
-    path = Path(path)
     df = read_table(path, as_text=True)
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
@@ -72,78 +144,126 @@ def parse_rows(path: str | Path) -> list[ImportRow]:
         )
     if df.empty:
         raise DataError(f"{path}: no data rows")
-    extra_cols = [c for c in df.columns if c not in REQUIRED + OPTIONAL]
-    numeric_extra = [c for c in extra_cols
-                     if all(v.strip() == "" or _number(v) is not None for v in df[c])]
-    first = _line_offset(path)
+    return df
+
+
+def _metric_columns(df) -> list[str]:
+    """The further columns whose every cell is a number or blank: further metrics."""
+    return [c for c in df.columns if c not in REQUIRED + OPTIONAL
+            and all(v.strip() == "" or _number(v) is not None for v in df[c])]
+
+
+def _declared_cells(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """The row's cells of declared columns; a blank optional cell (or a regime cell reading
+    nan) is left out, so the column's default holds."""
+    cells = {k: v for k, v in rec.items() if k in REQUIRED}
+    for k in OPTIONAL:
+        text = str(rec.get(k, "")).strip()
+        if text and not (k in REGIME and text.lower() == "nan"):
+            cells[k] = rec[k]
+    return cells
+
+
+def _check_row(rec: Mapping[str, Any], line: int, metric_columns: list[str],
+               problems: list[str]) -> ImportRow | None:
+    """The row, or None with its cells' problems added."""
+    before = len(problems)
+    values = check_fields(_declared_cells(rec), ImportColumns, problems)
+    if len(problems) > before:
+        return None
+    cols = ImportColumns(**values)
+    extra = {c: float(rec[c]) for c in metric_columns if str(rec[c]).strip() != ""}
+    regime = {k: getattr(cols, k) for k in REGIME if getattr(cols, k) is not None}
+    return ImportRow(line, cols.central_task, cols.task_type, cols.train_size,
+                     cols.central_weight, cols.seed, cols.metric, cols.metric_name, extra,
+                     regime)
+
+
+def _duplicate(row: ImportRow, seen: dict[tuple, int]) -> str | None:
+    """A second row of the same cell (central task, weight and seed)."""
+    key = (row.central_task, row.weight, row.seed)
+    if key in seen:
+        return (f"duplicate of line {seen[key]} (central_task {row.central_task}, "
+                f"central_weight {row.weight:g}, seed {row.seed})")
+    seen[key] = row.line
+    return None
+
+
+def _differs(row: ImportRow, first_of_task: dict[str, ImportRow]) -> str | None:
+    """A row whose task type, train size or metric name differs from its task's first row."""
+    first = first_of_task.setdefault(row.central_task, row)
+    meta = (row.task_type, row.train_size, row.metric_name)
+    was = (first.task_type, first.train_size, first.metric_name)
+    if meta == was:
+        return None
+    return (f"task {row.central_task}: task_type/train_size/metric_name "
+            f"{'/'.join(map(str, meta))} differ from line {first.line} "
+            f"({'/'.join(map(str, was))})")
+
+
+def _problems_error(path: Path, problems: list[str]) -> DataError:
+    shown = problems[:MAX_LISTED]
+    rest = len(problems) - MAX_LISTED
+    more = f"\n  ... and {rest} more" if rest > 0 else ""
+    return DataError(f"{path}: {len(problems)} problem(s), nothing was imported:\n"
+                     + "\n".join(f"  - {p}" for p in shown) + more)
+
+
+def parse_rows(path: str | Path) -> list[ImportRow]:
+    """Read and validate the whole file; raise one DataError listing every problem."""
+    path = Path(path)
+    df = _read(path)
+    metric_columns = _metric_columns(df)
     problems: list[str] = []
     rows: list[ImportRow] = []
     seen: dict[tuple, int] = {}
-    per_task: dict[str, tuple[str, int, str, int]] = {}
-    for i, rec in enumerate(df.to_dict("records")):
-        line = first + i
-        bad = []
-        task = str(rec["central_task"]).strip()
-        if not task or schema.SEPARATOR in task:
-            bad.append(f"central_task {task!r} must be a non-empty name without "
-                       f"{schema.SEPARATOR!r}")
-        ttype = str(rec["task_type"]).strip()
-        if ttype not in TASK_TYPES:
-            bad.append(f"task_type {ttype!r} is not one of {', '.join(TASK_TYPES)}")
-        size = _number(rec["train_size"])
-        if size is None or size != int(size) or size <= 0:
-            bad.append(f"train_size {rec['train_size']!r} is not a positive whole number")
-        weight = _number(rec["central_weight"])
-        if weight is None:
-            bad.append(f"central_weight {rec['central_weight']!r} is not a number")
-        elif not schema.WEIGHT_LOW <= weight <= schema.WEIGHT_HIGH:
-            bad.append(f"central_weight {weight:g} is outside "
-                       f"{schema.WEIGHT_LOW:g}..{schema.WEIGHT_HIGH:g}")
-        seed = _number(rec["seed"])
-        if seed is None or seed != int(seed):
-            bad.append(f"seed {rec['seed']!r} is not a whole number")
-        metric = _number(rec["metric"])
-        if metric is None:
-            bad.append(f"metric {rec['metric']!r} is not a number")
-        name = str(rec.get("metric_name", "")).strip() or "metric"
-        regime = {k: str(rec.get(k, "")).strip() for k in ("encoder", "stage", "variant")}
-        regime = {k: v for k, v in regime.items() if v and v.lower() != "nan"}
-        if regime.get("stage") not in (None, *schema.STAGES):
-            bad.append(f"stage {regime['stage']!r} is not one of {', '.join(schema.STAGES)}")
-        if not bad:
-            key = (task, weight, int(seed))
-            if key in seen:
-                bad.append(f"duplicate of line {seen[key]} (central_task {task}, central_weight "
-                           f"{weight:g}, seed {int(seed)})")
-            else:
-                seen[key] = line
-            meta = (ttype, int(size), name, line)
-            if task in per_task and per_task[task][:3] != meta[:3]:
-                t, s, n, at = per_task[task]
-                bad.append(f"task {task}: task_type/train_size/metric_name {ttype}/{int(size)}/"
-                           f"{name} differ from line {at} ({t}/{s}/{n})")
-            per_task.setdefault(task, meta)
-        if bad:
-            problems.extend(f"line {line}: {b}" for b in bad)
-            continue
-        extra = {c: float(rec[c]) for c in numeric_extra if str(rec[c]).strip() != ""}
-        rows.append(ImportRow(line, task, ttype, int(size), float(weight), int(seed),
-                              float(metric), name, extra, regime))
+    first_of_task: dict[str, ImportRow] = {}
+    for line, rec in enumerate(df.to_dict("records"), start=_line_offset(path)):
+        bad: list[str] = []
+        row = _check_row(rec, line, metric_columns, bad)
+        if row is not None:
+            bad = [p for p in (_duplicate(row, seen), _differs(row, first_of_task)) if p]
+        problems.extend(f"line {line}: {b}" for b in bad)
+        if row is not None and not bad:
+            rows.append(row)
     if problems:
-        shown = problems[:MAX_LISTED]
-        rest = len(problems) - MAX_LISTED
-        more = f"\n  ... and {rest} more" if rest > 0 else ""
-        raise DataError(
-            f"{path}: {len(problems)} problem(s), nothing was imported:\n"
-            + "\n".join(f"  - {p}" for p in shown) + more
-        )
+        raise _problems_error(path, problems)
     return rows
+
+
+def _study_attrs(study: str, head: ImportRow, path: str | Path, now: str) -> dict[str, Any]:
+    """The user attributes of the study of `head`'s central task (its first row)."""
+    regime_attrs = {"encoder": schema.A_ENCODER, "stage": schema.A_STAGE,
+                    "variant": schema.A_VARIANT}
+    return {
+        schema.A_STUDY: study, schema.A_CENTRAL: head.central_task,
+        schema.A_TASK_TYPE: head.task_type, schema.A_TRAIN_SIZE: head.train_size,
+        schema.A_PRIMARY: head.metric_name, schema.A_AUX_TASKS: [], schema.A_AUX_SIZES: {},
+        schema.A_SOURCE: schema.SOURCE_IMPORTED, schema.A_CREATED: now,
+        A_IMPORTED_FROM: str(path),
+        **{regime_attrs[k]: v for k, v in head.regime.items()},
+    }
+
+
+def _trial(row: ImportRow):
+    """The COMPLETE Optuna trial of one row."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    return optuna.trial.create_trial(
+        params={schema.PARAM: row.weight},
+        distributions={schema.PARAM: FloatDistribution(schema.WEIGHT_LOW, schema.WEIGHT_HIGH)},
+        value=row.metric,
+        user_attrs={
+            schema.T_SEED: row.seed, schema.T_CELL: schema.cell_key(row.weight, row.seed),
+            schema.T_METRICS: {row.central_task: {row.metric_name: row.metric, **row.extra}},
+        },
+    )
 
 
 def import_file(path: str | Path, study: str, storage_url: str) -> list[str]:
     """Validate `path`, then create `<study>/<task>` studies; returns their names."""
     import optuna
-    from optuna.distributions import FloatDistribution
 
     from studies.reading import open_quiet, study_names
 
@@ -161,7 +281,6 @@ def import_file(path: str | Path, study: str, storage_url: str) -> list[str]:
     by_task: dict[str, list[ImportRow]] = {}
     for r in rows:
         by_task.setdefault(r.central_task, []).append(r)
-    dist = {schema.PARAM: FloatDistribution(schema.WEIGHT_LOW, schema.WEIGHT_HIGH)}
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     created: list[str] = []
     try:
@@ -169,27 +288,9 @@ def import_file(path: str | Path, study: str, storage_url: str) -> list[str]:
             name = schema.study_name(study, task)
             st = optuna.create_study(study_name=name, storage=storage, direction="maximize")
             created.append(name)
-            head = task_rows[0]
-            for key, value in {
-                schema.A_STUDY: study, schema.A_CENTRAL: task, schema.A_TASK_TYPE: head.task_type,
-                schema.A_TRAIN_SIZE: head.train_size, schema.A_PRIMARY: head.metric_name,
-                schema.A_AUX_TASKS: [], schema.A_AUX_SIZES: {},
-                schema.A_SOURCE: schema.SOURCE_IMPORTED, schema.A_CREATED: now,
-                A_IMPORTED_FROM: str(path),
-                **{{"encoder": schema.A_ENCODER, "stage": schema.A_STAGE,
-                    "variant": schema.A_VARIANT}[k]: v for k, v in head.regime.items()},
-            }.items():
+            for key, value in _study_attrs(study, task_rows[0], path, now).items():
                 st.set_user_attr(key, value)
-            st.add_trials([
-                optuna.trial.create_trial(
-                    params={schema.PARAM: r.weight}, distributions=dist, value=r.metric,
-                    user_attrs={
-                        schema.T_SEED: r.seed, schema.T_CELL: schema.cell_key(r.weight, r.seed),
-                        schema.T_METRICS: {task: {r.metric_name: r.metric, **r.extra}},
-                    },
-                )
-                for r in task_rows
-            ])
+            st.add_trials([_trial(r) for r in task_rows])
     except BaseException as exc:  # Ctrl-C midway must not leave half a study behind either
         for name in created:
             with contextlib.suppress(Exception):  # best effort: the original error matters more
