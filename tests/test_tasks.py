@@ -125,3 +125,52 @@ def test_single_problem(item: dict, fragment: str) -> None:
 def test_bad_list(raw: object) -> None:
     specs, problems = parse(raw)
     assert specs == () and len(problems) == 1 and problems[0].startswith("tasks")
+
+
+def test_every_bad_field_of_a_task_is_reported_with_its_path() -> None:
+    specs, problems = parse([
+        "rte",
+        {"name": "bad name", "type": "classification", "train_file": 3, "dev_files": {},
+         "text_a": -1, "text_b": 1.5, "header": "yes", "labels": ["a", "a"],
+         "metrics": ["acc"], "dropout": 1.5, "head": "deep", "max_seq_len": 4},
+    ])
+    assert specs == (PRESETS["rte"],)
+    fields = ("name", "train_file", "dev_files", "text_a", "text_b", "header", "labels",
+              "metrics", "dropout", "head", "max_seq_len")
+    for field in fields:
+        assert any(p.startswith(f"tasks[1].{field}: ") for p in problems), (field, problems)
+    assert not any(p.startswith(("tasks[0]", "tasks[1].type")) for p in problems), problems
+
+
+def test_names_of_types_formats_and_heads_take_any_letter_case() -> None:
+    specs, problems = parse([{"preset": "rte", "type": "Classification", "format": "CSV",
+                              "head": "SAN", "name": "RTE_csv"}])
+    assert problems == []
+    assert (specs[0].type, specs[0].format, specs[0].head, specs[0].name) == (
+        "classification", "csv", "san", "rte_csv")
+
+
+def test_the_tasks_schema_follows_the_declarations_and_the_registry() -> None:
+    import dataclasses
+    import json
+
+    import jsonschema
+
+    from trainer.task_types import TaskType, register_task_type, unregister_task_type
+    from trainer.tasks import tasks_schema
+
+    validator = jsonschema.Draft202012Validator(tasks_schema())
+    presets = [json.loads(json.dumps({**dataclasses.asdict(p), "dev_files": dict(p.dev_files)}))
+               for p in PRESETS.values()]  # as config.yaml writes them
+    assert validator.is_valid(["rte", {"preset": "rte", "dropout": 0.2}, *presets])
+    for bad in ([], [{"preset": "rte", "dropout": 1.5}], [{"name": "x", "type": "classification"}],
+                [{"preset": "rte", "colour": "red"}]):
+        assert not validator.is_valid(bad), bad
+    register_task_type(TaskType("tagging", __name__, "classes", ("accuracy",), ("accuracy",),
+                                "accuracy"))
+    try:
+        schema = tasks_schema()["items"]["anyOf"][1]["properties"]["type"]
+        assert "tagging" in schema["enum"]
+    finally:
+        unregister_task_type("tagging")
+    assert "tagging" not in tasks_schema()["items"]["anyOf"][1]["properties"]["type"]["enum"]

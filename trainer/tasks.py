@@ -1,20 +1,24 @@
 """Task definitions: what a task's files look like, how its labels map to indices, how it is scored.
 
 A task comes from the YAML `tasks` list as a preset name (`rte`), a preset with overrides
-(`{preset: rte, dropout: 0.2}`) or a full definition. `parse_tasks` checks every item and
-reports all problems at once so the user fixes the whole list in one go.
+(`{preset: rte, dropout: 0.2}`) or a full definition. `TaskSpec` declares each plain field's
+rule beside its default, and `parse_tasks` checks every item with the settings walker of
+`weightsearch.fields` and then the rules that tie fields together (the format a file's extension
+implies, what a task type needs, the label set, the metrics), reporting all problems at once so
+the user fixes the whole list in one go.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
-from trainer.task_types import TASK_TYPES, TYPE_COLUMNS
+from trainer.task_types import TASK_TYPES, TYPE_COLUMNS, TaskType
+from weightsearch.fields import Number, Text, check_fields, is_number, json_schema, setting
 
 _TYPES = TASK_TYPES  # a live view of the registry: a type registered later counts at once
 
@@ -23,35 +27,232 @@ FORMATS = ("tsv", "csv", "jsonl", "parquet", "squad")
 METRICS = tuple(dict.fromkeys(m for t in _TYPES.values() for m in t.metrics))
 _EXTENSION_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl",
                       ".parquet": "parquet"}
-_NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_\-]*$")
+
+
+# Rules of task fields (any object with `check(key, value) -> (value, problem)`).
+
+@dataclass(frozen=True)
+class OneOf:
+    """One of the names `options()` gives when the value is checked (a registry may have grown
+    since), in any letter case (kept in lower case)."""
+
+    noun: str
+    options: Callable[[], Iterable[str]]
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        names = tuple(self.options())
+        if not isinstance(value, str) or value.lower() not in names:
+            return None, f"{key}: unknown {self.noun} {value!r}; use one of {', '.join(names)}"
+        return value.lower(), None
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "string", "enum": list(self.options())}
+
+
+def _column(value: object) -> str | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and value >= 0:
+        return str(value)
+    if isinstance(value, str) and value:
+        return value
+    return None
+
+
+_COLUMN_SCHEMA = {"anyOf": [{"type": "string", "minLength": 1}, {"type": "integer", "minimum": 0}]}
+
+
+def _nullable(schema: dict[str, Any], optional: bool = True) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]} if optional else schema
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column: its name, or its position from 0 in a file without header (kept as text)."""
+
+    optional: bool = False
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        column = _column(value)
+        if column is None:
+            null = " (or null)" if self.optional else ""
+            return None, (f"{key}: expected a column name or index{null}, got {value!r}; name "
+                          "the column, or give its position from 0 in a file without header")
+        return column, None
+
+    def schema(self) -> dict[str, Any]:
+        return _nullable(_COLUMN_SCHEMA, self.optional)
+
+
+@dataclass(frozen=True)
+class _Choices:
+    """Multiple choice: the columns of the choices, at least two, all different."""
+
+    optional: bool = True
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        columns = [_column(c) for c in value] if isinstance(value, list | tuple) else [None]
+        if len(columns) < 2 or None in columns or len(set(columns)) != len(columns):
+            return None, (f"{key}: expected at least two distinct columns, one per choice, got "
+                          f"{value!r}; e.g. [ending0, ending1, ending2, ending3]")
+        return tuple(columns), None
+
+    def schema(self) -> dict[str, Any]:
+        return _nullable({"type": "array", "items": _COLUMN_SCHEMA, "minItems": 2,
+                          "uniqueItems": True})
+
+
+@dataclass(frozen=True)
+class _DevFiles:
+    """A path (the split `dev`), or a mapping split name -> path."""
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if isinstance(value, str) and value.strip():
+            return (("dev", value.strip()),), None
+        pairs = tuple((str(k), v) for k, v in value.items()) if isinstance(value, Mapping) else ()
+        if not pairs or not all(k and isinstance(v, str) and v.strip() for k, v in pairs):
+            return None, (f"{key}: expected a path, or a mapping split name -> path, got "
+                          f"{value!r}; e.g. {{matched: MNLI/dev_matched.tsv}}")
+        return tuple((k, v.strip()) for k, v in pairs), None
+
+    def schema(self) -> dict[str, Any]:
+        path = {"type": "string", "minLength": 1}
+        return {"anyOf": [path, {"type": "object", "additionalProperties": path,
+                                 "minProperties": 1}]}
+
+
+@dataclass(frozen=True)
+class _Labels:
+    """The label set in index order, distinct; YAML [0, 1] means the file's "0" and "1". An
+    empty list or null: none (regression)."""
+
+    optional: bool = True
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        ok = isinstance(value, list | tuple) and all(
+            isinstance(v, str | int) and not isinstance(v, bool) for v in value)
+        labels = tuple(str(v) for v in value) if ok else ()
+        if not ok or len(set(labels)) != len(labels):
+            return None, (f"{key}: must be a list of distinct label values in index order, "
+                          "e.g. [not_entailment, entailment], or null for regression")
+        return labels or None, None
+
+    def schema(self) -> dict[str, Any]:
+        label = {"type": ["string", "integer"]}
+        return _nullable({"type": "array", "items": label, "uniqueItems": True})
+
+
+@dataclass(frozen=True)
+class _Metrics:
+    """A metric name, or a non-empty list of them (each kept once, in order)."""
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list | tuple) or not names:
+            return None, (f"{key}: expected a metric name or a non-empty list of them, got "
+                          f"{value!r}; use names from {', '.join(METRICS)}")
+        unknown = [m for m in names if m not in METRICS]
+        if unknown:
+            return None, (f"{key}: unknown metric(s) {', '.join(map(repr, unknown))}; use "
+                          f"names from {', '.join(METRICS)}")
+        return tuple(dict.fromkeys(names)), None
+
+    def schema(self) -> dict[str, Any]:
+        name = {"type": "string", "enum": list(METRICS)}
+        return {"anyOf": [name, {"type": "array", "items": name, "minItems": 1}]}
+
+
+@dataclass(frozen=True)
+class _Dropout:
+    """A dropout rate: a number in [0, 1)."""
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if not is_number(value) or not 0 <= value < 1:
+            return None, f"{key}: must be a number in [0, 1), got {value!r}"
+        return float(value), None
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "number", "minimum": 0, "exclusiveMaximum": 1}
+
+
+@dataclass(frozen=True)
+class _Header:
+    """true or false: whether the first line of the file names its columns."""
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if not isinstance(value, bool):
+            return None, f"{key}: must be true or false, got {value!r}"
+        return value, None
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "boolean"}
+
+
+@dataclass(frozen=True)
+class _TaskName:
+    """A task's name, kept in lower case: it names the study and the metrics."""
+
+    pattern: str = r"[A-Za-z0-9][A-Za-z0-9_\-]*"
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if not isinstance(value, str) or not re.fullmatch(self.pattern, value.strip()):
+            return None, (f"{key}: expected a task name, got {value!r}; use letters, digits, "
+                          "'_' or '-' (it names the study and the metrics)")
+        return value.strip().lower(), None
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "string", "pattern": f"^{self.pattern}$"}
+
+
+@dataclass(frozen=True)
+class _TypeOption:
+    """A setting only some task types have (span_qa's window sizes): null, or a value the check
+    of the registered type that has it passes."""
+
+    name: str
+    optional: bool = True
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        owner = next((t for t in _TYPES.values() if self.name in t.options), None)
+        problem = owner.options[self.name][1](value) if owner is not None else None
+        return (None, f"{key}: {problem}") if problem else (value, None)
+
+
+def _answer_modules() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(m for t in _TYPES.values() for m in t.answer_modules))
 
 
 @dataclass(frozen=True)
 class TaskSpec:
     """One task: its files, their column mapping, its label set and its metrics."""
 
-    name: str
-    type: str
-    train_file: str
-    dev_files: tuple[tuple[str, str], ...]
-    format: str = "tsv"
-    text_a: str = "sentence1"
-    text_b: str | None = None
-    label: str = "label"
-    group: str | None = None
-    header: bool = True
-    labels: tuple[str, ...] | None = None
-    primary_metric: str = "accuracy"
-    metrics: tuple[str, ...] = ("accuracy",)
-    dropout: float = 0.1
-    head: str = "linear"  # the answer module: linear, or san (classification)
-    choices: tuple[str, ...] | None = None  # multiple choice: the columns of the choices
-    max_seq_len: int | None = None  # this task's token limit; None: the run's max_seq_len
+    # No default for these four: a full definition gives them, a preset has them.
+    name: str = setting(rule=_TaskName())
+    type: str = setting(rule=OneOf("task type", lambda: _TYPES))
+    train_file: str = setting(rule=Text())
+    dev_files: tuple[tuple[str, str], ...] = setting(rule=_DevFiles())
+    format: str = setting("tsv", OneOf("format", lambda: FORMATS))
+    text_a: str = setting("sentence1", Column())
+    text_b: str | None = setting(None, Column(optional=True))
+    label: str = setting("label", Column())
+    group: str | None = setting(None, Column(optional=True))  # ranking: one candidate list
+    header: bool = setting(True, _Header())
+    labels: tuple[str, ...] | None = setting(None, _Labels())
+    primary_metric: str = setting("accuracy", OneOf("metric", lambda: METRICS))
+    metrics: tuple[str, ...] = setting(("accuracy",), _Metrics())
+    dropout: float = setting(0.1, _Dropout())
+    # the answer module: linear, or san (classification)
+    head: str = setting("linear", OneOf("answer module", _answer_modules))
+    # multiple choice: the columns of the choices
+    choices: tuple[str, ...] | None = setting(None, _Choices())
+    # this task's token limit; None: the run's max_seq_len
+    max_seq_len: int | None = setting(None, Number(integer=True, low=8, high=8192,
+                                                   optional=True))
     # span_qa only (None elsewhere): BERT's window and answer settings
-    doc_stride: int | None = None
-    max_query_len: int | None = None
-    max_answer_len: int | None = None
-    n_best: int | None = None
+    doc_stride: int | None = setting(None, _TypeOption("doc_stride"))
+    max_query_len: int | None = setting(None, _TypeOption("max_query_len"))
+    max_answer_len: int | None = setting(None, _TypeOption("max_answer_len"))
+    n_best: int | None = setting(None, _TypeOption("n_best"))
 
     @property
     def num_labels(self) -> int:
@@ -124,8 +325,11 @@ PRESETS: dict[str, TaskSpec] = {
 }
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(TaskSpec))
-_REQUIRED = ("name", "type", "train_file", "dev_files")
+_KEYS = ("preset", "data_dir", *_FIELDS)
+_REQUIRED = tuple(f.name for f in dataclasses.fields(TaskSpec)
+                  if f.default is dataclasses.MISSING)  # name, type, train_file, dev_files
 _OPTIONS = tuple(dict.fromkeys(k for t in _TYPES.values() for k in t.options))
+_Bad = Callable[[str, str], None]  # bad(field, what is wrong; the fix)
 
 
 def preset_key(name: str) -> str:
@@ -135,6 +339,15 @@ def preset_key(name: str) -> str:
 
 def _preset_choices() -> str:
     return ", ".join(PRESETS)
+
+
+def tasks_schema() -> dict[str, Any]:
+    """The JSON Schema of the `tasks` list: preset names, and mappings that name a preset or
+    give a full definition (read from the registry when called)."""
+    parts = {"preset": {"type": "string"}, "data_dir": {"type": "string", "minLength": 1}}
+    items = [json_schema(TaskSpec, keys=_KEYS, parts=parts, required=required)
+             for required in (["preset"], _REQUIRED)]
+    return {"type": "array", "minItems": 1, "items": {"anyOf": [{"type": "string"}, *items]}}
 
 
 def parse_tasks(raw: object, problems: list[str]) -> tuple[TaskSpec, ...]:
@@ -166,44 +379,38 @@ def parse_tasks(raw: object, problems: list[str]) -> tuple[TaskSpec, ...]:
     return tuple(specs)
 
 
+def _preset(name: object, where: str, problems: list[str], other: str = "") -> TaskSpec | None:
+    preset = PRESETS.get(preset_key(name)) if isinstance(name, str) else None
+    if preset is None:
+        problems.append(f"{where}: unknown preset {name!r}; choose one of "
+                        f"{_preset_choices()}{other}")
+    return preset
+
+
 def _parse_item(item: object, where: str, problems: list[str]) -> TaskSpec | None:
+    """A preset name, or a mapping: a preset with overrides or a full definition."""
     if isinstance(item, str):
-        preset = PRESETS.get(preset_key(item))
-        if preset is None:
-            problems.append(f"{where}: unknown preset '{item}'; choose one of "
-                            f"{_preset_choices()} or write a full task definition")
-        return preset
+        return _preset(item, where, problems, " or write a full task definition")
     if not isinstance(item, Mapping):
         problems.append(f"{where}: expected a preset name or a mapping, got "
                         f"{type(item).__name__}")
         return None
-    item = dict(item)
     before = len(problems)
-    unknown = [k for k in item if k not in (*_FIELDS, "preset", "data_dir")]
-    for key in unknown:
-        problems.append(f"{where}.{key}: unknown key; allowed keys are preset, data_dir, "
-                        f"{', '.join(_FIELDS)}")
-    base: TaskSpec | None = None
+    for key in (k for k in item if k not in _KEYS):
+        problems.append(f"{where}.{key}: unknown key; allowed keys are {', '.join(_KEYS)}")
+    base = None
     if "preset" in item:
-        name = item.pop("preset")
-        base = PRESETS.get(preset_key(name)) if isinstance(name, str) else None
+        base = _preset(item["preset"], f"{where}.preset", problems)
         if base is None:
-            problems.append(f"{where}.preset: unknown preset {name!r}; choose one of "
-                            f"{_preset_choices()}")
             return None
-    else:
-        for key in _REQUIRED:
-            if key not in item:
-                problems.append(f"{where}.{key}: missing; a full task definition needs "
-                                f"{', '.join(_REQUIRED)} (or use `preset: <name>`)")
+    missing = [] if base else [k for k in _REQUIRED if k not in item]
+    for key in missing:
+        problems.append(f"{where}.{key}: missing; a full task definition needs "
+                        f"{', '.join(_REQUIRED)} (or use `preset: <name>`)")
     values = _check_fields(item, base, where, problems)
-    if len(problems) > before or values is None:
-        return None
-    if "data_dir" in item:
+    if len(problems) == before and "data_dir" in item:
         _move_files(values, item["data_dir"], where, problems)
-        if len(problems) > before:
-            return None
-    return TaskSpec(**values)
+    return TaskSpec(**values) if len(problems) == before else None
 
 
 def _move_files(values: dict[str, Any], data_dir: object, where: str,
@@ -223,259 +430,130 @@ def _move_files(values: dict[str, Any], data_dir: object, where: str,
     values["dev_files"] = tuple((split, moved(p)) for split, p in values["dev_files"])
 
 
-def _check_fields(item: dict[str, Any], base: TaskSpec | None, where: str,
-                  problems: list[str]) -> dict[str, Any] | None:
-    """Validate each given field; returns the merged field values (base preset + overrides)."""
-    values: dict[str, Any] = dataclasses.asdict(base) if base else {}
-    if base:
-        values["dev_files"] = base.dev_files
-        values["labels"] = base.labels
-        values["metrics"] = base.metrics
+def _check_fields(item: Mapping[str, Any], base: TaskSpec | None, where: str,
+                  problems: list[str]) -> dict[str, Any]:
+    """The field values: the preset's, then the item's that pass their rules, then the
+    defaults that depend on other fields; checked against each other."""
 
     def bad(key: str, message: str) -> None:
         problems.append(f"{where}.{key}: {message}")
 
-    for key in ("name", "train_file"):
-        if key in item:
-            value = item[key]
-            if not isinstance(value, str) or not value.strip():
-                bad(key, "must be a non-empty string")
-            else:
-                values[key] = value.strip()
-    if isinstance(values.get("name"), str):
-        values["name"] = values["name"].lower()
-        if not _NAME_PATTERN.match(values["name"]):
-            bad("name", f"'{values['name']}' is not a valid task name; use lower-case letters, "
-                        "digits, '_' or '-' (it names the study and the metrics)")
-    if "type" in item:
-        if item["type"] not in TASK_TYPES:
-            bad("type", f"unknown task type {item['type']!r}; use one of {', '.join(TASK_TYPES)}")
-        else:
-            values["type"] = item["type"]
-    if "dev_files" in item:
-        dev = _parse_dev_files(item["dev_files"])
-        if dev is None:
-            bad("dev_files", "give a path string, or a mapping split name -> path, "
-                             "e.g. {matched: MNLI/dev_matched.tsv}")
-        else:
-            values["dev_files"] = dev
-    for key in ("text_a", "label"):
-        if key in item:
-            value = _column(item[key])
-            if value is None:
-                bad(key, "must be a column name (or a column index for headerless files)")
-            else:
-                values[key] = value
-    for key in ("text_b", "group"):
-        if key in item:
-            value = None if item[key] is None else _column(item[key])
-            if item[key] is not None and value is None:
-                bad(key, "must be a column name, a column index, or null")
-            else:
-                values[key] = value
-    if "header" in item:
-        if not isinstance(item["header"], bool):
-            bad("header", "must be true or false")
-        else:
-            values["header"] = item["header"]
-    if "format" in item:
-        if item["format"] not in FORMATS:
-            bad("format", f"unknown format {item['format']!r}; use one of {', '.join(FORMATS)}")
-        else:
-            values["format"] = item["format"]
-    elif base is None and isinstance(values.get("train_file"), str):
-        suffix = PurePath(values["train_file"]).suffix.lower()
-        # a .json file of a type that reads SQuAD files (span_qa) is that layout, not JSON lines
-        squad = "squad" in getattr(_TYPES.get(values.get("type", "")), "formats", ())
-        fmt = "squad" if suffix == ".json" and squad else _EXTENSION_FORMATS.get(suffix)
-        if fmt is None:
-            bad("format", f"cannot tell the format of '{values['train_file']}' from its "
-                          f"extension; set format to one of {', '.join(FORMATS)}")
-        else:
-            values["format"] = fmt
-    if "labels" in item:
-        labels = None if item["labels"] is None else _parse_labels(item["labels"])
-        if item["labels"] is not None and labels is None:
-            bad("labels", "must be a list of distinct label values in index order, "
-                          "e.g. [not_entailment, entailment], or null for regression")
-        else:
-            values["labels"] = labels or None
-    if "dropout" in item:
-        value = item["dropout"]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-            bad("dropout", f"must be a number in [0, 1), got {value!r}")
-        else:
-            values["dropout"] = float(value)
-    _check_type_settings(item, values, bad)
-    _check_metrics(item, values, bad)
-    if any(k not in values for k in _REQUIRED):
-        return None
-    _check_consistency(values, bad)
+    given = check_fields(item, TaskSpec, problems, prefix=f"{where}.")
+    values = {**(dataclasses.asdict(base) if base else {}), **given}
+    kind = _TYPES.get(values.get("type", ""))
+    if base is None and "format" not in item and "train_file" in values:
+        _infer_format(values, kind, bad)
+    if kind is not None:
+        _check_type_settings(values, kind, bad)
+    _default_metrics(item, given, values, kind)
+    _check_metrics(values, kind, bad)
+    if kind is not None and all(k in values for k in _REQUIRED):
+        _check_labels(values, kind, bad)
+        if not values.get("header", True):
+            _check_headerless(values, bad)
     return values
 
 
-def _check_type_settings(item: dict[str, Any], values: dict[str, Any], bad: Any) -> None:
-    """The settings that only some task types have: head, choices, max_seq_len and the type's
-    own options (span_qa's window settings)."""
-    kind = _TYPES.get(values.get("type", ""))
-    if "head" in item:
-        values["head"] = item["head"]
-    if kind is not None and values.get("head", "linear") not in kind.answer_modules:
-        others = [t.name for t in _TYPES.values() if values.get("head") in t.answer_modules]
-        hint = (f"head: {values['head']} applies to {', '.join(others)} tasks only"
-                if others else f"use one of {', '.join(kind.answer_modules)}")
-        bad("head", f"{values.get('head')!r} is not an answer module of a {kind.name} task; "
-                    f"{hint}")
-    if item.get("choices") is not None:
-        raw = item["choices"]
-        columns = [_column(c) for c in raw] if isinstance(raw, list | tuple) else None
-        if columns is None or len(columns) < 2 or None in columns or len(set(columns)) != len(
-                columns):
-            bad("choices", "must list at least two distinct columns, one per choice, e.g. "
-                           "[ending0, ending1, ending2, ending3]")
-        else:
-            values["choices"] = tuple(columns)
-    if "max_seq_len" in item:
-        value = item["max_seq_len"]
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or not 8 <= value <= 8192):
-            bad("max_seq_len", f"must be an integer in [8, 8192] or null, got {value!r}")
-        else:
-            values["max_seq_len"] = value
+def _infer_format(values: dict[str, Any], kind: TaskType | None, bad: _Bad) -> None:
+    """A full definition without `format`: the one its training file's extension implies."""
+    suffix = PurePath(values["train_file"]).suffix.lower()
+    # a .json file of a type that reads SQuAD files (span_qa) is that layout, not JSON lines
+    squad = kind is not None and "squad" in kind.formats
+    fmt = "squad" if suffix == ".json" and squad else _EXTENSION_FORMATS.get(suffix)
+    if fmt is None:
+        bad("format", f"cannot tell the format of '{values['train_file']}' from its "
+                      f"extension; set format to one of {', '.join(FORMATS)}")
+    else:
+        values["format"] = fmt
+
+
+def _owners(setting_of: Callable[[TaskType], Iterable[str]], key: str) -> list[str]:
+    return [t.name for t in _TYPES.values() if key in setting_of(t)]
+
+
+def _check_type_settings(values: dict[str, Any], kind: TaskType, bad: _Bad) -> None:
+    """What a task's type allows and needs: its answer modules, its own options (span_qa's
+    window settings; the type's default where not given), its columns and file formats."""
+    head = values.get("head", "linear")
+    if head not in kind.answer_modules:
+        others = _owners(lambda t: t.answer_modules, head)
+        hint = (f"head: {head} applies to {', '.join(others)} tasks only" if others
+                else f"use one of {', '.join(kind.answer_modules)}")
+        bad("head", f"{head!r} is not an answer module of a {kind.name} task; {hint}")
     for key in _OPTIONS:
-        if key in item:
-            values[key] = item[key]
-    if kind is None:
-        return
-    for key in _OPTIONS:
-        if key not in kind.options:
-            if values.get(key) is not None:
-                owners = [t.name for t in _TYPES.values() if key in t.options]
-                bad(key, f"only {', '.join(owners)} tasks use {key}; remove it")
-            continue
-        default, check = kind.options[key]
-        if values.get(key) is None:
-            values[key] = default
-        else:
-            problem = check(values[key])
-            if problem:
-                bad(key, problem)
+        if key in kind.options and values.get(key) is None:
+            values[key] = kind.options[key][0]
+        elif key not in kind.options and values.get(key) is not None:
+            owners = _owners(lambda t: t.options, key)
+            bad(key, f"only {', '.join(owners)} tasks use {key}; remove it")
     for column, example in kind.required_columns.items():
         if not values.get(column):
             bad(column, f"a {kind.name} task needs {column}, e.g. {example}")
     for column in TYPE_COLUMNS:
         if column not in kind.required_columns and values.get(column):
-            owners = [t.name for t in _TYPES.values() if column in t.required_columns]
+            owners = _owners(lambda t: t.required_columns, column)
             bad(column, f"only {', '.join(owners)} tasks use {column}; remove it or set "
                         f"type: {owners[0]}")
     fmt = values.get("format")
-    if fmt in FORMATS and fmt not in kind.formats:
+    if fmt is not None and fmt not in kind.formats:
         bad("format", f"a {kind.name} task reads {', '.join(kind.formats)} files, not {fmt}")
 
 
-def _check_metrics(item: dict[str, Any], values: dict[str, Any], bad: Any) -> None:
-    task_type = values.get("type", "classification")
-    kind = _TYPES.get(task_type)
+def _default_metrics(item: Mapping[str, Any], given: Mapping[str, Any],
+                     values: dict[str, Any], kind: TaskType | None) -> None:
+    """Metrics a definition leaves out: its primary metric (if the type reports it) or the
+    type's natural ones, also where a preset's type was changed; the primary metric: the type's
+    usual one (STS-B: the mean correlation) if listed, else the first listed."""
     allowed = kind.metrics if kind else METRICS
-    if "metrics" in item:
-        raw = item["metrics"]
-        raw = [raw] if isinstance(raw, str) else raw
-        if not isinstance(raw, list | tuple) or not raw:
-            bad("metrics", f"must be a non-empty list of metric names from {', '.join(METRICS)}")
-        else:
-            unknown = [m for m in raw if m not in METRICS]
-            if unknown:
-                bad("metrics", f"unknown metric(s) {', '.join(map(repr, unknown))}; "
-                               f"use names from {', '.join(METRICS)}")
-            else:
-                values["metrics"] = tuple(dict.fromkeys(raw))
-    elif "metrics" not in values or (kind and not set(values["metrics"]) <= set(allowed)):
-        # a full definition without metrics, or a preset whose type was changed
-        if item.get("primary_metric") in allowed:
-            values["metrics"] = (item["primary_metric"],)
-        else:  # the type's natural ones
-            values["metrics"] = kind.default_metrics if kind else ("accuracy",)
-    if "primary_metric" in item:
-        primary = item["primary_metric"]
-        if primary not in METRICS:
-            bad("primary_metric", f"unknown metric {primary!r}; use one of {', '.join(METRICS)}")
-        else:
-            values["primary_metric"] = primary
-    elif "metrics" in item or values.get("primary_metric") not in values.get("metrics", ()):
-        metrics = values.get("metrics") or ("accuracy",)
-        if values.get("primary_metric") not in metrics:
-            # the type's usual one (STS-B: the mean correlation), else the first listed
-            usual = kind.default_primary if kind else None
-            values["primary_metric"] = usual if usual in metrics else metrics[0]
-    metrics = values.get("metrics", ())
-    primary = values.get("primary_metric")
+    kept = values.get("metrics")  # a preset's, unless its type was changed
+    if "metrics" not in item and (kept is None or not set(kept) <= set(allowed)):
+        primary = given.get("primary_metric")
+        values["metrics"] = ((primary,) if primary in allowed
+                             else kind.default_metrics if kind else ("accuracy",))
+    metrics = values.get("metrics") or ("accuracy",)
+    if "primary_metric" not in item and values.get("primary_metric") not in metrics:
+        usual = kind.default_primary if kind else None
+        values["primary_metric"] = usual if usual in metrics else metrics[0]
+
+
+def _check_metrics(values: dict[str, Any], kind: TaskType | None, bad: _Bad) -> None:
+    metrics, primary = values.get("metrics", ()), values.get("primary_metric")
     if primary in METRICS and metrics and primary not in metrics:
         bad("primary_metric", f"'{primary}' is not in metrics ({', '.join(metrics)}); "
                               "add it to metrics or pick one of them")
-    wrong = [m for m in metrics if m in METRICS and m not in allowed]
-    if kind and wrong:
-        bad("metrics", f"{', '.join(wrong)} cannot score a {task_type} task; "
-                       f"use {', '.join(allowed)}")
+    wrong = [m for m in metrics if kind and m not in kind.metrics]
+    if wrong:
+        bad("metrics", f"{', '.join(wrong)} cannot score a {kind.name} task; "
+                       f"use {', '.join(kind.metrics)}")
 
 
-def _check_consistency(values: dict[str, Any], bad: Any) -> None:
-    """Rules that tie several fields together (type vs labels/group, format vs header)."""
-    task_type = values["type"]
+def _check_labels(values: dict[str, Any], kind: TaskType, bad: _Bad) -> None:
+    """The label set against the type: none, exactly `label_count`, or at least two (and two
+    where f1 is reported)."""
     labels = values.get("labels")
-    kind = _TYPES.get(task_type)
-    if kind is None:
-        return
     if not kind.has_label_set:
         if labels:
-            bad("labels", f"a {task_type} task has no label set; remove labels (or set it to "
+            bad("labels", f"a {kind.name} task has no label set; remove labels (or set it to "
                           "null)")
     elif not labels:
-        bad("labels", f"a {task_type} task needs its label set in index order, "
+        bad("labels", f"a {kind.name} task needs its label set in index order, "
                       "e.g. labels: [not_entailment, entailment]")
     elif kind.label_count is not None and len(labels) != kind.label_count:
-        bad("labels", f"a {task_type} task needs exactly {kind.label_count} labels, e.g. "
+        bad("labels", f"a {kind.name} task needs exactly {kind.label_count} labels, e.g. "
                       "[negative, positive]")
     elif len(labels) < 2:
         bad("labels", "needs at least two labels")
     elif "f1" in values.get("metrics", ()) and len(labels) != 2:
         bad("metrics", "f1 is computed for binary tasks only; drop it or use two labels")
-    if not values.get("header", True) and values.get("format") in ("jsonl", "parquet", "squad"):
+
+
+def _check_headerless(values: dict[str, Any], bad: _Bad) -> None:
+    """`header: false`: only delimited files, whose columns are named by position from 0."""
+    if values.get("format") in ("jsonl", "parquet", "squad"):
         bad("header", f"{values['format']} files always name their columns; remove header")
-    if not values.get("header", True):
-        for key in ("text_a", "text_b", "label", "group", "choices"):
-            columns = values.get(key)
-            for column in (columns if isinstance(columns, tuple) else (columns,)):
-                if column is not None and not column.isdigit():
-                    bad(key, f"'{column}' is not a column index; a file without header names "
-                             "its columns by position from 0, e.g. text_a: 3")
-
-
-def _column(value: object) -> str | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int) and value >= 0:
-        return str(value)
-    if isinstance(value, str) and value:
-        return value
-    return None
-
-
-def _parse_dev_files(raw: object) -> tuple[tuple[str, str], ...] | None:
-    if isinstance(raw, str) and raw.strip():
-        return (("dev", raw.strip()),)
-    if isinstance(raw, Mapping) and raw:
-        pairs = tuple((str(k), v) for k, v in raw.items())
-        if all(k and isinstance(v, str) and v.strip() for k, v in pairs):
-            return tuple((k, v.strip()) for k, v in pairs)
-    return None
-
-
-def _parse_labels(raw: object) -> tuple[str, ...] | None:
-    if not isinstance(raw, list | tuple):
-        return None
-    if not raw:
-        return ()
-    if any(isinstance(v, bool) or not isinstance(v, str | int) for v in raw):
-        return None
-    labels = tuple(str(v) for v in raw)  # YAML [0, 1] means the file's "0" and "1"
-    return labels if len(set(labels)) == len(labels) else None
+    for key in ("text_a", "text_b", "label", "group", "choices"):
+        columns = values.get(key)
+        for column in (columns if isinstance(columns, tuple) else (columns,)):
+            if column is not None and not column.isdigit():
+                bad(key, f"'{column}' is not a column index; a file without header names "
+                         "its columns by position from 0, e.g. text_a: 3")
