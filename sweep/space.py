@@ -24,6 +24,7 @@ dashboard plots.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import itertools
 import math
@@ -34,6 +35,7 @@ from typing import Any
 
 from studies import schema as S
 from trainer.sampling import keep_tasks as keep_sampling_tasks
+from weightsearch.fields import Flag, Number, check_fields, setting, unknown_keys
 
 CENTRAL_WEIGHT = "weighting.central_weight"
 GROUP = S.T_GROUP_PATH  # "tasks": the run-config key a task group sets
@@ -406,13 +408,57 @@ def _parse_dimension(path: str, spec: Any, tasks: Sequence[str], problems: list[
     return None
 
 
-def _weight_problem(where: str, value: Any) -> str | None:
-    fix = f"use a weight from {S.WEIGHT_LOW:g} to {S.WEIGHT_HIGH:g}"
-    if not _real(value):
-        return f"{where}: {value!r} is not a number; {fix}"
-    if not S.WEIGHT_LOW <= value <= S.WEIGHT_HIGH:
-        return f"{where}: {value!r} is out of range; {fix}"
-    return None
+@dataclass(frozen=True)
+class _Weight:
+    """A central weight: a number in the range every study searches (kept as a float)."""
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        fix = f"use a weight from {S.WEIGHT_LOW:g} to {S.WEIGHT_HIGH:g}"
+        if not _real(value):
+            return None, f"{key}: {value!r} is not a number; {fix}"
+        if not S.WEIGHT_LOW <= value <= S.WEIGHT_HIGH:
+            return None, f"{key}: {value!r} is out of range; {fix}"
+        return float(value), None
+
+    def schema(self) -> dict[str, Any]:
+        return {"type": "number", "minimum": S.WEIGHT_LOW, "maximum": S.WEIGHT_HIGH}
+
+
+@dataclass(frozen=True)
+class _Searched:
+    """A listed value of any other path: a finite number, a string or true/false (the
+    trainer's validation judges it at each point)."""
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if isinstance(value, Mapping | list) or value is None:
+            return None, (f"{key}: {value!r}: a searched value must be a number, a string or "
+                          "true/false")
+        if isinstance(value, float) and not math.isfinite(value):
+            return None, f"{key}: {value!r} is not a finite number"
+        return value, None
+
+
+_ANY_NUMBER = Number(integer=False, low=-math.inf)
+
+
+@dataclass(frozen=True)
+class RangeSettings:
+    """`{low, high[, step, log, int]}`: a numeric range; a grid where it has a step (or int)."""
+
+    low: float | None = setting(None, _ANY_NUMBER)  # required: None is refused
+    high: float | None = setting(None, _ANY_NUMBER)
+    step: float | None = setting(None, Number(integer=False, low=0, low_open=True,
+                                              optional=True))
+    log: bool = setting(False, Flag())
+    int: bool = setting(False, Flag())  # the key `int:`: whole numbers only
+
+
+@dataclass(frozen=True)
+class WeightRangeSettings(RangeSettings):
+    """The central weight's range: within the weight range, which is also its default."""
+
+    low: float | None = setting(S.WEIGHT_LOW, _Weight())
+    high: float | None = setting(S.WEIGHT_HIGH, _Weight())
 
 
 def _parse_values(path: str, values: list, problems: list[str], where: str,
@@ -422,27 +468,17 @@ def _parse_values(path: str, values: list, problems: list[str], where: str,
                         + ("weights: [1, 3, 6, 9, 12, 15]" if path == CENTRAL_WEIGHT
                            else "[1.0e-4, 2.0e-4]"))
         return None
+    rule = _Weight() if path == CENTRAL_WEIGHT else _Searched()
     out: list[Any] = []
     before = len(problems)
     for i, given in enumerate(values):
-        value = given
-        if path == CENTRAL_WEIGHT:
-            problem = _weight_problem(f"{where}[{i}]", value)
-            if problem:
-                problems.append(problem)
-                continue
-            value = float(value)
-        elif isinstance(value, Mapping | list) or value is None:
-            problems.append(f"{where}[{i}]: {value!r}: a searched value must be a number, "
-                            "a string or true/false")
-            continue
-        elif isinstance(value, float) and not math.isfinite(value):
-            problems.append(f"{where}[{i}]: {value!r} is not a finite number")
-            continue
-        if any(value == v and type(value) is type(v) for v in out):
-            problems.append(f"{where}[{i}]: {given!r} is listed twice")
-            continue
-        out.append(value)
+        value, problem = rule.check(f"{where}[{i}]", given)
+        if problem is None and any(value == v and type(value) is type(v) for v in out):
+            problem = f"{where}[{i}]: {given!r} is listed twice"
+        if problem is None:
+            out.append(value)
+        else:
+            problems.append(problem)
     if len(problems) > before:
         return None
     return Dimension(path, values=tuple(out), categorical=categorical)
@@ -450,43 +486,37 @@ def _parse_values(path: str, values: list, problems: list[str], where: str,
 
 def _parse_range(path: str, spec: Mapping[str, Any], problems: list[str],
                  where: str) -> Dimension | None:
-    known = ("low", "high", "step", "log", "int")
-    for key in sorted(set(spec) - set(known)):
-        problems.append(f"{where}.{key}: unknown setting; a range takes {', '.join(known)}")
+    cls = WeightRangeSettings if path == CENTRAL_WEIGHT else RangeSettings
+    unknown_keys(spec, [f.name for f in dataclasses.fields(cls)], problems, f"{where}.")
     before = len(problems)
-    low = spec.get("low", S.WEIGHT_LOW if path == CENTRAL_WEIGHT else None)
-    high = spec.get("high", S.WEIGHT_HIGH if path == CENTRAL_WEIGHT else None)
-    for key, value in (("low", low), ("high", high)):
-        if path == CENTRAL_WEIGHT:
-            problem = _weight_problem(f"{where}.{key}", value)
-            if problem:
-                problems.append(problem)
-        elif not _real(value):
-            problems.append(f"{where}.{key}: expected a number, got {value!r}")
-    step, log, integer = spec.get("step"), spec.get("log", False), spec.get("int", False)
-    if step is not None and (not _real(step) or step <= 0):
-        problems.append(f"{where}.step: expected a number > 0 or null, got {step!r}")
-    for key, flag in (("log", log), ("int", integer)):
-        if not isinstance(flag, bool):
-            problems.append(f"{where}.{key}: expected true or false, got {flag!r}")
+    # Without low or high a range is checked as if it gave its default (None: refused).
+    given = {"low": cls.low, "high": cls.high, **spec}
+    values = check_fields(given, cls, problems, f"{where}.")
     if len(problems) > before:
         return None
-    if low >= high:
-        problems.append(f"{where}: low ({low!r}) must be below high ({high!r})")
+    r = cls(**values)
+    problem = _range_problem(r, given, path == CENTRAL_WEIGHT)
+    if problem is not None:
+        problems.append(f"{where}{problem}")
         return None
-    if log and (low <= 0 or step is not None):
-        problems.append(f"{where}.log: a log range needs low > 0 and no step")
-        return None
-    if integer and not all(float(v).is_integer() for v in (low, high, step or 1)):
-        problems.append(f"{where}.int: low, high and step must be whole numbers")
-        return None
-    if path == CENTRAL_WEIGHT and integer:
-        problems.append(f"{where}.int: the central weight is a real number; use a step of 1")
-        return None
-    return Dimension(path, low=float(low) if not integer else int(low),
-                     high=float(high) if not integer else int(high),
-                     step=None if step is None else (int(step) if integer else float(step)),
-                     log=log, integer=integer)
+    whole = int if r.int else float
+    return Dimension(path, low=whole(r.low), high=whole(r.high),
+                     step=None if r.step is None else whole(r.step), log=r.log, integer=r.int)
+
+
+def _range_problem(r: RangeSettings, given: Mapping[str, Any],
+                   central_weight: bool) -> str | None:
+    """What is wrong with a range whose every setting is fine on its own, as a suffix of its
+    path (`: ...` or `.<setting>: ...`); `given` holds low and high as written."""
+    if r.low >= r.high:
+        return f": low ({given['low']!r}) must be below high ({given['high']!r})"
+    if r.log and (r.low <= 0 or r.step is not None):
+        return ".log: a log range needs low > 0 and no step"
+    if r.int and not all(float(v).is_integer() for v in (r.low, r.high, r.step or 1)):
+        return ".int: low, high and step must be whole numbers"
+    if central_weight and r.int:
+        return ".int: the central weight is a real number; use a step of 1"
+    return None
 
 
 def _parse_group(path: str, spec: Any, tasks: Sequence[str], problems: list[str],
