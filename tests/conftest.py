@@ -1,4 +1,5 @@
-"""Shared fixtures: offline mode, a private cache, a tiny random-init encoder, the sample."""
+"""Shared fixtures: offline mode, a private cache, a tiny random-init encoder, the sample, the
+tiny runs several tests read, and PostgreSQL databases."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import SAMPLE, SHARED_GLUE, TinyRun, train_tiny_run
+
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -15,10 +18,6 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Tokenized-data cache private to this test session, never the user's.
 os.environ["WEIGHTSEARCH_CACHE"] = tempfile.mkdtemp(prefix="weightsearch-test-cache-")
-
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "data" / "glue_sample"
-SHARED_GLUE = ROOT.parent / "shared" / "data" / "glue"
 
 
 @pytest.fixture(scope="session")
@@ -62,6 +61,23 @@ def tiny_encoder(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> 
     BertModel(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory, sample_data_dir: Path,
+             tiny_encoder: str) -> TinyRun:
+    """The tiny run of `helpers.run_config` as it is (2 epochs), trained once per session.
+    Tests read it; a test that changes a run copies its folder first."""
+    out = tmp_path_factory.mktemp("tiny-run") / "run"
+    return train_tiny_run(sample_data_dir, tiny_encoder, out)
+
+
+@pytest.fixture(scope="session")
+def tiny_run_1_epoch(tmp_path_factory: pytest.TempPathFactory, sample_data_dir: Path,
+                     tiny_encoder: str) -> TinyRun:
+    """The same run with `epochs=1`, trained once per session."""
+    out = tmp_path_factory.mktemp("tiny-run-1") / "run"
+    return train_tiny_run(sample_data_dir, tiny_encoder, out, epochs=1)
 
 
 PG_ADMIN_URL = os.environ.get(

@@ -75,17 +75,28 @@ def _run(argv: list[str]) -> int:
         return int(exc.code or 0)
 
 
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory) -> Path:
+    """A folder with studies.db holding the imported study `existing` and the CSV it came
+    from, imported once for the module; each test gets a copy."""
+    folder = tmp_path_factory.mktemp("seeded")
+    seed_csv = folder / "seed.csv"
+    seed_csv.write_text(IMPORT_HEADER + "rte,classification,2490,9,1,0.61\n"
+                        "rte,classification,2490,1,1,0.55\n")
+    url = f"sqlite:///{folder / 'studies.db'}"
+    assert main(["import", str(seed_csv), "--study", "existing", "--storage", url]) == 0
+    return folder
+
+
 @pytest.fixture
-def world(tmp_path, sample_data_dir, tiny_encoder):
+def world(tmp_path, sample_data_dir, tiny_encoder, seeded):
     """A data folder to corrupt, a populated study database, and places for outputs."""
     data = tmp_path / "data"
     shutil.copytree(sample_data_dir, data)
+    for name in ("seed.csv", "studies.db"):
+        shutil.copy(seeded / name, tmp_path / name)
     db = tmp_path / "studies.db"
     url = f"sqlite:///{db}"
-    seed_csv = tmp_path / "seed.csv"
-    seed_csv.write_text(IMPORT_HEADER + "rte,classification,2490,9,1,0.61\n"
-                        "rte,classification,2490,1,1,0.55\n")
-    assert main(["import", str(seed_csv), "--study", "existing", "--storage", url]) == 0
     return {"tmp": tmp_path, "data": data, "db": db, "url": url, "encoder": tiny_encoder,
             "out": tmp_path / "out", "work": tmp_path / "work"}
 

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import CHECK_SIWLM_STEPS
 from trainer import load_config, train
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "check_siwlm_steps.py"
-spec = importlib.util.spec_from_file_location("check_siwlm_steps", SCRIPT)
+pytestmark = pytest.mark.slow  # every test here reads a real tiny run
+
+spec = importlib.util.spec_from_file_location("check_siwlm_steps", CHECK_SIWLM_STEPS)
 checker = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(checker)
 
 
-def _run(sample_data_dir, tiny_encoder, out: Path, variant: str) -> Path:
+def _train(sample_data_dir, tiny_encoder, out: Path, variant: str) -> Path:
     cfg = load_config({
         "encoder": tiny_encoder, "data_dir": str(sample_data_dir),
         "tasks": ["mrpc", "rte", "stsb", "cola"], "central_task": "rte",
@@ -29,9 +32,23 @@ def _run(sample_data_dir, tiny_encoder, out: Path, variant: str) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def runs(sample_data_dir, tiny_encoder, tmp_path_factory):
+    """The run of each variant, trained once for the module: variant -> its folder."""
+    trained: dict[str, Path] = {}
+
+    def run(variant: str) -> Path:
+        if variant not in trained:
+            trained[variant] = _train(sample_data_dir, tiny_encoder,
+                                      tmp_path_factory.mktemp(variant) / "run", variant)
+        return trained[variant]
+
+    return run
+
+
 @pytest.mark.parametrize("variant", ["reference", "paper"])
-def test_real_runs_match_the_rule(sample_data_dir, tiny_encoder, tmp_path, capsys, variant):
-    out = _run(sample_data_dir, tiny_encoder, tmp_path / variant, variant)
+def test_real_runs_match_the_rule(runs, capsys, variant):
+    out = runs(variant)
     assert checker.main([str(out)]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["updates"] == 3 * 4 * 3 and summary["mismatches"] == 0
@@ -42,9 +59,9 @@ def test_real_runs_match_the_rule(sample_data_dir, tiny_encoder, tmp_path, capsy
     assert sum(weights.values()) == summary["updates"]
 
 
-def test_a_tampered_weight_or_a_missing_update_is_caught(sample_data_dir, tiny_encoder, tmp_path,
-                                                         capsys):
-    out = _run(sample_data_dir, tiny_encoder, tmp_path / "run", "reference")
+def test_a_tampered_weight_or_a_missing_update_is_caught(runs, tmp_path, capsys):
+    out = tmp_path / "run"
+    shutil.copytree(runs("reference"), out)  # the reference run, to tamper with
     lines = (out / "steps.jsonl").read_text().splitlines()
     row = json.loads(lines[7])
     row["weight"] *= 2

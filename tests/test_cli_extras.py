@@ -32,13 +32,11 @@ def test_a_missing_extra_names_what_to_install():
 
 def test_plots_are_written_in_the_format_of_their_extension(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    from pathlib import Path
-
     from studies.importer import import_file
+    from tests.helpers import TABLE2
 
-    table = Path(__file__).resolve().parents[1] / "recommender" / "data" / "siwlm_table2.csv"
     url = f"sqlite:///{tmp_path / 'paper.db'}"
-    import_file(table, "paper", url)
+    import_file(TABLE2, "paper", url)
     heads = {".pdf": b"%PDF", ".svg": b"<?xml", ".png": b"\x89PNG"}
     for suffix, head in heads.items():
         target = tmp_path / f"study{suffix}"

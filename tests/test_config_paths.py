@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import EXAMPLES, ROOT
 from trainer import load_config, train
 from weightsearch.cli import main
 from weightsearch.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples"
 RUN_EXAMPLES = sorted(p for p in EXAMPLES.glob("*.yaml") if not p.name.startswith("study-"))
 
 

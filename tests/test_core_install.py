@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT, TABLE2
+
 PACKAGES = ("weightsearch", "trainer", "studies", "recommender", "sweep", "service")
 EXTRA_ONLY = ("ray", "fastapi", "uvicorn", "psycopg", "matplotlib", "tensorboard", "mlflow")
 TORCH = os.environ.get("TORCH_SPEC", "torch==2.13.0")  # as scripts/test.sh installs it
@@ -74,9 +75,8 @@ def test_a_fresh_core_install_recommends_inspects_and_names_missing_extras(tmp_p
     assert _run([python, "-c", typed], tmp_path).stdout.strip() == "True"
 
     url = f"sqlite:///{tmp_path / 'core.db'}"
-    table = ROOT / "recommender" / "data" / "siwlm_table2.csv"
     for args in (["recommend", "--train-size", "2500", "--storage", url],
-                 ["import", str(table), "--study", "paper", "--storage", url],
+                 ["import", str(TABLE2), "--study", "paper", "--storage", url],
                  ["inspect", "--storage", url, "--format", "json"]):
         done = _run([script, *args], tmp_path)
         assert done.returncode == 0, (args, done.stderr)

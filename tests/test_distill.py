@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from tests.test_trainer_run import read_jsonl, run_config
+from tests.helpers import read_jsonl, run_config
 from trainer import train
 from weightsearch.cli import main
 from weightsearch.errors import ConfigError
@@ -49,6 +49,7 @@ def test_distillation_loss_is_the_mean_of_hard_and_soft(sample_data_dir, tiny_en
         pytest.approx((1 + 0.25) / 2))
 
 
+@pytest.mark.slow
 def test_builder_averages_the_teachers(sample_data_dir, tiny_encoder, tmp_path, teachers):
     from trainer.data import collate
     from trainer.model import MTDNN, load_encoder
@@ -83,6 +84,7 @@ def test_builder_averages_the_teachers(sample_data_dir, tiny_encoder, tmp_path, 
         torch.testing.assert_close(built, (outs[0] + outs[1]) / 2, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_soft_target_files_are_checked(sample_data_dir, tiny_encoder, tmp_path, teachers):
     cache = str(tmp_path / "cache" / "tokenized")
     base = {"epochs": 1, "cache_dir": cache}
@@ -139,6 +141,7 @@ def test_teacher_with_another_label_set_is_refused(sample_data_dir, tiny_encoder
     assert not (tmp_path / "student").exists()
 
 
+@pytest.mark.slow
 def test_command_picks_the_best_teachers_and_builds(sample_data_dir, tiny_encoder, tmp_path,
                                                     teachers, capsys):
     import yaml
@@ -228,6 +231,7 @@ def test_a_home_relative_soft_target_file_is_a_file(sample_data_dir, tiny_encode
             "rte": ["~/targets.safetensors", str(tmp_path / "teacher")]}})
 
 
+@pytest.mark.slow
 def test_a_finetuned_teacher_teaches_and_ranks_with_its_finetuned_checkpoint(
         sample_data_dir, tiny_encoder, tmp_path):
     from trainer.distill import pick_teachers
@@ -275,6 +279,7 @@ def test_a_finetuned_teacher_teaches_and_ranks_with_its_finetuned_checkpoint(
     assert not torch.allclose(built, expected["multitask"], atol=1e-3)
 
 
+@pytest.mark.slow
 def test_resume_notices_changed_teachers_but_not_moved_ones(sample_data_dir, tiny_encoder,
                                                            tmp_path, teachers):
     import shutil

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import ROOT
+
 DOCKER = ROOT / "docker"
 COMPOSE = DOCKER / "compose.yaml"
 INSTALL_HINT = "docker-compose not on PATH; install it with `apt-get install -y docker-compose`"

@@ -3,13 +3,10 @@ on the sample data with a tiny encoder."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from tests.helpers import EXAMPLES
 from trainer import load_config, train
-
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def _example(name, sample_data_dir, tiny_encoder, out, **sets):
@@ -42,6 +39,7 @@ def test_siwlm_paper_example_runs_both_stages(sample_data_dir, tiny_encoder, tmp
     assert 0 <= result.stage_best("finetuned")["rte"]["accuracy"] <= 1
 
 
+@pytest.mark.slow
 def test_domain_adaptation_example_starts_from_the_source_run(sample_data_dir, tiny_encoder,
                                                               tmp_path):
     source = tmp_path / "source"

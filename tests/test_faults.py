@@ -21,10 +21,8 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,6 +33,7 @@ import pytest
 import yaml
 
 from studies import schema as S
+from tests.helpers import check_siwlm_steps, free_port, ray_temp_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
@@ -70,19 +69,13 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @dataclass
 class Cluster:
     """A Ray cluster of this machine's processes, each marked so teardown finds only ours."""
 
     temp_dir: str
     env: dict[str, str]
-    port: int = field(default_factory=_free_port)
+    port: int = field(default_factory=free_port)
 
     @property
     def address(self) -> str:
@@ -100,7 +93,7 @@ class Cluster:
         return found
 
     def _ray_start(self, node: str, *args: str) -> None:
-        ports = [f"--{name}={_free_port()}" for name in (
+        ports = [f"--{name}={free_port()}" for name in (
             "node-manager-port", "object-manager-port", "metrics-export-port",
             "dashboard-agent-listen-port", "dashboard-agent-grpc-port", "runtime-env-agent-port",
         )]
@@ -159,8 +152,7 @@ def _ppid(pid: int) -> int | None:
 
 @pytest.fixture
 def cluster() -> Iterator[Cluster]:
-    # A short temp dir: Ray's unix socket paths must stay under ~107 characters.
-    temp_dir = tempfile.mkdtemp(prefix="wsray", dir="/tmp")
+    temp_dir = ray_temp_dir()
     env = {
         **os.environ,
         MARKER: uuid.uuid4().hex,
@@ -434,9 +426,7 @@ def test_three_drivers_share_a_study_on_two_nodes(
     folders = [t.user_attrs["output_dir"] for t in trials]
     assert len(set(folders)) == len(folders), folders
     for folder in folders:
-        check = subprocess.run([sys.executable, "scripts/check_siwlm_steps.py", folder],
-                               capture_output=True, text=True,
-                               cwd=Path(__file__).resolve().parents[1])
+        check = check_siwlm_steps(folder)
         assert check.returncode == 0, check.stdout + check.stderr
     assert set(WORKERS) <= nodes, nodes  # the trials really ran on both nodes
     print(f"\nTHREE DRIVERS on {sorted(nodes)}: {len(trials)} trials for {len(weights)} cells, "

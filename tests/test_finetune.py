@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.test_trainer_run import read_jsonl, run_config
+from tests.helpers import read_jsonl, run_config
 from trainer import load_config, train
 from weightsearch.errors import ConfigError
 
@@ -30,6 +30,7 @@ def _perturb(checkpoint):
               metadata={"format": "pt"})
 
 
+@pytest.mark.slow
 def test_finetuning_starts_from_the_multitask_weights(sample_data_dir, tiny_encoder, tmp_path):
     # A learning rate of 1e-12 leaves the weights where fine-tuning started them, to within
     # float noise: the multi-task encoder and, with heads: keep, the task's multi-task head.
@@ -60,6 +61,7 @@ def test_finetuning_starts_from_the_multitask_weights(sample_data_dir, tiny_enco
     assert result.stage_best("finetuned")["rte"] == saved["finetuned"]["rte"]["best"]["rte"]
 
 
+@pytest.mark.slow
 def test_fresh_heads_keep_only_the_encoder(sample_data_dir, tiny_encoder, tmp_path):
     out = tmp_path / "run"
     cfg = run_config(sample_data_dir, tiny_encoder, out, epochs=1,
@@ -72,6 +74,7 @@ def test_fresh_heads_keep_only_the_encoder(sample_data_dir, tiny_encoder, tmp_pa
         assert close == key.startswith("encoder."), key
 
 
+@pytest.mark.slow
 def test_resume_inside_finetuning_equals_an_uninterrupted_run(
     sample_data_dir, tiny_encoder, tmp_path, monkeypatch
 ):
@@ -137,9 +140,9 @@ def test_smart_term_is_zero_without_perturbation_and_positive_with_it(
     assert ascended > base
 
 
-def test_init_from_an_earlier_run(sample_data_dir, tiny_encoder, tmp_path):
-    first = tmp_path / "first"
-    train(run_config(sample_data_dir, tiny_encoder, first, epochs=1), quiet=True)
+@pytest.mark.slow
+def test_init_from_an_earlier_run(sample_data_dir, tiny_encoder, tmp_path, tiny_run_1_epoch):
+    first = tiny_run_1_epoch.out  # run_config's run, epochs=1
     second = tmp_path / "second"
     cfg = run_config(sample_data_dir, tiny_encoder, second, epochs=1, lr=1e-12,
                      tasks=["rte"], init_from=str(first))
@@ -150,10 +153,11 @@ def test_init_from_an_earlier_run(sample_data_dir, tiny_encoder, tmp_path):
                                atol=1e-8, rtol=0)
 
 
+@pytest.mark.slow
 def test_resume_compares_init_from_by_content_not_by_path(sample_data_dir, tiny_encoder,
-                                                          tmp_path):
+                                                          tmp_path, tiny_run_1_epoch):
     first = tmp_path / "first"
-    train(run_config(sample_data_dir, tiny_encoder, first, epochs=1), quiet=True)
+    shutil.copytree(tiny_run_1_epoch.out, first)  # run_config's run, epochs=1; moved below
     out = tmp_path / "second"
 
     def die_after_epoch_1(report):
@@ -284,6 +288,7 @@ def test_siwlm_paper_preset_shapes_the_tasks_as_the_reference_code(sample_data_d
                      "finetune": {"heads": "keep"}})
 
 
+@pytest.mark.slow
 def test_a_resume_that_restarts_the_multitask_stage_discards_stale_finetuning(
         sample_data_dir, tiny_encoder, tmp_path):
     out = tmp_path / "run"

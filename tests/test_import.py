@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import optuna
 import pytest
 
 from studies import schema
 from studies.importer import import_file
 from studies.reading import open_quiet, read_central, study_names
+from tests.helpers import TABLE2
 from weightsearch.errors import DataError, StorageError
 
-TABLE2 = Path(__file__).resolve().parents[1] / "recommender" / "data" / "siwlm_table2.csv"
 HEADER = "central_task,task_type,train_size,central_weight,seed,metric\n"
 GOOD = "rte,classification,2490,1,0,70.1\nrte,classification,2490,9,0,71.5\n"
 

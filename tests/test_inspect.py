@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from studies.importer import import_file
+from tests.helpers import TABLE2
 from weightsearch.cli import main
 
-TABLE2 = Path(__file__).resolve().parents[1] / "recommender" / "data" / "siwlm_table2.csv"
 SEEDS = """central_task,task_type,train_size,central_weight,seed,metric
 rte,classification,2490,3,1,60
 rte,classification,2490,3,2,64

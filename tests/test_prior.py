@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from recommender.prior import GRID, PRIOR, write_prior_csv
 from recommender.recommend import prior_evidence, recommend
+from tests.helpers import TABLE2
 from weightsearch.errors import ConfigError
-
-CSV = Path(__file__).resolve().parents[1] / "recommender" / "data" / "siwlm_table2.csv"
 
 
 def test_prior_has_the_papers_eight_tasks_on_its_grid():
@@ -28,7 +25,7 @@ def test_prior_has_the_papers_eight_tasks_on_its_grid():
 def test_shipped_csv_matches_the_prior(tmp_path):
     fresh = tmp_path / "t2.csv"
     write_prior_csv(fresh)
-    assert fresh.read_text() == CSV.read_text()
+    assert fresh.read_text() == TABLE2.read_text()
 
 
 @pytest.mark.parametrize("size", [2490, 2500, 3668])

@@ -4,8 +4,6 @@ samples beside GLUE ones, weighted stochastic batch selection, SAN and MMoE, res
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,11 +12,10 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from tests.helpers import QA_SAMPLE as QA
+from tests.helpers import ROOT, check_siwlm_steps, read_jsonl
 from trainer import load_config, train
 from weightsearch.cli import main
-
-ROOT = Path(__file__).resolve().parents[1]
-QA = ROOT / "data" / "qa_sample"
 
 
 def mix(sample_data_dir: Path, tiny_encoder: str, out: Path, **extra) -> dict:
@@ -51,10 +48,7 @@ def mix(sample_data_dir: Path, tiny_encoder: str, out: Path, **extra) -> dict:
     return raw
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
+@pytest.mark.slow
 def test_the_mix_trains_scores_and_resumes_exactly(sample_data_dir, tiny_encoder, tmp_path):
     straight = load_config(mix(sample_data_dir, tiny_encoder, tmp_path / "straight"))
     resumed = load_config(mix(sample_data_dir, tiny_encoder, tmp_path / "resumed"))
@@ -98,11 +92,11 @@ def test_the_mix_trains_scores_and_resumes_exactly(sample_data_dir, tiny_encoder
         assert tasks[-1] == "squad2"  # every epoch ends when the QA batches run out
         assert {"swag", "mrpc", "cola"} & set(tasks)
     # The SIWLM weights still follow DESIGN.md update by update, whatever the batch order.
-    check = subprocess.run([sys.executable, str(ROOT / "scripts" / "check_siwlm_steps.py"),
-                            str(out)], capture_output=True, text=True)
+    check = check_siwlm_steps(out)
     assert check.returncode == 0, check.stdout + check.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", ["squad2", "swag"])
 def test_span_qa_and_multiple_choice_heads_fit_a_batch(tiny_encoder, task):
     """Through the real data layer and model: a head that can learn fits eight examples."""

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from recommender.recommend import leave_one_task_out, load_evidence, recommend
 from studies.importer import import_file
+from tests.helpers import SAMPLE, TABLE2
 from weightsearch.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-TABLE2 = ROOT / "recommender" / "data" / "siwlm_table2.csv"
 # A measured RTE (same data as the paper's) whose best weight is 3, over two seeds.
 RTE_AT_3 = "central_task,task_type,train_size,central_weight,seed,metric\n" + "".join(
     f"rte,classification,2490,{w},{s},{m + s}\n"
@@ -100,9 +98,8 @@ def test_cli_counts_a_data_file(tmp_path, capsys):
 
 def test_cli_counts_a_preset_task(capsys):
     pytest.importorskip("trainer.data")
-    sample = ROOT / "data" / "glue_sample"
-    assert main(["recommend", "--task", "rte", "--data-dir", str(sample),
-                 "--storage", "sqlite:///" + str(sample / "absent.db"), "--format", "json"]) == 0
+    assert main(["recommend", "--task", "rte", "--data-dir", str(SAMPLE),
+                 "--storage", "sqlite:///" + str(SAMPLE / "absent.db"), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["train_size"] > 0 and out["task_type"] == "classification"
 

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,9 +13,8 @@ import pytest
 from recommender.recommend import _point, prior_evidence, recommend_from
 from recommender.synthetic import as_evidence, coverage_and_error, make_task
 from studies.importer import import_file
+from tests.helpers import SAMPLE
 from weightsearch.cli import main
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def study(task: str, size: int, means: dict[float, float], seeds: int = 3, spread: float = 0.5,
@@ -159,7 +157,7 @@ def test_bad_recommend_input(tmp_path, argv, needle):
 
 
 def test_recommend_for_a_preset_does_not_import_torch(tmp_path):
-    data = str(ROOT / "data" / "glue_sample")
+    data = str(SAMPLE)
     code = (
         "import sys\n"
         "from weightsearch.cli import main\n"

@@ -12,8 +12,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from tests.conftest import ROOT
-from tests.test_trainer_run import read_jsonl, run_config
+from tests.helpers import ROOT, read_jsonl, run_config
 from trainer import load_config, train
 from trainer.init_weights import init_head_weights
 from trainer.optim import AdamaxW, build_optimizer
@@ -135,6 +134,7 @@ def test_head_init_normal_draws_head_and_task_pooler_weights_from_n_0_002(
     assert all(torch.equal(v, encoder_before[k]) for k, v in model.encoder.state_dict().items())
 
 
+@pytest.mark.slow
 def test_head_init_reaches_the_trained_model(sample_data_dir, tiny_encoder, tmp_path):
     # A vanishing learning rate keeps the initial head weights: zero biases under normal,
     # Kaiming-uniform ones (up to 1/sqrt(32)) under the default.
@@ -192,6 +192,7 @@ def test_overlong_drop_leaves_out_long_training_examples_and_counts_them(
         if n < 64]
 
 
+@pytest.mark.slow
 def test_task_poolers_are_per_task_and_train(sample_data_dir, tiny_encoder, tmp_path):
     from trainer.model import MTDNN, load_encoder
 
@@ -211,6 +212,7 @@ def test_task_poolers_are_per_task_and_train(sample_data_dir, tiny_encoder, tmp_
     assert torch.equal(weights["encoder.pooler.dense.weight"], fresh["encoder.pooler.dense.weight"])
 
 
+@pytest.mark.slow
 def test_weight_zero_batches_leave_parameters_and_optimizer_state_untouched(
         sample_data_dir, tiny_encoder, tmp_path):
     from trainer.model import MTDNN, load_encoder
@@ -253,6 +255,7 @@ def _stop_after_epoch_1(report):
         raise _Stop
 
 
+@pytest.mark.slow
 def test_resume_refuses_changed_data_and_names_the_settings(sample_data_dir, tiny_encoder,
                                                             tmp_path):
     data = tmp_path / "data"
@@ -278,6 +281,7 @@ def test_resume_refuses_another_precision(sample_data_dir, tiny_encoder, tmp_pat
     assert "trained in bf16" in problem and "precision: bf16" in problem
 
 
+@pytest.mark.slow
 def test_damaged_checkpoint_is_reported_and_an_older_one_used(sample_data_dir, tiny_encoder,
                                                               tmp_path, capsys):
     out = tmp_path / "run"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,10 +15,9 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from studies.importer import import_file
+from tests.helpers import ROOT, TABLE2, free_port
 from weightsearch.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-TABLE2 = ROOT / "recommender" / "data" / "siwlm_table2.csv"
 RTE_AT_3 = "central_task,task_type,train_size,central_weight,seed,metric\n" + "".join(
     f"rte,classification,2490,{w},1,{m}\n" for w, m in ((1, 60), (3, 70), (15, 61)))
 # Stands in for `weightsearch launch|resume` so the tests start no sweep: it logs its arguments.
@@ -142,16 +140,10 @@ def test_serve_refuses_a_public_host_without_a_token(monkeypatch, capsys):
     assert "WEIGHTSEARCH_TOKEN" in capsys.readouterr().err
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def real_server(url, env=None):
     """`weightsearch serve` on a free loopback port; yields its base URL."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "weightsearch.cli", "serve", "--port", str(port), "--storage", url],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},

@@ -19,20 +19,13 @@ import pytest
 
 from service.request_guard import is_loopback
 from studies.importer import import_file
+from tests.helpers import ROOT, TABLE2, free_port
 from weightsearch.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
-TABLE2 = ROOT / "recommender" / "data" / "siwlm_table2.csv"
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 FAST_S = 0.1
 HTTP = httpx.Client(timeout=10)  # one client: building one costs more than an answer
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +35,7 @@ def server(tmp_path_factory):
     import_file(TABLE2, "siwlm-paper", url)
     log = folder / "server.log"  # a file, not a pipe: a full pipe would stall the server
     for _ in range(3):  # another test may take the free port first
-        port = _free_port()
+        port = free_port()
         with open(log, "w") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "weightsearch.cli", "serve", "--port", str(port),

@@ -14,14 +14,14 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 from service.app import create_app  # noqa: E402
 from studies.importer import import_file  # noqa: E402
+from tests.helpers import TABLE2  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 ECHO = [sys.executable, "-c", "print('launched')"]
 
 
 def _app(tmp: Path):
     url = f"sqlite:///{tmp / 'studies.db'}"
-    import_file(ROOT / "recommender" / "data" / "siwlm_table2.csv", "siwlm-paper", url)
+    import_file(TABLE2, "siwlm-paper", url)
     return create_app(url, log_dir=tmp / "runs", command=ECHO)
 
 

@@ -8,10 +8,8 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -19,31 +17,23 @@ import pytest
 import yaml
 
 from studies import schema as S
-from tests.test_sweep_resume import _complete_count, _kill_leftovers
+from tests.helpers import (
+    ROOT,
+    check_siwlm_steps,
+    complete_count,
+    free_port,
+    kill_leftovers,
+    ray_temp_dir,
+    two_cell_study_file,
+)
 
 pytestmark = pytest.mark.integration
 
-ROOT = Path(__file__).resolve().parents[1]
 CMD = [sys.executable, "-m", "weightsearch.cli"]
 # Three Ray instances share this machine with whatever else runs: Ray's memory monitor would
 # kill tiny trials at its node-wide threshold, which is not what these tests are about.
 NO_OOM_KILLS = {"RAY_memory_monitor_refresh_ms": "0",
                 "RAY_AUTH_MODE": "disabled"}  # a private test cluster: no tokens to hand round
-
-
-def _study_file(tmp_path: Path, name: str, tiny_encoder: str, data_dir: Path) -> Path:
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump({
-        "study": name,
-        "train": {"encoder": tiny_encoder, "data_dir": str(data_dir), "tasks": ["rte", "mrpc"],
-                  "epochs": 2, "batch_size": 16, "max_train_examples": 32,
-                  "max_eval_examples": 32},
-        "central_tasks": ["rte", "mrpc"],
-        "weights": [1, 9],
-        "max_concurrent": 1,
-        "workdir": str(tmp_path / "runs"),
-    }))
-    return path
 
 
 def _study_exists(url: str, name: str) -> bool:
@@ -74,24 +64,17 @@ def _check_exactly_once(url: str, name: str) -> None:
         folders = [t.user_attrs["output_dir"] for t in trials if t.state == TrialState.COMPLETE]
         assert len(set(folders)) == len(folders)
         for folder in folders:
-            check = subprocess.run([sys.executable, str(ROOT / "scripts/check_siwlm_steps.py"),
-                                    folder], capture_output=True, text=True)
+            check = check_siwlm_steps(folder)
             assert check.returncode == 0, check.stdout + check.stderr
         failed = [t for t in trials if t.state == TrialState.FAIL]
         assert not failed, [t.user_attrs.get("error") for t in failed]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _ray_head(ray_tmp: str, env: dict) -> str:
     """One Ray cluster the drivers share, as on a real cluster (and one Ray start, not three,
-    on this small machine). Its processes are ended by `_kill_leftovers` (never `ray stop`,
+    on this small machine). Its processes are ended by `kill_leftovers` (never `ray stop`,
     which would stop every Ray on the machine)."""
-    port = _free_port()
+    port = free_port()
     ray = str(Path(sys.executable).with_name("ray"))
     subprocess.run([ray, "start", "--head", f"--port={port}", "--num-cpus=2",
                     "--include-dashboard=false", f"--temp-dir={ray_tmp}", "--disable-usage-stats"],
@@ -101,8 +84,8 @@ def _ray_head(ray_tmp: str, env: dict) -> str:
 
 def _three_drivers(url: str, tmp_path: Path, tiny_encoder: str, data_dir: Path) -> None:
     name = "shared"
-    study = _study_file(tmp_path, name, tiny_encoder, data_dir)
-    ray_tmp = tempfile.mkdtemp(prefix="wsray", dir="/tmp")
+    study = two_cell_study_file(tmp_path, name, tiny_encoder, data_dir)
+    ray_tmp = ray_temp_dir()
     env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT), **NO_OOM_KILLS}
     drivers: list[subprocess.Popen] = []
     try:
@@ -122,12 +105,12 @@ def _three_drivers(url: str, tmp_path: Path, tiny_encoder: str, data_dir: Path) 
         for d in drivers:
             if d.poll() is None:
                 os.killpg(d.pid, signal.SIGKILL)
-        _kill_leftovers(ray_tmp)
+        kill_leftovers(ray_tmp)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     for d, out in zip(drivers, outputs, strict=True):
         assert d.returncode == 0, out[-3000:]
         assert "4/4 cells done" in out, out[-3000:]
-    assert _complete_count(url) == 4
+    assert complete_count(url) == 4
     _check_exactly_once(url, name)
 
 
@@ -151,8 +134,8 @@ def test_killed_driver_cells_taken_over(tiny_encoder: str, sample_data_dir: Path
     from optuna.trial import TrialState
 
     url = f"sqlite:///{tmp_path / 'studies.db'}"
-    study = _study_file(tmp_path, "takeover", tiny_encoder, sample_data_dir)
-    ray_tmp = tempfile.mkdtemp(prefix="wsray", dir="/tmp")
+    study = two_cell_study_file(tmp_path, "takeover", tiny_encoder, sample_data_dir)
+    ray_tmp = ray_temp_dir()
     env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT), **NO_OOM_KILLS,
            "WEIGHTSEARCH_CLAIM_TTL": "8"}
     first = _driver(["launch", str(study), "--storage", url], tmp_path, env)
@@ -165,14 +148,14 @@ def test_killed_driver_cells_taken_over(tiny_encoder: str, sample_data_dir: Path
             time.sleep(0.2)
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=30)
-        _kill_leftovers(ray_tmp)  # its Ray too, so nothing of it writes on
+        kill_leftovers(ray_tmp)  # its Ray too, so nothing of it writes on
         second = _driver(["launch", str(study), "--storage", url], tmp_path, env)
         out = second.communicate(timeout=500)[0]
     finally:
         for d in (first, second):
             if d is not None and d.poll() is None:
                 os.killpg(d.pid, signal.SIGKILL)
-        _kill_leftovers(ray_tmp)
+        kill_leftovers(ray_tmp)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert second.returncode == 0, out[-3000:]
     continued = 0
@@ -210,7 +193,7 @@ def test_stalled_driver_loses_its_cell_quietly(tiny_encoder: str, sample_data_di
                   "max_train_examples": 300, "max_eval_examples": 32, "num_threads": 1},
         "central_tasks": ["rte"], "weights": [9], "workdir": str(tmp_path / "runs"),
     }))
-    tmps = [tempfile.mkdtemp(prefix="wsray", dir="/tmp") for _ in range(2)]
+    tmps = [ray_temp_dir() for _ in range(2)]
     envs = [{**os.environ, "RAY_TMPDIR": t, "PYTHONPATH": str(ROOT), **NO_OOM_KILLS,
              "WEIGHTSEARCH_CLAIM_TTL": "4"} for t in tmps]
     launch = ["launch", str(path), "--storage", url]
@@ -243,7 +226,7 @@ def test_stalled_driver_loses_its_cell_quietly(tiny_encoder: str, sample_data_di
                 os.killpg(d.pid, signal.SIGCONT)
                 os.killpg(d.pid, signal.SIGKILL)
         for t in tmps:
-            _kill_leftovers(t)
+            kill_leftovers(t)
             shutil.rmtree(t, ignore_errors=True)
     for d, out in zip((first, second), outs, strict=True):
         assert d.returncode == 0, out[-3000:]

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -16,40 +14,9 @@ import pytest
 import yaml
 
 from studies import schema as S
+from tests.helpers import ROOT, complete_count, kill_leftovers, ray_temp_dir, two_cell_study_file
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _complete_count(url: str) -> int:
-    import optuna
-    from optuna.trial import TrialState
-
-    try:
-        names = optuna.get_all_study_names(url)
-    except Exception:  # the driver may still be creating the schema
-        return 0
-    return sum(
-        len(optuna.load_study(study_name=n, storage=url).get_trials(
-            deepcopy=False, states=(TrialState.COMPLETE,)))
-        for n in names
-    )
-
-
-def _processes_under(marker: str) -> list[int]:
-    """PIDs of live processes whose command line mentions `marker` (our Ray temp folder)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker in cmdline:
-            pids.append(int(entry.name))
-    return pids
 
 
 def test_killed_driver_resumes_every_cell_once(
@@ -59,19 +26,8 @@ def test_killed_driver_resumes_every_cell_once(
     from optuna.trial import TrialState
 
     url = f"sqlite:///{tmp_path / 'studies.db'}"
-    study_file = tmp_path / "study.yaml"
-    study_file.write_text(yaml.safe_dump({
-        "study": "crash",
-        "train": {"encoder": tiny_encoder, "data_dir": str(sample_data_dir),
-                  "tasks": ["rte", "mrpc"], "epochs": 2, "batch_size": 16,
-                  "max_train_examples": 32, "max_eval_examples": 32},
-        "central_tasks": ["rte", "mrpc"],
-        "weights": [1, 9],
-        "max_concurrent": 1,
-        "workdir": str(tmp_path / "runs"),
-    }))
-    # A short private Ray temp folder: Unix socket paths must stay under ~100 characters.
-    ray_tmp = tempfile.mkdtemp(prefix="wsray", dir="/tmp")
+    study_file = two_cell_study_file(tmp_path, "crash", tiny_encoder, sample_data_dir)
+    ray_tmp = ray_temp_dir()
     # Short claim leases: the resume takes the killed driver's cells over once they expire.
     env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT),
            "WEIGHTSEARCH_CLAIM_TTL": "6"}
@@ -82,7 +38,7 @@ def test_killed_driver_resumes_every_cell_once(
     )
     try:
         deadline = time.time() + 180
-        while _complete_count(url) < 1:
+        while complete_count(url) < 1:
             assert driver.poll() is None, driver.stdout.read().decode()[-3000:]
             assert time.time() < deadline, "no trial finished within 3 minutes"
             time.sleep(0.5)
@@ -91,14 +47,14 @@ def test_killed_driver_resumes_every_cell_once(
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
-        _kill_leftovers(ray_tmp)
+        kill_leftovers(ray_tmp)
 
-    assert _complete_count(url) < 4, "the study finished before the driver was killed"
+    assert complete_count(url) < 4, "the study finished before the driver was killed"
     resumed = subprocess.run(
         [*cmd, "resume", "crash", "--storage", url, "--quiet"], cwd=tmp_path, env=env,
         capture_output=True, text=True, timeout=400,
     )
-    _kill_leftovers(ray_tmp)
+    kill_leftovers(ray_tmp)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr[-3000:]
     assert "best central weight" in resumed.stdout
 
@@ -124,19 +80,6 @@ def test_killed_driver_resumes_every_cell_once(
     shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def _kill_leftovers(ray_tmp: str) -> None:
-    """Ray processes of our private session that outlived their driver (ours to end)."""
-    for _ in range(20):
-        pids = [p for p in _processes_under(ray_tmp) if p != os.getpid()]
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.5)
-    pytest.fail(f"Ray processes still alive after SIGKILL: {pids}")
-
-
 def test_ctrl_c_exits_130_and_leaves_no_running_trial(
     tiny_encoder: str, sample_data_dir: Path, tmp_path: Path
 ) -> None:
@@ -153,7 +96,7 @@ def test_ctrl_c_exits_130_and_leaves_no_running_trial(
         "central_tasks": ["rte"], "weights": [1, 9], "max_concurrent": 1,
         "workdir": str(tmp_path / "runs"),
     }))
-    ray_tmp = tempfile.mkdtemp(prefix="wsray", dir="/tmp")
+    ray_tmp = ray_temp_dir()
     env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT)}
     driver = subprocess.Popen(
         [sys.executable, "-m", "weightsearch.cli", "launch", str(study_file), "--storage", url,
@@ -171,7 +114,7 @@ def test_ctrl_c_exits_130_and_leaves_no_running_trial(
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
-        _kill_leftovers(ray_tmp)
+        kill_leftovers(ray_tmp)
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert driver.returncode == 130, out[-3000:]
     assert "Traceback" not in out

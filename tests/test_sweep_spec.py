@@ -12,8 +12,6 @@ from sweep.space import CENTRAL_WEIGHT
 from sweep.spec import load_study_spec
 from weightsearch.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture
 def base(sample_data_dir: Path) -> dict:

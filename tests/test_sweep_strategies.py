@@ -5,19 +5,15 @@ that sweeps a sampling weight (the shipped QA example)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from studies import schema as S
 from sweep.space import CENTRAL_WEIGHT
+from tests.helpers import EXAMPLES, check_siwlm_steps
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
 def ray_session():
@@ -84,8 +80,7 @@ def test_halving_trains_fewer_epochs_than_the_grid_on_the_same_cells(
         folder = t.user_attrs["output_dir"]
         assert folder.endswith("-attempt1") and t.user_attrs[S.T_ATTEMPT] == 1
         assert sorted(t.intermediate_values) == [1, 2]
-        check = subprocess.run([sys.executable, str(ROOT / "scripts/check_siwlm_steps.py"),
-                                folder], capture_output=True, text=True)
+        check = check_siwlm_steps(folder)
         assert check.returncode == 0, check.stdout + check.stderr
     # The survivors are the two best points at epoch 1.
     at_one = sorted(pruned, key=lambda t: -t.intermediate_values[1])
@@ -131,7 +126,7 @@ def test_a_sampling_weight_study_runs(ray_session, tiny_encoder: str, tmp_path: 
     from sweep.launch import launch
     from sweep.spec import load_study_spec
 
-    spec = load_study_spec(ROOT / "examples" / "study-qa-weight-sample.yaml", overrides=[
+    spec = load_study_spec(EXAMPLES / "study-qa-weight-sample.yaml", overrides=[
         f"storage=sqlite:///{tmp_path / 'qa.db'}", f"workdir={tmp_path / 'runs'}",
         f"train.encoder={tiny_encoder}", "train.max_train_examples=24",
         "train.max_eval_examples=16",

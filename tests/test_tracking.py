@@ -3,11 +3,11 @@ reader and MLflow's client on a local file store."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
+from tests.helpers import read_jsonl
 from trainer import load_config, train
 from weightsearch.errors import ConfigError
 
@@ -35,10 +35,6 @@ def _config(sample_data_dir, tiny_encoder, out: Path, mlruns: Path, **extra):
         "tracking": {"tensorboard": True, "mlflow": mlruns.as_uri()}, **extra})
 
 
-def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
 def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     events = EventAccumulator(str(folder), size_guidance={"scalars": 0})  # 0: keep them all
     events.Reload()
@@ -47,14 +43,14 @@ def _scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def _check_against_logs(out: Path, scalars: dict, history: dict) -> None:
-    steps = _jsonl(out / "steps.jsonl")
+    steps = read_jsonl(out / "steps.jsonl")
     assert [s for s, _ in scalars["train/loss"]] == [r["global_step"] for r in steps]
     for key in ("loss", "lr", "weight"):
         for (step, value), row in zip(scalars[f"train/{key}"], steps, strict=True):
             assert value == pytest.approx(row[key], rel=1e-6), (key, step)
     rte_steps = [r["global_step"] for r in steps if r["task"] == "rte"]
     assert [s for s, _ in scalars["train/task_loss/rte"]] == rte_steps
-    metrics = [r for r in _jsonl(out / "metrics.jsonl") if r["task"] == "rte"]
+    metrics = [r for r in read_jsonl(out / "metrics.jsonl") if r["task"] == "rte"]
     expected = [(r["epoch"], r["accuracy"]) for r in metrics]
     assert [(s, pytest.approx(v, abs=1e-6)) for s, v in scalars["eval/rte/accuracy"]] == expected
     assert [s for s, _ in history["eval/rte/accuracy"]] == [1, 2]
@@ -92,6 +88,7 @@ def test_a_run_logs_to_tensorboard_and_mlflow(sample_data_dir, tiny_encoder, tmp
     assert run.data.tags["weightsearch.stage"] == "multitask"
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_the_same_records(sample_data_dir, tiny_encoder, tmp_path):
     out, mlruns = tmp_path / "run", tmp_path / "mlruns"
     cfg = _config(sample_data_dir, tiny_encoder, out, mlruns)

@@ -3,45 +3,20 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import shutil
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from trainer import load_config, train
+from tests.helpers import read_jsonl, run_config
+from trainer import train
 from weightsearch.cli import main
 
 
-def run_config(sample_data_dir, tiny_encoder, out: Path, **extra):
-    raw = {
-        "encoder": tiny_encoder,
-        "data_dir": str(sample_data_dir),
-        "tasks": ["rte", "mrpc", "stsb"],
-        "central_task": "rte",
-        "weighting": {"scheme": "siwlm", "central_weight": 9, "focus_span": 2},
-        "epochs": 2,
-        "batch_size": 16,
-        "max_train_examples": 64,
-        "subsample": "head",  # the recorded losses below were taken on the first 64 rows
-        "max_eval_examples": 32,
-        "output_dir": str(out),
-        "log_every": 3,
-        "precision": "fp32",  # the recorded losses must not depend on the CPU's bf16 support
-    }
-    raw.update(extra)
-    return load_config(raw)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def test_logs_follow_the_siwlm_schedule(sample_data_dir, tiny_encoder, tmp_path):
-    out = tmp_path / "run"
-    cfg = run_config(sample_data_dir, tiny_encoder, out)
-    reports = []
-    result = train(cfg, report=reports.append, quiet=True)
+@pytest.mark.slow
+def test_logs_follow_the_siwlm_schedule(tiny_run):
+    out, result, reports = tiny_run.out, tiny_run.result, tiny_run.reports
 
     steps = read_jsonl(out / "steps.jsonl")
     assert len(steps) == 2 * 3 * 4  # 2 epochs x 3 tasks x 64/16 batches
@@ -76,10 +51,10 @@ def test_logs_follow_the_siwlm_schedule(sample_data_dir, tiny_encoder, tmp_path)
     assert (out / "config.yaml").is_file()
 
 
-def test_resume_reaches_the_same_result(sample_data_dir, tiny_encoder, tmp_path):
-    straight = run_config(sample_data_dir, tiny_encoder, tmp_path / "straight")
+@pytest.mark.slow
+def test_resume_reaches_the_same_result(sample_data_dir, tiny_encoder, tmp_path, tiny_run):
     resumed = run_config(sample_data_dir, tiny_encoder, tmp_path / "resumed")
-    expected = train(straight, quiet=True)
+    expected, straight = tiny_run.result, tiny_run.out  # the same config, trained straight
 
     class Crash(Exception):
         pass
@@ -96,14 +71,15 @@ def test_resume_reaches_the_same_result(sample_data_dir, tiny_encoder, tmp_path)
     got = train(resumed, resume=True, quiet=True)
 
     assert got.final == expected.final and got.best == expected.best
-    a = load_file(tmp_path / "straight" / "checkpoints" / "epoch-002" / "model.safetensors")
+    a = load_file(straight / "checkpoints" / "epoch-002" / "model.safetensors")
     b = load_file(tmp_path / "resumed" / "checkpoints" / "epoch-002" / "model.safetensors")
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert (tmp_path / "straight" / "steps.jsonl").read_text() == (
+    assert (straight / "steps.jsonl").read_text() == (
         tmp_path / "resumed" / "steps.jsonl"
     ).read_text()
 
 
+@pytest.mark.slow
 def test_zero_weight_is_honoured(sample_data_dir, tiny_encoder, tmp_path):
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1,
                      weighting={"scheme": "static", "weights": {"mrpc": 0}})
@@ -129,10 +105,9 @@ RECORDED_LOSSES = [
 ]
 
 
-def test_recorded_losses_regression(sample_data_dir, tiny_encoder, tmp_path):
-    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1)
-    train(cfg, quiet=True)
-    steps = read_jsonl(tmp_path / "run" / "steps.jsonl")[:6]
+@pytest.mark.slow
+def test_recorded_losses_regression(tiny_run_1_epoch):
+    steps = read_jsonl(tiny_run_1_epoch.out / "steps.jsonl")[:6]
     got = [(s["task"], round(s["loss"], 4)) for s in steps]
     assert [t for t, _ in got] == [t for t, _ in RECORDED_LOSSES]
     assert [v for _, v in got] == pytest.approx([v for _, v in RECORDED_LOSSES], abs=2e-3)
@@ -171,8 +146,6 @@ def test_bad_input_exits_2_and_writes_nothing(sample_data_dir, tiny_encoder, tmp
 
 
 def test_bad_data_files_exit_2_and_write_nothing(sample_data_dir, tiny_encoder, tmp_path, capsys):
-    import shutil
-
     import yaml
 
     data = tmp_path / "data"
@@ -197,11 +170,12 @@ def test_bad_data_files_exit_2_and_write_nothing(sample_data_dir, tiny_encoder, 
         assert not out.exists(), case
 
 
-def test_existing_run_needs_resume(sample_data_dir, tiny_encoder, tmp_path):
+@pytest.mark.slow
+def test_existing_run_needs_resume(sample_data_dir, tiny_encoder, tmp_path, tiny_run_1_epoch):
     from weightsearch.errors import ConfigError
 
+    shutil.copytree(tiny_run_1_epoch.out, tmp_path / "run")  # a finished run of this config
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1)
-    train(cfg, quiet=True)
     with pytest.raises(ConfigError, match="--resume"):
         train(cfg, quiet=True)
     again = train(cfg, resume=True, quiet=True)  # complete already: nothing more to train

@@ -1,0 +1,156 @@
+"""What several test modules share: the repository's paths, the tiny run's config, JSONL logs,
+free ports, the independent SIWLM check, and the private Ray sessions of the sweep tests.
+
+Test modules import from here, never from one another."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "data" / "glue_sample"
+QA_SAMPLE = ROOT / "data" / "qa_sample"
+SHARED_GLUE = ROOT.parent / "shared" / "data" / "glue"
+EXAMPLES = ROOT / "examples"
+TABLE2 = ROOT / "recommender" / "data" / "siwlm_table2.csv"
+CHECK_SIWLM_STEPS = ROOT / "scripts" / "check_siwlm_steps.py"
+
+
+# --- tiny training runs ------------------------------------------------------------------
+def run_config(sample_data_dir, tiny_encoder, out: Path, **extra):
+    """The tiny run most trainer tests start from: rte (central, weight 9), mrpc and stsb under
+    SIWLM, 2 epochs of 64 rows in batches of 16."""
+    from trainer import load_config
+
+    raw = {
+        "encoder": tiny_encoder,
+        "data_dir": str(sample_data_dir),
+        "tasks": ["rte", "mrpc", "stsb"],
+        "central_task": "rte",
+        "weighting": {"scheme": "siwlm", "central_weight": 9, "focus_span": 2},
+        "epochs": 2,
+        "batch_size": 16,
+        "max_train_examples": 64,
+        "subsample": "head",  # the recorded losses were taken on the first 64 rows
+        "max_eval_examples": 32,
+        "output_dir": str(out),
+        "log_every": 3,
+        "precision": "fp32",  # the recorded losses must not depend on the CPU's bf16 support
+    }
+    raw.update(extra)
+    return load_config(raw)
+
+
+@dataclass(frozen=True)
+class TinyRun:
+    """A finished tiny run: its folder, config, result and the epoch reports it made."""
+
+    out: Path
+    cfg: Any
+    result: Any
+    reports: list
+
+
+def train_tiny_run(sample_data_dir, tiny_encoder, out: Path, **extra) -> TinyRun:
+    from trainer import train
+
+    cfg = run_config(sample_data_dir, tiny_encoder, out, **extra)
+    reports: list = []
+    result = train(cfg, report=reports.append, quiet=True)
+    return TinyRun(out, cfg, result, reports)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def check_siwlm_steps(folder) -> subprocess.CompletedProcess:
+    """scripts/check_siwlm_steps.py on a run folder, in its own process."""
+    return subprocess.run([sys.executable, str(CHECK_SIWLM_STEPS), str(folder)],
+                          capture_output=True, text=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# --- studies and private Ray sessions ----------------------------------------------------
+def two_cell_study_file(tmp_path: Path, name: str, tiny_encoder: str, data_dir: Path) -> Path:
+    """tmp_path/study.yaml: rte and mrpc as central tasks at weights 1 and 9, one at a time."""
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump({
+        "study": name,
+        "train": {"encoder": tiny_encoder, "data_dir": str(data_dir), "tasks": ["rte", "mrpc"],
+                  "epochs": 2, "batch_size": 16, "max_train_examples": 32,
+                  "max_eval_examples": 32},
+        "central_tasks": ["rte", "mrpc"],
+        "weights": [1, 9],
+        "max_concurrent": 1,
+        "workdir": str(tmp_path / "runs"),
+    }))
+    return path
+
+
+def ray_temp_dir() -> str:
+    """A short private Ray temp folder: Unix socket paths must stay under ~100 characters."""
+    return tempfile.mkdtemp(prefix="wsray", dir="/tmp")
+
+
+def complete_count(url: str) -> int:
+    """COMPLETE trials over every study in the database (0 while it is being created)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    try:
+        names = optuna.get_all_study_names(url)
+    except Exception:  # the driver may still be creating the schema
+        return 0
+    return sum(
+        len(optuna.load_study(study_name=n, storage=url).get_trials(
+            deepcopy=False, states=(TrialState.COMPLETE,)))
+        for n in names
+    )
+
+
+def processes_under(marker: str) -> list[int]:
+    """PIDs of live processes whose command line mentions `marker` (our Ray temp folder)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker in cmdline:
+            pids.append(int(entry.name))
+    return pids
+
+
+def kill_leftovers(ray_tmp: str) -> None:
+    """Ray processes of our private session that outlived their driver (ours to end)."""
+    for _ in range(20):
+        pids = [p for p in processes_under(ray_tmp) if p != os.getpid()]
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.5)
+    pytest.fail(f"Ray processes still alive after SIGKILL: {pids}")
