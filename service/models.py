@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from sweep.spec import study_file_schema
+
 
 class ErrorBody(BaseModel):
     """Every error the service answers, whatever its status (400, 401, 403, 404, 409, 413, 414,
@@ -87,8 +89,7 @@ STUDY_FILE_BODY = {
         "description": "a study file (see the README), as YAML or JSON",
         "content": {
             "application/yaml": {"schema": {"type": "string"}},
-            "application/json": {"schema": {"type": "object", "additionalProperties": True,
-                                            "required": ["study"]}},
+            "application/json": {"schema": study_file_schema()},
         },
     }
 }

@@ -29,11 +29,10 @@ The storage URL, like every command's --storage, is relative to the working dire
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-import math
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,18 @@ from sweep.strategies import STRATEGIES, Strategy
 from trainer.config_paths import anchor_mlflow, anchor_teachers
 from trainer.weighting import has_central_weight
 from weightsearch.errors import ConfigError
+from weightsearch.fields import (
+    Choice,
+    Number,
+    Text,
+    check_fields,
+    check_section,
+    is_int,
+    is_real,
+    json_schema,
+    setting,
+    unknown_keys,
+)
 from weightsearch.yamlio import load_yaml
 
 # The study file's format. A study's stored spec and digest are in the format of the release
@@ -64,14 +75,8 @@ from weightsearch.yamlio import load_yaml
 # 1: up to 0.1.0, which left out a default `objective` and halving's default `start`.
 SPEC_VERSION = 2
 
-KEYS = (
-    "version", "study", "storage", "train", "central_tasks", "search", "weights", "seeds",
-    "resources", "max_concurrent", "scheduler", "max_failures", "workdir", "warm_start",
-    "objective",
-)
 SCHEDULERS = ("fifo", "asha")
 DEFAULT_WORKDIR = "./weightsearch_runs"
-_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 _NAME_MAX = 100  # the name is a folder name (and part of every trial folder's path)
 _PATH_KEYS = ("data_dir", "cache_dir", "init_from")  # train keys that hold local paths
 
@@ -101,17 +106,19 @@ class Search:
 
 @dataclass(frozen=True)
 class Resources:
-    cpu: float = 1.0
-    gpu: float = 0.0
+    cpu: float = setting(1.0, Number(integer=False, low=0, low_open=True),
+                         doc="CPUs per trial")
+    gpu: float = setting(0.0, Number(integer=False, low=0),
+                         doc="GPUs per trial; fractions share a GPU, above 1 whole GPUs")
 
 
 @dataclass(frozen=True)
 class Scheduler:
-    name: str = "fifo"
+    name: str = setting("fifo", Choice(SCHEDULERS))
     # ASHA: every trial trains `grace_period` epochs before it can be stopped; at each rung
     # the best 1/reduction_factor continue.
-    grace_period: int = 1
-    reduction_factor: float = 3.0
+    grace_period: int = setting(1, Number(integer=True, low=1))
+    reduction_factor: float = setting(3.0, Number(integer=False, low=1, low_open=True))
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,67 @@ class Objective:
 
     stage: str = "multitask"
     metric: str = "primary"
+
+
+@dataclass(frozen=True)
+class StudyFile:
+    """The keys of a study file. The plain ones carry their rules; the structured ones are
+    read by the parsers below. Also the JSON Schema of the service's POST /studies body."""
+
+    version: int = setting(SPEC_VERSION, Number(integer=True, low=1, high=SPEC_VERSION),
+                           doc="the file's format; leave it out for the current one")
+    study: str = setting("", Text(
+        "a study name", pattern=rf"(?!\.)[A-Za-z0-9._-]{{1,{_NAME_MAX}}}",
+        fix=f"use up to {_NAME_MAX} letters, digits, '-', '_' and '.', not starting with '.'",
+        noun="name"),
+        doc="the study's name; each central task's study is <study>/<central task>")
+    storage: str | None = setting(None, doc="SQLAlchemy URL of the study database")
+    train: Any = setting(None, doc="the run config every trial starts from")
+    central_tasks: Any = setting(None, doc="the tasks whose weight is searched (default all)")
+    search: Any = setting(None, doc="{strategy, space, ...}: what is searched and how")
+    weights: Any = setting(None, doc="short form of a search of the central weight alone")
+    seeds: Any = setting(None, doc="the seeds every point is trained with")
+    resources: Any = setting(None, doc="{cpu, gpu} per trial")
+    max_concurrent: int | None = setting(None, Number(integer=True, low=1, optional=True),
+                                         doc="trials at once (default: as resources allow)")
+    scheduler: Any = setting(None, doc="fifo, asha or {name, grace_period, reduction_factor}")
+    max_failures: int = setting(1, Number(integer=True, low=0),
+                                doc="retries of a failed trial")
+    workdir: str = setting(DEFAULT_WORKDIR, Text("a folder path"),
+                           doc="where trials write their run folders")
+    warm_start: Any = setting(None, doc="points to try first, or recommend")
+    objective: Any = setting(None, doc="{stage, metric}: what a trial's value is")
+
+
+KEYS = tuple(f.name for f in dataclasses.fields(StudyFile))
+
+
+def study_file_schema() -> dict[str, Any]:
+    """The JSON Schema of a study file, from the declarations of its keys and of the run
+    config its `train` holds (structured settings: their JSON type)."""
+    from trainer.config import RunConfig
+    from trainer.tasks import tasks_schema
+
+    train = json_schema(RunConfig, keys=[*(f.name for f in dataclasses.fields(RunConfig)),
+                                         "preset"],
+                        parts={"tasks": tasks_schema(), "preset": {"type": "string"}})
+    whole = {"type": "integer", "minimum": 0}
+    return json_schema(StudyFile, required=["study"], parts={
+        "train": train,
+        "central_tasks": {"anyOf": [{"type": "string"},
+                                    {"type": "array", "items": {"type": "string"}}]},
+        "search": {"type": "object"},
+        "weights": {"anyOf": [{"type": "array", "items": {"type": "number"}},
+                              {"type": "object"}]},
+        "seeds": {"anyOf": [whole, {"type": "array", "items": whole, "minItems": 1}]},
+        "resources": json_schema(Resources),
+        "scheduler": {"anyOf": [{"type": "string", "enum": list(SCHEDULERS)},
+                                json_schema(Scheduler)]},
+        "storage": {"type": "string"},
+        "warm_start": {"anyOf": [{"type": "string", "enum": ["recommend"]},
+                                 {"type": "array"}]},
+        "objective": {"type": "object"},
+    })
 
 
 @dataclass(frozen=True)
@@ -269,35 +337,14 @@ def _or(names: Sequence[str]) -> str:
     return names[0] if len(names) < 2 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
            from_cli: set[str]) -> StudySpec:
     problems: list[str] = []
-    for key in sorted(set(raw) - set(KEYS)):
-        problems.append(f"{key}: unknown setting; known settings: {', '.join(KEYS)}")
-    version = raw.get("version", SPEC_VERSION)  # every format so far reads as the current one
-    if not _is_int(version) or not 1 <= version <= SPEC_VERSION:
-        problems.append(f"version: {version!r} is not a study-file format this release reads "
-                        f"(1 to {SPEC_VERSION}); leave it out for the current one, or upgrade "
-                        "weightsearch")
-
-    study = raw.get("study")
-    if study is None:
+    unknown_keys(raw, KEYS, problems)
+    plain = check_fields(raw, StudyFile, problems)  # version and the plain settings
+    study = plain.get("study", "")
+    if "study" not in raw:
         problems.append("study: required; name the study, e.g. study: glue-small")
-    elif (not isinstance(study, str) or not _NAME.match(study) or study.startswith(".")
-          or len(study) > _NAME_MAX):
-        problems.append(
-            f"study: {str(study)[:40]!r} is not a valid name; use up to {_NAME_MAX} letters, "
-            "digits, '-', '_' and '.', not starting with '.'"
-        )
-
     storage = raw.get("storage") or default_storage_url()
     if not isinstance(storage, str):
         problems.append(f"storage: expected a SQLAlchemy URL, got {storage!r}")
@@ -320,20 +367,9 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
         problems.append(f"scheduler: asha and strategy {search.strategy} both stop trials "
                         f"early; use scheduler: fifo with {search.strategy}")
 
-    max_concurrent = raw.get("max_concurrent")
-    if max_concurrent is not None and (not _is_int(max_concurrent) or max_concurrent < 1):
-        problems.append(
-            f"max_concurrent: expected a whole number >= 1 or null, got {max_concurrent!r}"
-        )
-    max_failures = raw.get("max_failures", 1)
-    if not _is_int(max_failures) or max_failures < 0:
-        problems.append(f"max_failures: expected a whole number >= 0, got {max_failures!r}")
-
-    workdir = raw.get("workdir", DEFAULT_WORKDIR)
-    if not isinstance(workdir, str) or not workdir.strip():
-        problems.append(f"workdir: expected a folder path, got {workdir!r}")
-    else:
-        workdir = _absolute(workdir, where("workdir"))
+    max_concurrent = plain.get("max_concurrent")
+    max_failures = plain.get("max_failures", 1)
+    workdir = _absolute(plain.get("workdir", DEFAULT_WORKDIR), where("workdir"))
 
     warm, warm_recommend = _parse_warm(raw.get("warm_start"), search, central, problems)
     objective = _parse_objective(raw.get("objective"), train, central, problems)
@@ -456,7 +492,7 @@ def _parse_warm(raw: Any, search: Search, central: tuple[str, ...],
         ok = True
         for d in space.dims:
             value = point[d.path]
-            if d.path == CENTRAL_WEIGHT and not _is_real(value):
+            if d.path == CENTRAL_WEIGHT and not is_real(value):
                 problems.append(f"warm_start[{i}]: {value!r} is not a number; use a weight "
                                 "inside the search range")
                 ok = False
@@ -634,7 +670,7 @@ def _parse_seeds(raw: Any, problems: list[str]) -> tuple[int, ...]:
         return ()
     out: list[int] = []
     for i, seed in enumerate(raw):
-        if not _is_int(seed) or seed < 0:
+        if not is_int(seed) or seed < 0:
             problems.append(f"seeds[{i}]: expected a whole number >= 0, got {seed!r}")
         elif seed in out:
             problems.append(f"seeds[{i}]: {seed!r} is listed twice")
@@ -646,47 +682,20 @@ def _parse_seeds(raw: Any, problems: list[str]) -> tuple[int, ...]:
 def _parse_resources(raw: Any, problems: list[str]) -> Resources:
     if raw is None:
         return Resources()
-    if not isinstance(raw, Mapping):
-        problems.append(f"resources: expected a mapping such as {{cpu: 1, gpu: 0}}, got {raw!r}")
-        return Resources()
-    for key in sorted(set(raw) - {"cpu", "gpu"}):
-        problems.append(f"resources.{key}: unknown resource; use cpu and gpu")
-    cpu, gpu = raw.get("cpu", 1), raw.get("gpu", 0)
-    if not _is_real(cpu) or cpu <= 0:
-        problems.append(f"resources.cpu: expected a number > 0, got {cpu!r}")
-        cpu = 1
-    if not _is_real(gpu) or gpu < 0:
-        problems.append(
-            f"resources.gpu: expected a number >= 0 (fractions share a GPU), got {gpu!r}"
-        )
-        gpu = 0
-    elif gpu > 1 and gpu != int(gpu):
+    values = check_section(raw, Resources, "resources", problems, "{cpu: 1, gpu: 0}",
+                           noun="resource") or {}
+    gpu = values.get("gpu", 0.0)
+    if gpu > 1 and gpu != int(gpu):
         problems.append(f"resources.gpu: {gpu!r}: above 1, ask for whole GPUs")
-    return Resources(cpu=float(cpu), gpu=float(gpu))
+    return Resources(**values)
 
 
 def _parse_scheduler(raw: Any, problems: list[str]) -> Scheduler:
-    if isinstance(raw, str):
-        raw = {"name": raw}
-    if not isinstance(raw, Mapping):
-        problems.append(
-            f"scheduler: expected fifo, asha or a mapping {{name: asha, ...}}, got {raw!r}"
-        )
-        return Scheduler()
-    for key in sorted(set(raw) - {"name", "grace_period", "reduction_factor"}):
-        problems.append(f"scheduler.{key}: unknown setting; known: name, grace_period, "
-                        "reduction_factor")
-    name = raw.get("name", "fifo")
-    if name not in SCHEDULERS:
-        problems.append(f"scheduler: {name!r} is not one of {', '.join(SCHEDULERS)}")
-        name = "fifo"
-    grace = raw.get("grace_period", 1)
-    if not _is_int(grace) or grace < 1:
-        problems.append(f"scheduler.grace_period: expected a whole number of epochs >= 1, "
-                        f"got {grace!r}")
-        grace = 1
-    factor = raw.get("reduction_factor", 3)
-    if not _is_real(factor) or factor <= 1:
-        problems.append(f"scheduler.reduction_factor: expected a number > 1, got {factor!r}")
-        factor = 3
-    return Scheduler(name=name, grace_period=grace, reduction_factor=float(factor))
+    """`fifo`, `asha`, or `{name: asha, grace_period: 1, reduction_factor: 3}`."""
+    if isinstance(raw, str):  # the short form: the scheduler's name alone
+        name, problem = Choice(SCHEDULERS).check("scheduler", raw)
+        problems.extend([problem] if problem else [])
+        return Scheduler(name=name or "fifo")
+    values = check_section(raw, Scheduler, "scheduler", problems,
+                           "{name: asha, grace_period: 1}")
+    return Scheduler(**(values or {}))

@@ -31,7 +31,7 @@ def app(tmp_path_factory):
 
 
 def test_every_route_conforms_to_its_schema(app):
-    from schemathesis.specs.openapi.checks import positive_data_acceptance
+    from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
     operations = [result.ok() for result in schema.get_all_operations()]
@@ -41,6 +41,9 @@ def test_every_route_conforms_to_its_schema(app):
         # say, so a schema-valid body may rightly get 400 there.
         lax = operation.method.upper() == "POST" and operation.path == "/studies"
         excluded = [positive_data_acceptance] if lax else []
+        # This server has no token set, so its write routes rightly answer without one; the
+        # bearer check itself is tested with a token in test_service_hostile.py.
+        excluded.append(ignored_auth)
 
         _explore(operation.as_strategy(), excluded)
 
@@ -54,3 +57,29 @@ def _explore(strategy, excluded) -> None:
         case.call_and_validate(excluded_checks=excluded)
 
     check()
+
+
+def test_the_study_file_body_schema_is_the_settings_declarations(app):
+    """POST /studies publishes the study file's JSON Schema, made from the same declarations
+    the parser checks: a body the schema refuses, the parser refuses with the field's path."""
+    import jsonschema
+
+    from sweep.spec import KEYS, load_study_spec
+    from trainer.config import PRECISIONS
+    from weightsearch.errors import ConfigError
+
+    content = app.openapi()["paths"]["/studies"]["post"]["requestBody"]["content"]
+    body = content["application/json"]["schema"]
+    assert set(body["properties"]) == set(KEYS) and body["required"] == ["study"]
+    train = body["properties"]["train"]["properties"]
+    assert train["epochs"] == {"type": "integer", "minimum": 1}
+    assert train["precision"]["enum"] == list(PRECISIONS)
+    validator = jsonschema.Draft202012Validator(body)
+    for bad, problem in (({"study": "s", "train": {"tasks": ["rte"], "epochs": 0}},
+                          "train.epochs: 0 is out of range"),
+                         ({"study": ".hidden"}, "study: '.hidden' is not a valid name"),
+                         ({"study": "s", "max_failures": -1}, "max_failures: -1 is out of")):
+        assert not validator.is_valid(bad)
+        with pytest.raises(ConfigError) as info:
+            load_study_spec(bad)
+        assert any(p.startswith(problem) for p in info.value.problems), info.value.problems

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -46,7 +47,14 @@ def is_int(value: Any) -> bool:
 
 
 def is_number(value: Any) -> bool:
+    """An int or float, not a bool: YAML turns `yes`/`no` into booleans silently."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_real(value: Any) -> bool:
+    """A finite number (numpy's too), not a bool."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and math.isfinite(float(value)))
 
 
 def _nullable(schema: dict[str, Any], optional: bool) -> dict[str, Any]:
@@ -117,11 +125,13 @@ class Flag:
 @dataclass(frozen=True)
 class Text:
     """A non-blank string (kept stripped), matching `pattern` where given; `what` names it in
-    the message (`expected <what>, got ...`) and `fix` says what a valid one looks like."""
+    the message (`expected <what>, got ...`), `noun` in `... is not a valid <noun>`, and `fix`
+    says what a valid one looks like."""
 
     what: str = "a non-empty string"
     pattern: str | None = None
     fix: str = ""
+    noun: str = "value"
     optional: bool = False
 
     def check(self, key: str, value: Any) -> tuple[Any, str | None]:
@@ -130,7 +140,7 @@ class Text:
         if not isinstance(value, str) or not value.strip():
             return None, f"{key}: expected {self.what}, got {value!r}"
         if self.pattern is not None and not re.fullmatch(self.pattern, value.strip()):
-            return None, f"{key}: {value.strip()[:40]!r} is not valid; {self.fix}"
+            return None, f"{key}: {value.strip()[:40]!r} is not a valid {self.noun}; {self.fix}"
         return value.strip(), None
 
     def schema(self) -> dict[str, Any]:
@@ -162,25 +172,26 @@ def check_fields(raw: Mapping[str, Any], cls: type, problems: list[str],
 
 
 def unknown_keys(raw: Mapping[str, Any], known: Iterable[str], problems: list[str],
-                 prefix: str = "") -> None:
+                 prefix: str = "", noun: str = "setting") -> None:
     """One problem per key outside `known`, with the known keys that start alike."""
     known = sorted(known)
     for key in sorted(set(raw) - set(known), key=str):
         close = [k for k in known if k.startswith(str(key)[:3])]
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        problems.append(f"{prefix}{key}: unknown setting{hint}; known settings: "
+        problems.append(f"{prefix}{key}: unknown {noun}{hint}; known {noun}s: "
                         f"{', '.join(known)}")
 
 
 def check_section(raw: Any, cls: type, where: str, problems: list[str], example: str,
-                  known: Iterable[str] | None = None) -> dict[str, Any] | None:
+                  known: Iterable[str] | None = None, noun: str = "setting"
+                  ) -> dict[str, Any] | None:
     """A settings mapping such as `mixture: {experts: 4}`: its unknown keys and the values of
     the fields `cls` declares with a rule. None (and a problem) when `raw` is no mapping."""
     if not isinstance(raw, Mapping):
         problems.append(f"{where}: expected a mapping such as {example}, got {raw!r}")
         return None
     names = known if known is not None else [f.name for f in dataclasses.fields(cls)]
-    unknown_keys(raw, names, problems, prefix=f"{where}.")
+    unknown_keys(raw, names, problems, prefix=f"{where}.", noun=noun)
     return check_fields(raw, cls, problems, prefix=f"{where}.")
 
 

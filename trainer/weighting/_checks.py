@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import difflib
-import math
-import numbers
 from collections.abc import Iterable, Mapping
+
+from weightsearch.fields import is_real
 
 PREFIX = "weighting"
 
 
-def is_number(value: object) -> bool:
-    """A real, finite number. Booleans are rejected: YAML turns `yes`/`no` into them silently."""
-    return (
-        isinstance(value, numbers.Real)
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
 
 
 def check_weight(value: object, field: str, problems: list[str]) -> None:
     """A loss weight: finite and >= 0. Zero is a real weight (it switches the task's loss off)."""
-    if not is_number(value) or float(value) < 0:  # type: ignore[arg-type]
+    if not is_real(value) or float(value) < 0:  # type: ignore[arg-type]
         problems.append(f"{PREFIX}.{field}: must be a finite number >= 0, got {value!r}")
 
 
