@@ -23,28 +23,20 @@ from sweep.strategies._halving import (
     successive_halving,
 )
 from sweep.strategies.base import Record, Strategy, Unit
+from weightsearch.registry import Registry
 
-STRATEGIES: dict[str, type[Strategy]] = {}
+STRATEGIES: Registry = Registry("search strategy", Strategy)
 
 
 def register_strategy(strategy: type[Strategy]) -> type[Strategy]:
     """Make `strategy` available as `search: {strategy: <its name>}` (usable as a decorator).
     A name already taken is refused: unregister the other one first."""
-    if not (isinstance(strategy, type) and issubclass(strategy, Strategy)):
-        raise TypeError(f"{strategy!r} is not a Strategy subclass")
-    name = getattr(strategy, "name", None)
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{strategy.__name__} needs a class attribute `name`")
-    if name in STRATEGIES and STRATEGIES[name] is not strategy:
-        raise ValueError(f"a search strategy named {name!r} is already registered "
-                         f"({STRATEGIES[name].__name__})")
-    STRATEGIES[name] = strategy
-    return strategy
+    return STRATEGIES.register(strategy)
 
 
 def unregister_strategy(name: str) -> None:
     """Remove the strategy registered as `name` (for tests and plug-ins); absent: nothing."""
-    STRATEGIES.pop(name, None)
+    STRATEGIES.unregister(name)
 
 
 for _builtin in (GridStrategy, GuidedStrategy, HalvingStrategy, ForwardStrategy):

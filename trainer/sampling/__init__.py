@@ -23,31 +23,27 @@ from typing import Any
 from trainer.sampling._shuffle import ShuffleSampler, ShuffleSettings
 from trainer.sampling._weighted import WeightedSampler, WeightedSettings
 from trainer.sampling.base import PREFIX, Batches, Plan, Sampler, SamplerSettings
+from weightsearch.registry import Registry
 
-SAMPLERS: dict[str, type[Sampler]] = {}
+
+def _has_settings(sampler: type[Sampler]) -> None:
+    settings = getattr(sampler, "settings_type", None)
+    if not (isinstance(settings, type) and issubclass(settings, SamplerSettings)):
+        raise TypeError(f"{sampler.__name__}.settings_type must be a SamplerSettings subclass")
+
+
+SAMPLERS: Registry = Registry("batch sampler", Sampler, _has_settings)
 
 
 def register_sampler(sampler: type[Sampler]) -> type[Sampler]:
     """Make `sampler` available as `sampling: {scheme: <its name>}` (usable as a decorator).
     A name already taken is refused: unregister the other one first."""
-    if not (isinstance(sampler, type) and issubclass(sampler, Sampler)):
-        raise TypeError(f"{sampler!r} is not a Sampler subclass")
-    name = getattr(sampler, "name", None)
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{sampler.__name__} needs a class attribute `name`")
-    settings = getattr(sampler, "settings_type", None)
-    if not (isinstance(settings, type) and issubclass(settings, SamplerSettings)):
-        raise TypeError(f"{sampler.__name__}.settings_type must be a SamplerSettings subclass")
-    if name in SAMPLERS and SAMPLERS[name] is not sampler:
-        raise ValueError(f"a batch sampler named {name!r} is already registered "
-                         f"({SAMPLERS[name].__name__})")
-    SAMPLERS[name] = sampler
-    return sampler
+    return SAMPLERS.register(sampler)
 
 
 def unregister_sampler(name: str) -> None:
     """Remove the sampler registered as `name` (for tests and plug-ins); absent: nothing."""
-    SAMPLERS.pop(name, None)
+    SAMPLERS.unregister(name)
 
 
 for _builtin in (ShuffleSampler, WeightedSampler):

@@ -29,6 +29,7 @@ from trainer.weighting._siwlm import VARIANTS, SiwlmScheme, SiwlmSettings
 from trainer.weighting._static import StaticScheme, StaticSettings
 from trainer.weighting.base import Scheme, Settings, WeightingScheme
 from weightsearch.errors import ConfigError
+from weightsearch.registry import Registry
 
 __all__ = [
     "SCHEMES",
@@ -54,36 +55,30 @@ __all__ = [
 # The built-in settings types; a registered scheme brings its own `Settings` subclass.
 WeightingSettings = Union[SiwlmSettings, EqualSettings, StaticSettings]  # noqa: UP007
 
-SCHEMES: dict[str, type[Scheme]] = {}
-
-
-def register_scheme(scheme: type[Scheme]) -> type[Scheme]:
-    """Make `scheme` available as `weighting: {scheme: <its name>}` (usable as a decorator).
-    A name already taken is refused: unregister the other one first."""
-    if not (isinstance(scheme, type) and issubclass(scheme, Scheme)):
-        raise TypeError(f"{scheme!r} is not a Scheme subclass")
-    name = getattr(scheme, "name", None)
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"{scheme.__name__} needs a class attribute `name`")
+def _has_settings(scheme: type[Scheme]) -> None:
     settings = getattr(scheme, "settings_type", None)
     if not (isinstance(settings, type) and issubclass(settings, Settings)
             and dataclasses.is_dataclass(settings)):
         raise TypeError(f"{scheme.__name__}.settings_type must be a dataclass mixing in "
                         "trainer.weighting.Settings")
     fields = {f.name: f for f in dataclasses.fields(settings)}
-    if "scheme" not in fields or fields["scheme"].default != name:
+    if "scheme" not in fields or fields["scheme"].default != scheme.name:
         raise ValueError(f"{settings.__name__} needs a field `scheme: str = "
-                         f"field(default={name!r}, init=False)` naming its scheme")
-    if name in SCHEMES and SCHEMES[name] is not scheme:
-        raise ValueError(f"a weighting scheme named {name!r} is already registered "
-                         f"({SCHEMES[name].__name__})")
-    SCHEMES[name] = scheme
-    return scheme
+                         f"field(default={scheme.name!r}, init=False)` naming its scheme")
+
+
+SCHEMES: Registry = Registry("weighting scheme", Scheme, _has_settings)
+
+
+def register_scheme(scheme: type[Scheme]) -> type[Scheme]:
+    """Make `scheme` available as `weighting: {scheme: <its name>}` (usable as a decorator).
+    A name already taken is refused: unregister the other one first."""
+    return SCHEMES.register(scheme)
 
 
 def unregister_scheme(name: str) -> None:
     """Remove the scheme registered as `name` (for tests and plug-ins); absent: nothing."""
-    SCHEMES.pop(name, None)
+    SCHEMES.unregister(name)
 
 
 for _builtin in (SiwlmScheme, EqualScheme, StaticScheme):
