@@ -44,23 +44,10 @@ def minilm_path() -> str:
 @pytest.fixture(scope="session")
 def tiny_encoder(tmp_path_factory: pytest.TempPathFactory, minilm_path: str) -> str:
     """A random-init BERT (hidden 32, 2 layers, 4 heads) with MiniLM's tokenizer, saved to disk."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from tests.compat.tiny_encoder import build
 
-    path = tmp_path_factory.mktemp("tiny-encoder")
-    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=256,
-    )
-    torch.manual_seed(0)
-    BertModel(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return build(tmp_path_factory.mktemp("tiny-encoder"), hidden=32, layers=2, heads=4,
+                 intermediate=64, positions=256)
 
 
 @pytest.fixture(scope="session")

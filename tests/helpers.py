@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,14 +144,22 @@ def processes_under(marker: str) -> list[int]:
     return pids
 
 
-def kill_leftovers(ray_tmp: str) -> None:
-    """Ray processes of our private session that outlived their driver (ours to end)."""
-    for _ in range(20):
-        pids = [p for p in processes_under(ray_tmp) if p != os.getpid()]
-        if not pids:
-            return
-        for pid in pids:
+def sigkill_until_gone(pids: Callable[[], list[int]], tries: int = 20) -> list[int]:
+    """SIGKILL what `pids()` lists until it lists nothing; the survivors after `tries` rounds
+    half a second apart (empty when all are gone)."""
+    for _ in range(tries):
+        alive = pids()
+        if not alive:
+            return []
+        for pid in alive:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         time.sleep(0.5)
-    pytest.fail(f"Ray processes still alive after SIGKILL: {pids}")
+    return pids()
+
+
+def kill_leftovers(ray_tmp: str) -> None:
+    """Ray processes of our private session that outlived their driver (ours to end)."""
+    alive = sigkill_until_gone(lambda: [p for p in processes_under(ray_tmp) if p != os.getpid()])
+    if alive:
+        pytest.fail(f"Ray processes still alive after SIGKILL: {alive}")

@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from studies import schema as S
-from tests.helpers import check_siwlm_steps, free_port, ray_temp_dir
+from tests.helpers import check_siwlm_steps, free_port, ray_temp_dir, sigkill_until_gone
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 
@@ -131,15 +131,9 @@ class Cluster:
         return pids[0]
 
     def stop(self) -> None:
-        for _ in range(20):
-            pids = self.pids()
-            if not pids:
-                return
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.5)
-        raise AssertionError(f"cluster processes survived SIGKILL: {self.pids()}")
+        alive = sigkill_until_gone(self.pids)
+        if alive:
+            raise AssertionError(f"cluster processes survived SIGKILL: {alive}")
 
 
 def _ppid(pid: int) -> int | None:
