@@ -52,7 +52,7 @@ from sweep.space import (
     parse_space,
 )
 from sweep.strategies import STRATEGIES, Strategy
-from trainer.config_paths import anchor_mlflow, anchor_teachers
+from trainer.config_paths import anchor_paths
 from trainer.weighting import has_central_weight
 from weightsearch.errors import ConfigError
 from weightsearch.fields import (
@@ -67,7 +67,7 @@ from weightsearch.fields import (
     setting,
     unknown_keys,
 )
-from weightsearch.yamlio import load_yaml
+from weightsearch.yamlio import load_yaml, read_yaml_file, yaml_problem
 
 # The study file's format. A study's stored spec and digest are in the format of the release
 # that launched it; a spec of an older format is compared by content (`same_study`), so a
@@ -78,7 +78,6 @@ SPEC_VERSION = 2
 SCHEDULERS = ("fifo", "asha")
 DEFAULT_WORKDIR = "./weightsearch_runs"
 _NAME_MAX = 100  # the name is a folder name (and part of every trial folder's path)
-_PATH_KEYS = ("data_dir", "cache_dir", "init_from")  # train keys that hold local paths
 
 
 @dataclass(frozen=True)
@@ -311,25 +310,14 @@ def _read(source: str | os.PathLike | Mapping[str, Any]) -> tuple[str | None, An
     text_given = isinstance(source, str) and (
         "\n" in source or (":" in source and not Path(source).is_file())
     )
-    if text_given:
-        label, text, base = None, str(source), Path.cwd()
-    else:
+    if not text_given:
         path = Path(source)
-        label = str(path)
         base = path.expanduser().resolve().parent
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError([f"study file {path} does not exist"], label) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError([f"cannot read study file {path}: {exc}"], label) from None
+        return str(path), read_yaml_file(path, noun="study file"), base
     try:
-        return label, load_yaml(text) or {}, base
+        return None, load_yaml(str(source)) or {}, Path.cwd()
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError([f"not valid YAML{at}: {reason}"], label) from None
+        raise ConfigError([yaml_problem(exc)], None) from None
 
 
 def _or(names: Sequence[str]) -> str:
@@ -575,26 +563,7 @@ def _parse_train(raw: Any, space: Space, problems: list[str], where: Any) -> dic
                             "use `weights` (or search.space) instead")
             train["weighting"] = {k: v for k, v in weighting.items() if k != "central_weight"}
     # Ray runs trials in their own folders: pin relative paths now.
-    for key in _PATH_KEYS:
-        if isinstance(train.get(key), str) and train[key].strip():
-            train[key] = _absolute(train[key], where(f"train.{key}"))
-    tasks = train.get("tasks")
-    for task in tasks if isinstance(tasks, list) else ():
-        if isinstance(task, dict) and isinstance(task.get("data_dir"), str) \
-                and task["data_dir"].strip():
-            task["data_dir"] = _absolute(task["data_dir"], where("train.tasks"))
-    if "tracking" in train:
-        train["tracking"] = anchor_mlflow(train["tracking"], where("train.tracking.mlflow"),
-                                          _absolute)
-    if "distill" in train:
-        train["distill"] = anchor_teachers(train["distill"], where("train.distill"), _absolute)
-    encoder = train.get("encoder")
-    # A hub id looks like "org/name"; a local folder is made absolute.
-    if isinstance(encoder, str):
-        local = where("train.encoder") / Path(encoder).expanduser()
-        if encoder.startswith((".", "~", "/")) or local.is_dir():
-            train["encoder"] = _absolute(encoder, where("train.encoder"))
-    return train
+    return anchor_paths(train, lambda key: where(f"train.{key}"), _absolute)
 
 
 def _task_names(raw_tasks: Any) -> tuple[str, ...]:

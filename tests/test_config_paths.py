@@ -91,3 +91,36 @@ def test_the_sample_example_trains_from_another_folder(tmp_path, monkeypatch, ti
     assert result.output_dir == tmp_path / "out"
     sizes = json.loads((tmp_path / "out" / "data.json").read_text())["train_sizes"]
     assert sizes == {"rte": 16, "mrpc": 16}
+
+
+@pytest.mark.parametrize("written", ["models/tiny", "./models/tiny", "~/models/tiny"])
+def test_run_configs_and_study_files_anchor_an_encoder_folder_alike(
+        written, tmp_path, monkeypatch, tiny_encoder, sample_data_dir):
+    """One rule for both files: an encoder written as a path, or naming a folder that exists
+    beside the file, starts at the file's folder; a model id stays as written."""
+    from sweep.spec import load_study_spec
+
+    project = tmp_path / "project"
+    monkeypatch.setenv("HOME", str(project))  # `~/models/tiny` is then the same folder
+    shutil.copytree(tiny_encoder, project / "models" / "tiny")
+    shutil.copytree(sample_data_dir / "RTE", project / "RTE")
+    run = f"encoder: {written}\ndata_dir: .\ntasks: [rte]\n"
+    (project / "run.yaml").write_text(run)
+    (project / "study.yaml").write_text(
+        "study: s\ntrain:\n" + "".join(f"  {line}\n" for line in run.splitlines()))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    folder = str((project / "models" / "tiny").resolve())
+    assert load_config(project / "run.yaml").encoder == folder
+    assert load_study_spec(project / "study.yaml").train["encoder"] == folder
+
+
+def test_a_model_id_is_not_a_path(tmp_path, monkeypatch):
+    from trainer.config_paths import anchor_paths
+
+    monkeypatch.chdir(tmp_path)
+    assert anchor_paths({"encoder": "org/model"}, tmp_path)["encoder"] == "org/model"
+    (tmp_path / "org" / "model").mkdir(parents=True)  # unless such a folder is there
+    assert anchor_paths({"encoder": "org/model"}, tmp_path)["encoder"] == str(
+        tmp_path / "org" / "model")

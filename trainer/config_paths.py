@@ -1,8 +1,10 @@
-"""Relative paths in a run-config file start at the file's own folder.
+"""Relative paths in a run config start at a folder the reader names, once, in one function.
 
-So a config works from any working directory, and a copied example keeps pointing at its data.
-Values given with `--set` or in a mapping (a sweep's trial config) are not touched here: they
-start at the working directory, as paths on a command line do. Task files (`train_file`,
+A run-config file's paths start at the file's own folder, so a config works from any working
+directory and a copied example keeps pointing at its data. A study file's `train:` template
+starts at the study file's folder, except for values given with `--set`, which start at the
+working directory as paths on a command line do (the sweep passes a per-setting base). Values
+given in a mapping (a sweep's trial config) are not touched. Task files (`train_file`,
 `dev_files`) stay relative to `data_dir`, which is itself anchored.
 """
 
@@ -14,8 +16,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-# Run-level settings that hold a path (the encoder only when written as one: ./ or ../).
+# Run-level settings that hold a path; the encoder too when it names a local folder.
 PATH_KEYS = ("data_dir", "output_dir", "cache_dir", "init_from")
+
+Join = Callable[[str, Path], str]
+Base = Path | Callable[[str], Path]  # one folder, or the folder for a setting's dotted key
 
 
 def anchored(value: Any, base: Path) -> Any:
@@ -34,47 +39,54 @@ def absolute(value: Any) -> Any:
     return anchored(value, Path.cwd())
 
 
-def anchor_paths(raw: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    """`raw` (a config file's settings) with its relative paths joined to `base`."""
+def local_encoder(encoder: Any, base: Path) -> bool:
+    """Whether an `encoder` value names a folder rather than a model id such as `org/name`:
+    written as a path (`./`, `../`, `~`, `/`, any leading dot) or an existing folder."""
+    if not isinstance(encoder, str) or not encoder.strip():
+        return False
+    return encoder.startswith((".", "~", "/")) or (base / Path(encoder).expanduser()).is_dir()
+
+
+def anchor_paths(raw: Mapping[str, Any], base: Base, join: Join = anchored) -> dict[str, Any]:
+    """`raw` (a run config's settings) with its relative paths joined by `join` to `base`, or
+    to `base(key)` for each setting (`data_dir`, `encoder`, `tasks`, `distill`,
+    `tracking.mlflow`, ...)."""
+    at: Callable[[str], Path] = base if callable(base) else (lambda _key: base)
+
+    def one(value: Any, key: str) -> Any:
+        return join(value, at(key)) if isinstance(value, str) and value.strip() else value
+
     out = dict(raw)
     for key in PATH_KEYS:
         if key in out:
-            out[key] = anchored(out[key], base)
-    encoder = out.get("encoder")
-    if isinstance(encoder, str) and encoder.startswith(("./", "../")):
-        out["encoder"] = anchored(encoder, base)
+            out[key] = one(out[key], key)
+    if local_encoder(out.get("encoder"), at("encoder")):
+        out["encoder"] = one(out["encoder"], "encoder")
     tasks = out.get("tasks")
     if isinstance(tasks, list):  # a task's own data_dir
-        out["tasks"] = [{**t, "data_dir": anchored(t["data_dir"], base)}
+        out["tasks"] = [{**t, "data_dir": one(t["data_dir"], "tasks")}
                         if isinstance(t, Mapping) and "data_dir" in t else t for t in tasks]
     if "distill" in out:
-        out["distill"] = anchor_teachers(out["distill"], base)
+        out["distill"] = _anchor_teachers(out["distill"], lambda p: one(p, "distill"))
     if "tracking" in out:
-        out["tracking"] = anchor_mlflow(out["tracking"], base)
+        out["tracking"] = _anchor_mlflow(out["tracking"], lambda p: one(p, "tracking.mlflow"))
     return out
 
 
-def anchor_teachers(distill: Any, base: Path,
-                    join: Callable[[str, Path], str] = anchored) -> Any:
-    """A `distill` setting with its teacher runs (or soft-target files) joined to `base`."""
+def _anchor_teachers(distill: Any, one: Callable[[Any], Any]) -> Any:
+    """A `distill` setting with its teacher runs (or soft-target files) anchored."""
     teachers = distill.get("teachers") if isinstance(distill, Mapping) else None
     if not isinstance(teachers, Mapping):
         return distill
-
-    def one(path: Any) -> Any:
-        return join(path, base) if isinstance(path, str) and path.strip() else path
-
     return {**distill, "teachers": {
         task: [one(p) for p in paths] if isinstance(paths, list) else one(paths)
         for task, paths in teachers.items()}}
 
 
-def anchor_mlflow(tracking: Any, base: Path,
-                  join: Callable[[str, Path], str] = anchored) -> Any:
-    """A `tracking` setting with its MLflow folder joined to `base`; a server URI stays."""
+def _anchor_mlflow(tracking: Any, one: Callable[[Any], Any]) -> Any:
+    """A `tracking` setting with its MLflow folder anchored; a server URI stays."""
     uri = tracking.get("mlflow") if isinstance(tracking, Mapping) else None
     # A one-letter scheme is a Windows drive, i.e. a folder.
     if not isinstance(uri, str) or not uri.strip() or len(urlsplit(uri).scheme) > 1:
         return tracking
-    return {**tracking, "mlflow": join(uri, base)}
-
+    return {**tracking, "mlflow": one(uri)}

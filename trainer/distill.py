@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainer.checkpoint import CHECKPOINTS, latest_checkpoint
-from trainer.config import RunConfig, load_config, read_yaml
+from trainer.config import RunConfig, load_config
 from trainer.finetune_settings import FINETUNE_DIR
 from trainer.task_types import TASK_TYPES
 from weightsearch.errors import ConfigError
+from weightsearch.yamlio import read_yaml_file
 
 if TYPE_CHECKING:
     import torch
@@ -111,7 +112,7 @@ def _run_config(folder: Path, where: str) -> RunConfig:
     (data_dir, init_from, distill) are left out: a teacher reads the student's rows and its
     weights are in its checkpoint, so they need not exist where the student trains."""
     try:
-        raw = read_yaml(folder / "config.yaml")
+        raw = read_yaml_file(folder / "config.yaml")
         if not isinstance(raw, dict):
             raise ConfigError(["config.yaml holds no mapping of settings"])
         return load_config({k: v for k, v in raw.items()

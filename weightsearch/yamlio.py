@@ -14,9 +14,12 @@ and depth before the composer sees the document.
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import yaml
+
+from weightsearch.errors import ConfigError
 
 _Base: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 C_PARSER = _Base is not yaml.SafeLoader
@@ -102,3 +105,26 @@ def load_yaml(text: str, max_depth: int = MAX_DEPTH) -> Any:
         return loader.get_single_data()
     finally:
         loader.dispose()
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """`not valid YAML at line L, column C: <what>`: the user's words for a parse error."""
+    mark = getattr(exc, "problem_mark", None)
+    at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+    reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"not valid YAML{at}: {reason}"
+
+
+def read_yaml_file(path: Path, noun: str = "file") -> Any:
+    """The YAML document in `path` ({} when empty); ConfigError, labelled with the path, when
+    it is missing, unreadable or malformed. `noun` names the file in the message."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError([f"{noun} {path} does not exist"], str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"cannot read {noun} {path}: {exc}"], str(path)) from None
+    try:
+        return load_yaml(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError([yaml_problem(exc)], str(path)) from None
