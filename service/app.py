@@ -70,6 +70,7 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
     describe_bearer(app, token_env)
     # In this order (the order of the paths in the schema; the first route whose path matches
     # names the methods of a 405): reads, then the writes that start runs.
-    for router in (health.router, studies.router, recommend.router, jobs.router, runs.router):
+    for router in (health.router, studies.router, recommend.make_router(), jobs.router,
+                   runs.router):
         app.include_router(router)
     return app

@@ -220,3 +220,28 @@ def test_an_unregistered_task_type_is_unknown_again():
         load_config({"tasks": [SMOOTHED_TASK]})
     with pytest.raises(TypeError):
         register_task_type("smoothed_classification")  # type: ignore[arg-type]
+
+
+def test_a_registered_types_metrics_and_name_are_known_to_task_files_and_the_service(tmp_path):
+    """What is derived from the registry is read when asked: the metric names a task file may
+    use, and the service's task_type enum, built with each app."""
+    from fastapi.testclient import TestClient
+
+    import trainer.tasks as tasks_module
+    from service.app import create_app
+
+    late = TaskType("late_kind", __name__, "score", ("late_corr",), ("late_corr",), "late_corr")
+    assert "late_corr" not in tasks_module.METRICS
+    register_task_type(late)
+    try:
+        assert "late_corr" in tasks_module.METRICS
+        assert tasks_module.known_metrics()[-1] == "late_corr"
+        client = TestClient(create_app(f"sqlite:///{tmp_path / 's.db'}", log_dir=tmp_path))
+        answer = client.get("/recommend?train_size=2500&task_type=late_kind")
+        assert answer.status_code == 200, answer.text
+        enum = client.get("/openapi.json").json()["paths"]["/recommend"]["get"]["parameters"]
+        task_type = next(p for p in enum if p["name"] == "task_type")
+        assert "late_kind" in json.dumps(task_type["schema"])
+    finally:
+        unregister_task_type("late_kind")
+    assert "late_corr" not in tasks_module.METRICS

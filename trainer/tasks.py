@@ -23,8 +23,20 @@ from weightsearch.fields import Number, Text, check_fields, is_number, json_sche
 _TYPES = TASK_TYPES  # a live view of the registry: a type registered later counts at once
 
 FORMATS = ("tsv", "csv", "jsonl", "parquet", "squad")
-# Every metric some task type reports, in a stable order.
-METRICS = tuple(dict.fromkeys(m for t in _TYPES.values() for m in t.metrics))
+
+
+def known_metrics() -> tuple[str, ...]:
+    """Every metric some registered task type reports, in a stable order; read when asked,
+    so a type registered later counts at once."""
+    return tuple(dict.fromkeys(m for t in _TYPES.values() for m in t.metrics))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "METRICS":  # the module attribute stays readable, and as live as the registry
+        return known_metrics()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _EXTENSION_FORMATS = {".tsv": "tsv", ".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl",
                       ".parquet": "parquet"}
 
@@ -150,15 +162,15 @@ class _Metrics:
         names = [value] if isinstance(value, str) else value
         if not isinstance(names, list | tuple) or not names:
             return None, (f"{key}: expected a metric name or a non-empty list of them, got "
-                          f"{value!r}; use names from {', '.join(METRICS)}")
-        unknown = [m for m in names if m not in METRICS]
+                          f"{value!r}; use names from {', '.join(known_metrics())}")
+        unknown = [m for m in names if m not in known_metrics()]
         if unknown:
             return None, (f"{key}: unknown metric(s) {', '.join(map(repr, unknown))}; use "
-                          f"names from {', '.join(METRICS)}")
+                          f"names from {', '.join(known_metrics())}")
         return tuple(dict.fromkeys(names)), None
 
     def schema(self) -> dict[str, Any]:
-        name = {"type": "string", "enum": list(METRICS)}
+        name = {"type": "string", "enum": list(known_metrics())}
         return {"anyOf": [name, {"type": "array", "items": name, "minItems": 1}]}
 
 
@@ -238,7 +250,7 @@ class TaskSpec:
     group: str | None = setting(None, Column(optional=True))  # ranking: one candidate list
     header: bool = setting(True, _Header())
     labels: tuple[str, ...] | None = setting(None, _Labels())
-    primary_metric: str = setting("accuracy", OneOf("metric", lambda: METRICS))
+    primary_metric: str = setting("accuracy", OneOf("metric", known_metrics))
     metrics: tuple[str, ...] = setting(("accuracy",), _Metrics())
     dropout: float = setting(0.1, _Dropout())
     # the answer module: linear, or san (classification)
@@ -504,7 +516,7 @@ def _default_metrics(item: Mapping[str, Any], given: Mapping[str, Any],
     """Metrics a definition leaves out: its primary metric (if the type reports it) or the
     type's natural ones, also where a preset's type was changed; the primary metric: the type's
     usual one (STS-B: the mean correlation) if listed, else the first listed."""
-    allowed = kind.metrics if kind else METRICS
+    allowed = kind.metrics if kind else known_metrics()
     kept = values.get("metrics")  # a preset's, unless its type was changed
     if "metrics" not in item and (kept is None or not set(kept) <= set(allowed)):
         primary = given.get("primary_metric")
@@ -518,7 +530,7 @@ def _default_metrics(item: Mapping[str, Any], given: Mapping[str, Any],
 
 def _check_metrics(values: dict[str, Any], kind: TaskType | None, bad: _Bad) -> None:
     metrics, primary = values.get("metrics", ()), values.get("primary_metric")
-    if primary in METRICS and metrics and primary not in metrics:
+    if primary in known_metrics() and metrics and primary not in metrics:
         bad("primary_metric", f"'{primary}' is not in metrics ({', '.join(metrics)}); "
                               "add it to metrics or pick one of them")
     wrong = [m for m in metrics if kind and m not in kind.metrics]

@@ -8,19 +8,24 @@ from fastapi import APIRouter, Query
 from recommender.recommend import ENCODER_PATTERN
 from service.deps import Database
 from service.models import Recommendation, errors
-from trainer.task_types import NAMES as TASK_TYPE_NAMES
-
-TaskType = Literal[TASK_TYPE_NAMES]  # type: ignore[valid-type]  (from the registry)
-
-router = APIRouter()
+from trainer import task_types
 
 
-@router.get("/recommend", response_model=Recommendation, responses=errors(400, 422, 503))
-def recommend(database: Database,
-              train_size: int = Query(gt=0, le=10**12, description="training examples"),
-              task_type: TaskType | None = None,
-              encoder: str | None = Query(None, pattern=ENCODER_PATTERN, max_length=200),
-              stage: Literal["multitask", "finetuned"] | None = None) -> dict:
-    from recommender.recommend import recommend_from
+def make_router() -> APIRouter:
+    """The route, built with each app: its `task_type` enum is the registry's at that time,
+    so a task type registered before `create_app` is accepted and published."""
+    task_type_names = Literal[task_types.NAMES]  # type: ignore[valid-type]
+    router = APIRouter()
 
-    return recommend_from(database.evidence(), train_size, task_type, encoder, stage).to_dict()
+    @router.get("/recommend", response_model=Recommendation, responses=errors(400, 422, 503))
+    def recommend(database: Database,
+                  train_size: int = Query(gt=0, le=10**12, description="training examples"),
+                  task_type: task_type_names | None = None,  # type: ignore[valid-type]
+                  encoder: str | None = Query(None, pattern=ENCODER_PATTERN, max_length=200),
+                  stage: Literal["multitask", "finetuned"] | None = None) -> dict:
+        from recommender.recommend import recommend_from
+
+        return recommend_from(database.evidence(), train_size, task_type, encoder,
+                              stage).to_dict()
+
+    return router
