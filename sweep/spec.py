@@ -125,8 +125,10 @@ class Objective:
     """What a trial's value is: the central task's `metric` ("primary": its primary metric)
     at its best epoch of the multi-task stage, or of its fine-tuning run."""
 
-    stage: str = "multitask"
-    metric: str = "primary"
+    stage: str = setting("multitask", Choice(STAGES),
+                         doc="multitask, or finetuned (needs train.finetune)")
+    metric: str = setting("primary", Text("a metric name or primary"),
+                          doc="a metric of the central task, or primary")
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ def study_file_schema() -> dict[str, Any]:
         "storage": {"type": "string"},
         "warm_start": {"anyOf": [{"type": "string", "enum": ["recommend"]},
                                  {"type": "array"}]},
-        "objective": {"type": "object"},
+        "objective": json_schema(Objective),
     })
 
 
@@ -603,19 +605,9 @@ def _parse_objective(raw: Any, train: Mapping[str, Any], central: tuple[str, ...
                      problems: list[str]) -> Objective:
     if raw is None:
         return Objective()
-    if not isinstance(raw, Mapping):
-        problems.append(f"objective: expected {{stage: multitask | finetuned, metric: primary}}, "
-                        f"got {raw!r}")
-        return Objective()
-    for key in sorted(set(raw) - {"stage", "metric"}):
-        problems.append(f"objective.{key}: unknown setting; use stage and metric")
-    stage, metric = raw.get("stage", "multitask"), raw.get("metric", "primary")
-    if stage not in STAGES:
-        problems.append(f"objective.stage: {stage!r} is not one of {', '.join(STAGES)}")
-        stage = "multitask"
-    if not isinstance(metric, str) or not metric:
-        problems.append(f"objective.metric: expected a metric name or primary, got {metric!r}")
-        metric = "primary"
+    values = check_section(raw, Objective, "objective", problems,
+                           "{stage: finetuned, metric: primary}") or {}
+    stage = values.setdefault("stage", "multitask")
     if stage == "finetuned":
         from trainer.presets import expand_preset
 
@@ -628,7 +620,7 @@ def _parse_objective(raw: Any, train: Mapping[str, Any], central: tuple[str, ...
             missing = ", ".join(sorted(set(central) - set(tasks)))
             problems.append(f"objective.stage: finetuned needs every central task fine-tuned; "
                             f"train.finetune.tasks leaves out {missing} (use tasks: central)")
-    return Objective(stage=stage, metric=metric)
+    return Objective(**values)
 
 
 def _parse_seeds(raw: Any, problems: list[str]) -> tuple[int, ...]:

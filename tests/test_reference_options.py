@@ -281,6 +281,23 @@ def test_resume_refuses_another_precision(sample_data_dir, tiny_encoder, tmp_pat
     assert "trained in bf16" in problem and "precision: bf16" in problem
 
 
+def test_a_run_resumes_with_the_precision_that_auto_meant_where_it_started(
+        sample_data_dir, tiny_encoder, tmp_path):
+    """A run started with `auto` on a CPU without bf16 trained in fp32; on a machine where auto
+    means bf16, naming fp32 (what the refusal asks for) continues it, and the reverse too."""
+    from trainer.resume import resume_problems, resume_record
+
+    auto = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", precision="auto")
+    fp32 = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", precision="fp32")
+    assert resume_problems(resume_record(auto, "fp32"), fp32, "fp32", tmp_path) == []
+    assert resume_problems(resume_record(fp32, "fp32"), auto, "fp32", tmp_path) == []
+    [problem] = resume_problems(resume_record(auto, "fp32"), auto, "bf16", tmp_path)
+    assert "set precision: fp32 to continue it here" in problem
+    lr = fp32.replace(lr=1e-3)  # a setting that does change the run is still named
+    [problem] = resume_problems(resume_record(auto, "fp32"), lr, "fp32", tmp_path)
+    assert "different settings (lr)" in problem
+
+
 @pytest.mark.slow
 def test_damaged_checkpoint_is_reported_and_an_older_one_used(sample_data_dir, tiny_encoder,
                                                               tmp_path, capsys):

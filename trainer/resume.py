@@ -11,6 +11,7 @@ multi-task checkpoint) still continues.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -116,10 +117,22 @@ def resume_record(cfg: RunConfig, precision: str,
     }
 
 
+def _as_trained(meta: dict[str, Any], cfg: RunConfig, precision: str) -> RunConfig:
+    """`cfg` with the run's own precision setting where both resolve to the precision the run
+    trained in: `auto` and the precision it meant on the first machine are the same setting
+    (the resolved precision is compared on its own, below)."""
+    old = meta.get("resume_settings")
+    setting = old.get("precision") if isinstance(old, dict) else None
+    if setting in (None, cfg.precision) or meta.get("precision") != precision:
+        return cfg
+    return dataclasses.replace(cfg, precision=setting)
+
+
 def resume_problems(meta: dict[str, Any], cfg: RunConfig, precision: str,
                     where: str | os.PathLike) -> list[str]:
     """Why the run in `where` cannot continue with `cfg`, one message per kind of change."""
     problems = []
+    cfg = _as_trained(meta, cfg, precision)
     if meta.get("resume_digest") != settings_digest(cfg):
         old = meta.get("resume_settings")
         new = json.loads(json.dumps(resume_settings(cfg), default=str))
