@@ -38,12 +38,17 @@ class Dialect:
     # The database is a local file (SQLite): its folder must exist, a flock on it serialises
     # schema creation, and a new file is put in WAL mode.
     file: bool = False
-    advisory_lock: bool = False  # schema creation serialised by a PostgreSQL advisory lock
+    # Schema creation serialised by a server-side lock: (take, give back) SQL on one connection,
+    # `:k` the lock's name or number (`_SCHEMA_LOCK`); None: no lock (a file backend flocks).
+    lock_sql: tuple[str, str] | None = None
     now_sql: str | None = None  # the server's clock in Unix seconds (None: the driver's clock)
 
     def engine_kwargs(self) -> dict:
         return copy.deepcopy(dict(self.engine))
 
+
+# A named lock, waited for up to 10 minutes (a schema is created in seconds).
+_MYSQL_LOCK = ("SELECT GET_LOCK(:k, 600)", "SELECT RELEASE_LOCK(:k)")
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (
     # A long busy timeout, so that concurrent writers wait for the lock instead of failing
@@ -53,10 +58,10 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (
     # connect_timeout (faults work): fail within seconds on an unreachable host instead of
     # waiting for the OS's TCP timeout (minutes).
     Dialect("postgresql", engine={**_SERVER_ENGINE, "connect_args": {"connect_timeout": 10}},
-            advisory_lock=True,
+            lock_sql=("SELECT pg_advisory_lock(:k)", "SELECT pg_advisory_unlock(:k)"),
             now_sql="CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"),
-    Dialect("mysql", now_sql="UNIX_TIMESTAMP(NOW(6))"),
-    Dialect("mariadb", now_sql="UNIX_TIMESTAMP(NOW(6))"),
+    Dialect("mysql", now_sql="UNIX_TIMESTAMP(NOW(6))", lock_sql=_MYSQL_LOCK),
+    Dialect("mariadb", now_sql="UNIX_TIMESTAMP(NOW(6))", lock_sql=_MYSQL_LOCK),
 )}
 
 
@@ -151,7 +156,7 @@ def open_storage(url: str | None = None):
 
 # Any fixed 64-bit number, the same in every weightsearch process: the key of the PostgreSQL
 # advisory lock that serialises schema creation.
-_PG_SCHEMA_LOCK = 0x5745_4947_4854  # "WEIGHT"
+_SCHEMA_LOCK = 0x5745_4947_4854  # "WEIGHT"
 
 
 @contextlib.contextmanager
@@ -159,8 +164,8 @@ def schema_lock(url: str) -> Iterator[None]:
     """Hold a lock, across processes and machines, while the study schema may be created.
 
     SQLite: an exclusive flock on the database file itself (created empty if missing, which
-    SQLite reads as an empty database). PostgreSQL: a session advisory lock. Other backends:
-    no lock.
+    SQLite reads as an empty database). PostgreSQL: a session advisory lock; MySQL and
+    MariaDB: a named lock (`Dialect.lock_sql`). Other backends: no lock.
     """
     from sqlalchemy import create_engine, text
     from sqlalchemy.engine import make_url
@@ -182,17 +187,21 @@ def schema_lock(url: str) -> Iterator[None]:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
         return
-    if not backend.advisory_lock:
+    if backend.lock_sql is None:
         yield
         return
+    take, give_back = backend.lock_sql
+    # PostgreSQL's advisory locks take a number; named locks are server-wide, so the name
+    # holds the database's.
+    key = _SCHEMA_LOCK if backend.name == "postgresql" else f"weightsearch:{parsed.database}"
     engine = create_engine(url, poolclass=_null_pool(), **engine_kwargs(url))
     try:
         with engine.connect() as conn:
-            conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _PG_SCHEMA_LOCK})
+            conn.execute(text(take), {"k": key})
             try:
                 yield
             finally:
-                conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _PG_SCHEMA_LOCK})
+                conn.execute(text(give_back), {"k": key})
     finally:
         engine.dispose()
 

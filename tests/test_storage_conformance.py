@@ -123,15 +123,6 @@ CASES: dict[str, Callable[..., contextlib.AbstractContextManager]] = {
 }
 MARKS = {"postgresql": [pytest.mark.postgres]}
 
-# Known gaps of a backend in the contract: each test marks these cases xfail(strict), so the
-# suite says so the moment one is fixed.
-SCHEMA_RACE = {
-    name: "studies.storage.schema_lock holds no lock on MySQL-family servers: openers of a fresh "
-          "database race on Optuna's CREATE TABLE (1050 \"Table '...' already exists\")"
-    for name in ("mysql", "mariadb")
-}
-
-
 @dataclass
 class Case:
     """A registered backend's fresh database, and the storages opened on it (closed after)."""
@@ -246,12 +237,9 @@ def test_the_registry_names_the_backend_and_opens_it_with_its_options(case: Case
     assert reading.study_names(storage) == []
 
 
-def test_first_opens_at_once_create_the_schema_once(case: Case,
-                                                    request: pytest.FixtureRequest) -> None:
+def test_first_opens_at_once_create_the_schema_once(case: Case) -> None:
     """Eight drivers open the fresh database at the same moment, create the study and claim
     the grid's cells: none fails, the study exists once, and each cell has one holder."""
-    if case.name in SCHEMA_RACE:
-        request.applymarker(pytest.mark.xfail(reason=SCHEMA_RACE[case.name], strict=True))
     start = threading.Barrier(OPENERS)
 
     def first_open() -> list[str]:
