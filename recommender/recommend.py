@@ -33,6 +33,7 @@ import re
 import threading
 from dataclasses import asdict, dataclass, field
 
+from recommender.baselines import BASELINES, baseline_errors, cells
 from recommender.hierarchy import REGIME_VAR, fit_law, interval80
 from recommender.prior import PRIOR, PRIOR_STUDY
 from recommender.regime import (
@@ -446,6 +447,7 @@ def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None
         rec = recommend_from(rest, p.train_size, p.task_type, encoder, stage)
         grid = p.grid or schema.DEFAULT_GRID
         snapped = nearest(rec.central_weight, grid)
+        measured = [(q.train_size, q.best_weight) for q in rest]
         rows.append({
             "task": p.task, "study": p.study, "train_size": p.train_size,
             "recommended": rec.central_weight, "recommended_grid": snapped,
@@ -455,6 +457,9 @@ def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None
             "abs_error": round(abs(rec.central_weight - p.best_weight), 3),
             "chance_abs_error": round(sum(abs(g - p.best_weight) for g in grid) / len(grid), 3),
             "in_interval": rec.interval[0] <= p.best_weight <= rec.interval[1],
+            "baselines": {k: round(v, 3) for k, v in baseline_errors(
+                p.train_size, p.best_weight, measured, grid).items()},
+            "cells": cells(p.train_size, p.best_weight, [q.train_size for q in rest]),
         })
     rate = sum(r["hit"] for r in rows) / len(rows) if rows else None
     return rows, rate, over
@@ -462,14 +467,27 @@ def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None
 
 def evaluation_summary(rows: list[dict]) -> dict:
     """Hit rate against the chance level of the tasks' own grids, the point error (mean
-    absolute distance of the recommended from the best weight) against a random grid weight's,
-    and interval coverage."""
+    absolute distance of the recommended from the best weight) against a random grid weight's
+    and the other simple rules' (`recommender.baselines`), and interval coverage, overall and by
+    cell (size inside / outside the other tasks' sizes; best weight at an end / in the
+    middle)."""
     if not rows:
         return {"hit_rate": None, "chance": None, "mean_abs_error": None,
-                "chance_abs_error": None, "coverage": None, "tasks": 0}
+                "chance_abs_error": None, "coverage": None, "tasks": 0, "baselines": {},
+                "coverage_by_cell": {}}
     n = len(rows)
+    names = [b for b in BASELINES if all(b in r["baselines"] for r in rows)]
+    by_cell: dict[str, dict] = {}
+    for axis in ("size", "best"):
+        for r in rows:
+            cell = by_cell.setdefault(f"{axis}:{r['cells'][axis]}", {"tasks": 0, "covered": 0})
+            cell["tasks"] += 1
+            cell["covered"] += bool(r["in_interval"])
     return {"hit_rate": sum(r["hit"] for r in rows) / n,
             "chance": sum(r["chance"] for r in rows) / n,
             "mean_abs_error": sum(r["abs_error"] for r in rows) / n,
             "chance_abs_error": sum(r["chance_abs_error"] for r in rows) / n,
-            "coverage": sum(r["in_interval"] for r in rows) / n, "tasks": n}
+            "coverage": sum(r["in_interval"] for r in rows) / n, "tasks": n,
+            "baselines": {b: sum(r["baselines"][b] for r in rows) / n for b in names},
+            "coverage_by_cell": {k: {**v, "coverage": v["covered"] / v["tasks"]}
+                                 for k, v in sorted(by_cell.items())}}

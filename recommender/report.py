@@ -56,7 +56,19 @@ def evaluation_text(rows: list[dict], rate: float | None, over: str) -> str:
                  f"task's own grid): {summary['chance_abs_error']:.2f}")
     lines.append(f"80% interval holds the task's best weight: "
                  f"{sum(r['in_interval'] for r in rows)}/{len(rows)} = {summary['coverage']:.2f}")
+    cells = "; ".join(f"{name.replace(':', ' ')} {c['covered']}/{c['tasks']}"
+                      for name, c in summary["coverage_by_cell"].items())
+    lines.append(f"  by cell (size inside/outside the other tasks' sizes; best at an end "
+                 f"(<= 3 or >= 13) or in the middle): {cells}")
+    lines.append(f"mean |error| against the simple rules ({len(rows)} tasks): recommender "
+                 f"{summary['mean_abs_error']:.2f}; " + "; ".join(
+                     f"{BASELINE_LABELS[b]} {v:.2f}" for b, v in summary["baselines"].items()))
     return "\n".join(lines)
+
+
+BASELINE_LABELS = {"constant": "constant 8", "rule_of_thumb": "the paper's rule of thumb",
+                   "nearest_neighbour": "nearest task in log size",
+                   "random_grid": "random grid weight"}
 
 
 def plot_recommendation(evidence: list[EvidencePoint], rec: Recommendation | None,
