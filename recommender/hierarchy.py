@@ -1,123 +1,264 @@
-"""Combine tasks: each task's best weight as a noisy observation of a smooth law in log size.
+"""Combine tasks: each task's best weight as a noisy observation of a law in log training size.
 
-Model (hierarchical, Gaussian throughout, so it has a closed form):
-    best weight of task i = f(log10 size_i) + eta_i + eps_i
-    f ~ Gaussian process, mean m, squared-exponential kernel (SIGNAL_SD, LENGTH_DECADES)
-    eta_i ~ N(0, tau^2)   how far real tasks of one size scatter around the law
-    eps_i ~ N(0, v_i)     how imprecisely task i's own trials locate its best (`task_curve`),
-                          plus REGIME_VAR when the task was measured in another regime
-A new task of size n gets f(log10 n) + eta: its posterior mean, and an interval from the
-posterior variance of f plus tau^2 (where the best weight of *a new task* lies, not where the
-law lies). m is the precision-weighted mean of the observations. tau is not fixed at its maximum
-likelihood (which, with a handful of tasks, is often near zero and gives intervals far too
-narrow): the answer averages over a fixed grid of tau values, each weighted by its marginal
-likelihood times a half-Cauchy prior of scale TAU_SCALE (deterministic; no optimiser, no
-sampling); the predictive variance is the mixture's, i.e. it includes the spread between tau
-values.
+Model (Gaussian given its hyperparameters, so each piece has a closed form):
 
-Why a Gaussian process: it is the smallest model that is smooth in log size, lets each task count
-by its own precision (a flat study has a huge v_i and is ignored; a three-seed study with a clear
-peak has a small one and dominates its neighbourhood), reverts to the overall mean away from all
-evidence with a variance that grows there, and costs one Cholesky of an n x n matrix (n = tasks,
-tens). Alternatives: a kernel-weighted mean of best weights (what this replaced: every task counts
-the same however weak); a parametric law such as a line in log size (too rigid for a handful of
-points that may curve); a full MCMC over the hyperparameters (slow per request, and the interval
-barely changes with ~10 tasks).
+    best weight of task i = trend(x_i) + g(x_i) + eta_task(i) + delta_regime(i) + eps_i
+    x = log10 training size
+    trend(x) = a + s (x - 4) [+ d * 1(x > c)]   a line, or a line with one sharp transition at c
+    g ~ Gaussian process, squared-exponential kernel (signal sd, length in decades)
+    eta ~ N(0, tau^2)       how far real tasks scatter around the law; one per task name, so
+                            several studies of one task, or of one task at several sizes,
+                            share it
+    delta_r ~ N(0, REGIME_SD^2)  a shared offset of every point measured in regime r, other than
+                            the regime answered for (whose offset is 0)
+    eps_i ~ N(0, v_i)       how imprecisely task i's trials locate its best (`task_curve`)
+
+Priors. The trend's level at 10^4 examples ~ N(8, 3^2) and its slope ~ N(-3, 2^2) per decade:
+the SIWLM paper's finding (Son et al. 2021: weights of 9 or more helped its tasks of 2.5k-8.5k
+examples, below 6 its tasks of 67k-393k, i.e. about -3 weight units per decade), held loosely
+enough that four tasks pointing the other way overrule it. A transition (jump d ~ N(0, 5^2))
+has prior probability STEP_SHARE, spread evenly over candidate points c every STEP_SPACING
+decades strictly inside the studied sizes (outside them no data could place it). The
+deviation's signal sd and length scale, and tau, are not fixed: the answer averages over a grid
+of them (`DEVIATIONS` x `TAU_GRID`, tau with a half-Cauchy prior of scale TAU_SCALE) and over
+the mean models, each weighted by its marginal likelihood times its prior (deterministic; no
+optimiser, no sampling). The coefficients a, s, d and the offsets are integrated out exactly
+(their Gaussian priors add H B H^T and REGIME_SD^2 Z Z^T to the covariance), so their
+uncertainty is part of every interval.
+
+A new task of size n (in the asked regime) has its own eta: its predictive distribution is a
+mixture of Gaussians over the grid. The recommended weight is the mixture's median (the point
+that minimises the expected absolute error); the 80% interval its 10% and 90% quantiles.
+
+What was tried and rejected, on the calibration benchmark (`benchmarks/bench_recommend_worlds.py`,
+8 tasks x 3 seeds, 200 worlds per kind; BENCHMARKS.md has the tables):
+- A Gaussian process with a constant mean and fixed hyperparameters (signal sd 4, length 0.8
+  decades), the previous law: far from the studied sizes it reverts to the tasks' average, so
+  new tasks outside the studied range were covered 0.61 of the time and tasks with a best weight
+  at an end of the range 0.58; its mean error (2.23 on smooth worlds) lost to the paper's rule
+  of thumb (2.22), and by 1.40 weight units on worlds with a sharp transition.
+- A fixed extra variance (9) for every point of another regime: 32 studies of another encoder
+  kept most of the say whatever their offset; a shared offset counts a regime's evidence about
+  the shape of the law fully and its level only as far as overlapping tasks pin it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import ndtr
 
-SIGNAL_SD = 4.0  # prior sd of the law around its mean, in weight units
-LENGTH_DECADES = 0.8  # the law changes over about this many decades of training size
-TAU_GRID = tuple(0.25 * i for i in range(1, 21))  # candidate task scatter, 0.25 .. 5
-TAU_SCALE = 4.0  # half-Cauchy prior on tau, weight units (weakly informative)
-REGIME_VAR = 9.0  # extra variance of evidence from another regime (sd 3 weight units)
-Z80 = 1.2816  # two-sided 80% normal quantile
+from recommender.baselines import RULE_THRESHOLD
 
-
-def _kernel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    d = a[:, None] - b[None, :]
-    return SIGNAL_SD ** 2 * np.exp(-0.5 * (d / LENGTH_DECADES) ** 2)
-
-
-@dataclass
-class _Fit:
-    x: np.ndarray
-    mean: float
-    tau2: float
-    chol: np.ndarray
-    alpha: np.ndarray
-
-    def predict(self, x0: float) -> tuple[float, float, np.ndarray]:
-        """(mean, predictive variance of a new task's best weight, each observation's weight)."""
-        k = _kernel(np.array([x0]), self.x)[0]
-        v = np.linalg.solve(self.chol, k)
-        mu = self.mean + float(k @ self.alpha)
-        var_f = max(SIGNAL_SD ** 2 - float(v @ v), 0.0)
-        influence = np.linalg.solve(self.chol.T, v)  # k^T K^-1
-        return mu, var_f + self.tau2, influence
+CENTRE = 4.0  # log10 size at which the trend's level is stated (10^4 examples)
+# Prior (mean, sd) of the mean's coefficients (level at 10^4 examples, slope per decade, jump at
+# the transition) for a line and for a law with a transition.
+LINE_PRIOR = ((8.0, 3.0), (-3.0, 2.0), (0.0, 0.0))
+STEP_PRIOR = ((11.0, 3.0), (0.0, 1.5), (-6.0, 4.0))
+# The paper's rule of thumb as stated (`recommender.baselines`): 12 below 10^4 examples, 3.5
+# from there on, give or take a point.
+RULE_PRIOR = ((12.0, 1.0), (0.0, 0.0), (-8.5, 1.0))
+PRIORS = (LINE_PRIOR, STEP_PRIOR, RULE_PRIOR)  # by model: line, transition, the paper's rule
+MODEL_NAMES = ("line", "transition", "the paper's rule")
+RULE_SHARE = 0.2  # prior probability that the paper's rule holds as stated
+STEP_SHARE = 0.35  # prior probability of one sharp transition inside the studied sizes
+STEP_SPACING = 0.25  # decades between candidate transition points
+# Where the transition lies: the paper places it between its tasks of 8.5k and 67k examples
+# (10^3.93 .. 10^4.83); PAPER_SHARE of the prior is a normal around that, the rest uniform.
+PAPER_STEP = (4.0, 0.25)
+PAPER_SHARE = 0.7
+DEVIATIONS = ((0.5, 0.5), (1.5, 0.3), (1.5, 0.8), (3.0, 0.3), (3.0, 0.8))  # (signal sd, length)
+TAU_GRID = tuple(float(t) for t in np.geomspace(0.25, 6.0, 12))  # task scatter, weight units
+TAU_SCALE = 2.0  # half-Cauchy prior on tau (weakly informative)
+REGIME_SD = 3.0  # prior sd of another regime's offset, weight units
+KEEP = 1e-4  # components below this posterior weight are dropped (fewer solves per request)
+_MAX_BATCH = 4_000_000  # matrix entries per batch of components (memory bound)
 
 
-def _fit_with(x: np.ndarray, y: np.ndarray, noise: np.ndarray,
-              tau2: float) -> tuple[_Fit, float]:
-    total = noise + tau2
-    m = float(np.sum(y / total) / np.sum(1.0 / total))
-    K = _kernel(x, x) + np.diag(total)
-    chol = np.linalg.cholesky(K)
-    r = y - m
-    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, r))
-    loglik = -0.5 * float(r @ alpha) - float(np.sum(np.log(np.diag(chol))))
-    return _Fit(x=x, mean=m, tau2=tau2, chol=chol, alpha=alpha), loglik
+@dataclass(frozen=True)
+class Prediction:
+    median: float
+    low: float  # 10% quantile
+    high: float  # 90% quantile
+    variance: float  # of the mixture
+    influence: np.ndarray  # each observation's weight in the predictive mean
 
 
 @dataclass
 class Law:
-    fits: list[_Fit]
-    probs: np.ndarray  # posterior weight of each tau
+    weights: np.ndarray  # (G,) posterior weight of each kept component
+    x: np.ndarray  # (n,) observed log sizes
+    model: np.ndarray  # (G,) 0 line, 1 transition, 2 the paper's rule (`PRIORS`)
+    step_at: np.ndarray  # (G,) transition point, NaN for a line
+    signal2: np.ndarray  # (G,)
+    length: np.ndarray  # (G,)
+    tau2_each: np.ndarray  # (G,)
+    alpha: np.ndarray  # (G, n) C^-1 (y - prior mean)
+    cinv: np.ndarray  # (G, n, n)
+    groups: dict[str, np.ndarray]  # regime label -> indicator of its points
 
     @property
     def tau2(self) -> float:
-        return float(sum(p * f.tau2 for p, f in zip(self.probs, self.fits, strict=True)))
+        return float(self.weights @ self.tau2_each)
 
-    def predict(self, x0: float) -> tuple[float, float, np.ndarray]:
-        """(mean, predictive variance of a new task's best weight, each observation's weight),
-        averaged over tau."""
-        parts = [f.predict(x0) for f in self.fits]
-        means = np.array([p[0] for p in parts])
-        mean = float(self.probs @ means)
-        var = float(self.probs @ (np.array([p[1] for p in parts]) + (means - mean) ** 2))
-        influence = sum(p * part[2] for p, part in zip(self.probs, parts, strict=True))
-        return mean, var, influence
+    def probability(self, model: int) -> float:
+        """The posterior probability of a mean model (`MODEL_NAMES`)."""
+        return float(self.weights[self.model == model].sum())
+
+    @property
+    def prior_mean(self) -> np.ndarray:
+        """(G, 3) prior means of the coefficients."""
+        return _priors(self.model)[0]
+
+    @property
+    def prior_var(self) -> np.ndarray:
+        """(G, 3) prior variances of the coefficients."""
+        return _priors(self.model)[1]
+
+    def _basis(self, x: np.ndarray) -> np.ndarray:
+        return _basis(x, self.step_at)
+
+    def predict(self, x0: float) -> Prediction:
+        """The best weight of a new task of log10 size `x0`, in the asked regime."""
+        h0 = self._basis(np.array([x0]))[:, 0, :]  # (G, 3)
+        h = self._basis(self.x)  # (G, n, 3)
+        b = self.prior_var
+        k = self.signal2[:, None] * np.exp(
+            -0.5 * ((x0 - self.x[None, :]) / self.length[:, None]) ** 2)
+        k = k + np.einsum("gnp,gp->gn", h, b * h0)
+        means = np.einsum("gp,gp->g", h0, self.prior_mean) + np.einsum("gn,gn->g", k, self.alpha)
+        solved = np.einsum("gnm,gm->gn", self.cinv, k)
+        total = self.signal2 + np.einsum("gp,gp->g", h0 * h0, b) + self.tau2_each
+        variances = np.maximum(total - np.einsum("gn,gn->g", k, solved), 1e-9)
+        low, median, high = mixture_quantiles(self.weights, means, np.sqrt(variances),
+                                              (0.1, 0.5, 0.9))
+        mean = float(self.weights @ means)
+        variance = float(self.weights @ (variances + (means - mean) ** 2))
+        return Prediction(median=median, low=low, high=high, variance=variance,
+                          influence=self.weights @ solved)
+
+    def trend(self) -> dict[str, float]:
+        """The posterior slope (weight units per decade) and level at 10^4 examples, mixed
+        over components: mean and sd of each."""
+        hb = self._basis(self.x) * self.prior_var[:, None, :]  # (G, n, 3)
+        mean = self.prior_mean + np.einsum("gnp,gn->gp", hb, self.alpha)
+        cov_diag = self.prior_var - np.einsum("gnp,gnm,gmp->gp", hb, self.cinv, hb)
+        out = {}
+        for i, name in ((0, "level"), (1, "slope")):
+            m = float(self.weights @ mean[:, i])
+            var = float(self.weights @ (cov_diag[:, i] + (mean[:, i] - m) ** 2))
+            out[name], out[f"{name}_sd"] = m, math.sqrt(max(var, 0.0))
+        return out
+
+    def offsets(self) -> dict[str, tuple[float, float]]:
+        """Each other regime's estimated offset from the asked one: (mean, sd)."""
+        out = {}
+        r2 = REGIME_SD ** 2
+        for label, z in self.groups.items():
+            means = r2 * (self.alpha @ z)
+            variances = r2 - r2 * r2 * np.einsum("n,gnm,m->g", z, self.cinv, z)
+            m = float(self.weights @ means)
+            var = float(self.weights @ (variances + (means - m) ** 2))
+            out[label] = (m, math.sqrt(max(var, 0.0)))
+        return out
 
 
-def fit_law(log_sizes, best, variances, own=None) -> Law:
-    """The law from per-task (log10 size, best weight location, variance incl. regime).
+def _basis(x: np.ndarray, step_at: np.ndarray) -> np.ndarray:
+    """(G, len(x), 3): level, slope and jump columns of the mean at `x` per component."""
+    step = (x[None, :] > step_at[:, None]).astype(float)  # NaN (a line) compares False
+    level = np.ones_like(step)
+    return np.stack([level, level * (x[None, :] - CENTRE), step], axis=-1)
 
-    `own`: which points belong to the regime answered for. With two or more of them, tau's
-    posterior is judged on them alone: another regime's disagreement is what REGIME_VAR
-    discounts, and must not widen the scatter of this one."""
+
+def _priors(model: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(G, 3) prior means and variances of the coefficients, by mean model."""
+    table = np.array(PRIORS)  # (models, 3, 2)
+    return table[model, :, 0], table[model, :, 1] ** 2
+
+
+def mixture_quantiles(weights: np.ndarray, means: np.ndarray, sds: np.ndarray,
+                      probs: Sequence[float]) -> list[float]:
+    """Quantiles of a mixture of normals, by bisection on its distribution function."""
+    lo = np.full(len(probs), float(np.min(means - 6 * sds)))
+    hi = np.full(len(probs), float(np.max(means + 6 * sds)))
+    target = np.asarray(probs, dtype=float)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        cdf = ndtr((mid[:, None] - means[None, :]) / sds[None, :]) @ weights
+        below = cdf < target
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return [float(v) for v in (lo + hi) / 2]
+
+
+def _mean_models(x: np.ndarray) -> list[tuple[int, float, float]]:
+    """(model, transition point, log prior) of each mean model: a line, the paper's rule, and a
+    transition at each point of the STEP_SPACING grid strictly inside the observed sizes
+    (observations on both sides); outside them no data could place it."""
+    rule = (2, math.log10(RULE_THRESHOLD), math.log(RULE_SHARE))
+    grid = np.arange(math.floor(x.min() / STEP_SPACING) * STEP_SPACING, x.max(),
+                     STEP_SPACING) if len(x) > 1 else np.array([])
+    points = np.array([c for c in grid if (x <= c).any() and (x > c).any()])
+    if not len(points):
+        return [(0, math.nan, math.log(1 - RULE_SHARE)), rule]
+    near = np.exp(-0.5 * ((points - PAPER_STEP[0]) / PAPER_STEP[1]) ** 2)
+    share = PAPER_SHARE * near / near.sum() + (1 - PAPER_SHARE) / len(points)
+    return [(0, math.nan, math.log(1 - STEP_SHARE - RULE_SHARE)), rule] + [
+        (1, float(c), math.log(STEP_SHARE * w)) for c, w in zip(points, share, strict=True)]
+
+
+def fit_law(log_sizes: Sequence[float], best: Sequence[float], variances: Sequence[float],
+            tasks: Sequence[str] | None = None,
+            groups: Sequence[str | None] | None = None) -> Law:
+    """The law from per-task (log10 size, located best weight, its variance).
+
+    `tasks`: each point's task name (points of one task share their scatter eta); `groups`:
+    each point's regime label, None for the regime answered for (the others get an offset)."""
     x = np.asarray(log_sizes, dtype=float)
     y = np.asarray(best, dtype=float)
     noise = np.asarray(variances, dtype=float)
-    judge = np.ones(len(x), bool) if own is None or sum(own) < 2 else np.asarray(own, bool)
-    fits, logpost = [], []
-    for t in TAU_GRID:
-        fit = _fit_with(x, y, noise, t * t)[0]
-        loglik = _fit_with(x[judge], y[judge], noise[judge], t * t)[1]
-        fits.append(fit)
-        logpost.append(loglik - math.log1p((t / TAU_SCALE) ** 2))
-    lp = np.array(logpost)
-    probs = np.exp(lp - lp.max())
-    keep = probs > 1e-4  # fewer solves per request
-    probs = probs[keep] / probs[keep].sum()
-    return Law(fits=[f for f, k in zip(fits, keep, strict=True) if k], probs=probs)
-
-
-def interval80(mean: float, var: float) -> tuple[float, float]:
-    half = Z80 * math.sqrt(var)
-    return mean - half, mean + half
+    n = len(x)
+    names = list(tasks) if tasks is not None else [str(i) for i in range(n)]
+    same_task = np.array([[a == b for b in names] for a in names], dtype=float)
+    labels = list(groups) if groups is not None else [None] * n
+    indicators = {g: np.array([lab == g for lab in labels], dtype=float)
+                  for g in dict.fromkeys(lab for lab in labels if lab is not None)}
+    same_group = sum((np.outer(z, z) for z in indicators.values()), np.zeros((n, n)))
+    grid = [(m, c, prior, s, ell, t) for m, c, prior in _mean_models(x)
+            for s, ell in DEVIATIONS for t in TAU_GRID]
+    model = np.array([g[0] for g in grid])
+    step_at = np.array([g[1] for g in grid])
+    log_prior = np.array([g[2] - math.log1p((g[5] / TAU_SCALE) ** 2) for g in grid])
+    signal2 = np.array([g[3] ** 2 for g in grid])
+    length = np.array([g[4] for g in grid])
+    tau2 = np.array([g[5] ** 2 for g in grid])
+    alphas, cinvs = np.zeros((len(grid), n)), np.zeros((len(grid), n, n))
+    basis, (prior_mean, prior_cov) = _basis(x, step_at), _priors(model)
+    residuals = y[None, :] - np.einsum("gnp,gp->gn", basis, prior_mean)
+    distance2 = (x[:, None] - x[None, :]) ** 2
+    loglik = np.empty(len(grid))
+    batch = max(1, _MAX_BATCH // max(n * n, 1))
+    for start in range(0, len(grid), batch):
+        part = slice(start, start + batch)
+        cov = (signal2[part, None, None] * np.exp(-0.5 * distance2 / length[part, None, None] ** 2)
+               + np.einsum("gnp,gp,gmp->gnm", basis[part], prior_cov[part], basis[part])
+               + tau2[part, None, None] * same_task + REGIME_SD ** 2 * same_group
+               + np.diag(noise))
+        chol = np.linalg.cholesky(cov)
+        eye = np.broadcast_to(np.eye(n), cov.shape)
+        linv = np.linalg.solve(chol, eye)
+        cinv = np.einsum("gkn,gkm->gnm", linv, linv)
+        alpha = np.einsum("gnm,gm->gn", cinv, residuals[part])
+        logdet = 2 * np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
+        loglik[part] = -0.5 * np.einsum("gn,gn->g", alpha, residuals[part]) - 0.5 * logdet
+        alphas[part], cinvs[part] = alpha, cinv
+    logpost = loglik + log_prior
+    weights = np.exp(logpost - logpost.max())
+    weights /= weights.sum()
+    keep = weights > KEEP
+    return Law(weights=weights[keep] / weights[keep].sum(), x=x, model=model[keep],
+               step_at=step_at[keep],
+               signal2=signal2[keep], length=length[keep], tau2_each=tau2[keep],
+               alpha=alphas[keep], cinv=cinvs[keep], groups=indicators)

@@ -34,7 +34,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 
 from recommender.baselines import BASELINES, baseline_errors, cells
-from recommender.hierarchy import REGIME_VAR, fit_law, interval80
+from recommender.hierarchy import MODEL_NAMES, REGIME_SD, fit_law
 from recommender.prior import PRIOR, PRIOR_STUDY
 from recommender.regime import (
     KNOWN_ENCODERS,
@@ -316,17 +316,19 @@ _LAWS_KEPT = 8
 _LAWS_LOCK = threading.Lock()  # the service answers from several worker threads
 
 
-def _law_for(evidence: list[EvidencePoint], variances: list[float], discounted: list[bool]):
+def _law_for(evidence: list[EvidencePoint], variances: list[float],
+             groups: list[str | None]):
     """The fitted law does not depend on the size asked about: the service, which keeps one
     evidence list until the database changes, fits it once per regime and task type."""
-    key = (tuple(variances), tuple(discounted),
+    key = (tuple(variances), tuple(groups),
            tuple((p.train_size, p.location) for p in evidence))  # in case a list was edited
     with _LAWS_LOCK:
         for ev, k, law in _LAWS:
             if ev is evidence and k == key:
                 return law
     law = fit_law([math.log10(p.train_size) for p in evidence],
-                  [p.location for p in evidence], variances, own=[not d for d in discounted])
+                  [p.location for p in evidence], variances,
+                  tasks=[p.task.lower() for p in evidence], groups=groups)
     with _LAWS_LOCK:
         _LAWS.insert(0, (evidence, key, law))
         del _LAWS[_LAWS_KEPT:]
@@ -355,36 +357,43 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
                "check the spelling)")
             + f"; the evidence has encoders {', '.join(unmatched['encoders_with_evidence'])}")
     typed = task_type is not None and any(p.task_type == task_type for p in evidence)
-    variances, discounted, why = [], [], []
+    variances, groups, why = [], [], []
     for p in evidence:
         differs = regime.differences(p.regime)
-        extra = (REGIME_VAR if differs else 0.0) + \
-            (TYPE_VAR if typed and p.task_type != task_type else 0.0)
-        variances.append(p.variance + extra)
-        discounted.append(bool(differs))
+        variances.append(p.variance + (TYPE_VAR if typed and p.task_type != task_type else 0.0))
+        groups.append(p.regime.label() if differs else None)
         why.append(differs)
-    others = sorted({f"{p.encoder}/{p.stage} (differs in {', '.join(d)})"
-                     for p, d in zip(evidence, why, strict=True) if d})
-    if others:
-        notes.append(f"discounted (variance +{REGIME_VAR:g}, i.e. sd +{math.sqrt(REGIME_VAR):g} "
-                     f"weight units): {'; '.join(others)}")
     if any(p.source == "prior" for p in evidence):
         notes.append(f"the built-in prior: the SIWLM paper's Table 2, encoder {PRIOR_ENCODER} "
                      f"(768x12), stage {PRIOR_STAGE}, variant {PRIOR_VARIANT}, single runs "
                      f"(one seed per weight)")
-    law = _law_for(evidence, variances, discounted)
-    mean, var, influence = law.predict(math.log10(train_size))
-    lo, hi = interval80(mean, var)
+    law = _law_for(evidence, variances, groups)
+    offsets = law.offsets()
+    shown: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for p, g, d in zip(evidence, groups, why, strict=True):
+        if g is not None:
+            shown.setdefault(g, (f"{p.encoder}/{p.stage}", tuple(d)))
+    for label, (name, differs) in sorted(shown.items()):
+        mean, sd = offsets[label]
+        notes.append(f"discounted: {name} (differs in {', '.join(differs)}) shares one offset "
+                     f"from the asked regime, estimated {mean:+.1f} +- {sd:.1f} weight units "
+                     f"(prior sd {REGIME_SD:g}) from the tasks both regimes measured")
+    trend = law.trend()
+    notes.append(f"trend: {trend['slope']:+.1f} +- {trend['slope_sd']:.1f} weight units per "
+                 f"decade of training size; level at 10,000 examples {trend['level']:.1f} +- "
+                 f"{trend['level_sd']:.1f}; probability of each shape of the law: " + ", ".join(
+                     f"{name} {law.probability(i):.2f}" for i, name in enumerate(MODEL_NAMES)))
+    answer = law.predict(math.log10(train_size))
     clip = lambda v: round(min(schema.WEIGHT_HIGH, max(schema.WEIGHT_LOW, v)), 1)  # noqa: E731
-    say = [abs(float(i)) for i in influence]
+    say = [abs(float(i)) for i in answer.influence]
     total = sum(say) or 1.0
     n_eff = total * total / (sum(s * s for s in say) or 1.0)
     sources = {p.source for p in evidence}
-    rows = sorted(zip(evidence, say, variances, discounted, strict=True), key=lambda r: -r[1])
+    rows = sorted(zip(evidence, say, variances, groups, strict=True), key=lambda r: -r[1])
     return Recommendation(
-        central_weight=clip(mean), interval=(clip(lo), clip(hi)), train_size=train_size,
-        task_type=task_type, source="both" if len(sources) > 1 else sources.pop(),
-        regime=regime.as_dict(),
+        central_weight=clip(answer.median), interval=(clip(answer.low), clip(answer.high)),
+        train_size=train_size, task_type=task_type,
+        source="both" if len(sources) > 1 else sources.pop(), regime=regime.as_dict(),
         notes=[*notes, f"task scatter around the law: sd {math.sqrt(law.tau2):.2f}"],
         evidence=[{
             "task": p.task, "study": p.study, "train_size": p.train_size,
@@ -393,8 +402,8 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
             "informativeness": p.informativeness, "task_type": p.task_type,
             "say": round(s / total, 4), "source": p.source, "encoder": p.encoder,
             "encoder_size": p.encoder_size, "stage": p.stage, "variant": p.variant,
-            "discounted": d,
-        } for p, s, v, d in rows],
+            "discounted": g is not None,
+        } for p, s, v, g in rows],
         effective_points=round(n_eff, 2), unmatched_encoder=unmatched,
     )
 
