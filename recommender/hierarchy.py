@@ -52,6 +52,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from recommender.baselines import RULE_THRESHOLD
+from studies.schema import WEIGHT_HIGH, WEIGHT_LOW
 
 CENTRE = 4.0  # log10 size at which the trend's level is stated (10^4 examples)
 # Prior (mean, sd) of the mean's coefficients (level at 10^4 examples, slope per decade, jump at
@@ -74,6 +75,10 @@ DEVIATIONS = ((0.5, 0.5), (1.5, 0.3), (1.5, 0.8), (3.0, 0.3), (3.0, 0.8))  # (si
 TAU_GRID = tuple(float(t) for t in np.geomspace(0.25, 6.0, 12))  # task scatter, weight units
 TAU_SCALE = 2.0  # half-Cauchy prior on tau (weakly informative)
 REGIME_SD = 3.0  # prior sd of another regime's offset, weight units
+OUTLIER_PRIOR = (1.0, 9.0)  # Beta prior on the share of tasks that ignore the law
+# How far a task that ignores the law lies from it: a uniform over 1-15 has variance 16.3,
+# and its centre is up to 7 units from the law.
+OUTLIER_VAR = 25.0
 KEEP = 1e-4  # components below this posterior weight are dropped (fewer solves per request)
 _MAX_BATCH = 4_000_000  # matrix entries per batch of components (memory bound)
 
@@ -99,6 +104,8 @@ class Law:
     alpha: np.ndarray  # (G, n) C^-1 (y - prior mean)
     cinv: np.ndarray  # (G, n, n)
     groups: dict[str, np.ndarray]  # regime label -> indicator of its points
+    outlier_share: float = 0.0  # estimated share of tasks that do not follow the law
+    outliers: np.ndarray | None = None  # (n,) each point's probability of being one
 
     @property
     def tau2(self) -> float:
@@ -134,7 +141,7 @@ class Law:
         total = self.signal2 + np.einsum("gp,gp->g", h0 * h0, b) + self.tau2_each
         variances = np.maximum(total - np.einsum("gn,gn->g", k, solved), 1e-9)
         low, median, high = mixture_quantiles(self.weights, means, np.sqrt(variances),
-                                              (0.1, 0.5, 0.9))
+                                              (0.1, 0.5, 0.9), uniform=self.outlier_share)
         mean = float(self.weights @ means)
         variance = float(self.weights @ (variances + (means - mean) ** 2))
         return Prediction(median=median, low=low, high=high, variance=variance,
@@ -180,14 +187,16 @@ def _priors(model: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def mixture_quantiles(weights: np.ndarray, means: np.ndarray, sds: np.ndarray,
-                      probs: Sequence[float]) -> list[float]:
-    """Quantiles of a mixture of normals, by bisection on its distribution function."""
-    lo = np.full(len(probs), float(np.min(means - 6 * sds)))
-    hi = np.full(len(probs), float(np.max(means + 6 * sds)))
+                      probs: Sequence[float], uniform: float = 0.0) -> list[float]:
+    """Quantiles of a mixture of normals (weights summing to 1 - `uniform`) and, with weight
+    `uniform`, a uniform over the weight range; by bisection on its distribution function."""
+    lo = np.full(len(probs), min(float(np.min(means - 6 * sds)), WEIGHT_LOW))
+    hi = np.full(len(probs), max(float(np.max(means + 6 * sds)), WEIGHT_HIGH))
     target = np.asarray(probs, dtype=float)
     for _ in range(60):
         mid = (lo + hi) / 2
-        cdf = ndtr((mid[:, None] - means[None, :]) / sds[None, :]) @ weights
+        cdf = (1 - uniform) * (ndtr((mid[:, None] - means[None, :]) / sds[None, :]) @ weights)
+        cdf += uniform * np.clip((mid - WEIGHT_LOW) / (WEIGHT_HIGH - WEIGHT_LOW), 0.0, 1.0)
         below = cdf < target
         lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
     return [float(v) for v in (lo + hi) / 2]
@@ -211,14 +220,50 @@ def _mean_models(x: np.ndarray) -> list[tuple[int, float, float]]:
 
 def fit_law(log_sizes: Sequence[float], best: Sequence[float], variances: Sequence[float],
             tasks: Sequence[str] | None = None,
-            groups: Sequence[str | None] | None = None) -> Law:
+            groups: Sequence[str | None] | None = None, robust: bool = True) -> Law:
     """The law from per-task (log10 size, located best weight, its variance).
 
     `tasks`: each point's task name (points of one task share their scatter eta); `groups`:
-    each point's regime label, None for the regime answered for (the others get an offset)."""
+    each point's regime label, None for the regime answered for (the others get an offset).
+
+    `robust`: tasks that do not follow the law must not bend it. A task's best weight is,
+    with probability pi, anywhere in the weight range (uniform) rather than near the law; pi
+    has a Beta(1, 9) prior (one task in ten). Two rounds of expectation-maximisation: each
+    point's probability of being such a task, from its leave-one-out residual under the fit,
+    adds that probability times OUTLIER_VAR to its variance for the next fit, and pi is
+    re-estimated from the probabilities. A new task's prediction mixes in the uniform with
+    weight pi."""
     x = np.asarray(log_sizes, dtype=float)
     y = np.asarray(best, dtype=float)
     noise = np.asarray(variances, dtype=float)
+    law = _fit(x, y, noise, tasks, groups)
+    if not robust or len(x) < 3:
+        return law
+    share = OUTLIER_PRIOR[0] / sum(OUTLIER_PRIOR)
+    for _ in range(2):
+        chance = _outlier_probability(law, share)
+        share = (OUTLIER_PRIOR[0] + chance.sum()) / (sum(OUTLIER_PRIOR) + len(x))
+        law = _fit(x, y, noise + chance * OUTLIER_VAR, tasks, groups)
+    law.outlier_share, law.outliers = float(share), chance
+    return law
+
+
+def _outlier_probability(law: Law, share: float) -> np.ndarray:
+    """Each point's probability of not following the law: its leave-one-out residual (closed
+    form: alpha_i / Cinv_ii, variance 1 / Cinv_ii) under a follower's density against an
+    outlier's (that variance plus OUTLIER_VAR), mixed over the components."""
+    diag = np.diagonal(law.cinv, axis1=1, axis2=2)  # (G, n)
+    residual2, var = (law.alpha / diag) ** 2, 1.0 / diag
+
+    def density(v: np.ndarray) -> np.ndarray:
+        return np.exp(-0.5 * residual2 / v) / np.sqrt(v)
+
+    follower, outlier = (1 - share) * density(var), share * density(var + OUTLIER_VAR)
+    return law.weights @ (outlier / (follower + outlier))
+
+
+def _fit(x: np.ndarray, y: np.ndarray, noise: np.ndarray, tasks: Sequence[str] | None,
+         groups: Sequence[str | None] | None) -> Law:
     n = len(x)
     names = list(tasks) if tasks is not None else [str(i) for i in range(n)]
     same_task = np.array([[a == b for b in names] for a in names], dtype=float)

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from studies.schema import WEIGHT_HIGH, WEIGHT_LOW
+
 NOISE_FLOOR_AT_1 = 0.5  # relative noise floor x sqrt(train size)
 NOISE_FLOOR_MIN = 0.003  # relative to the mean |score|: the smallest seed noise assumed
 DRAWS = 2000
@@ -77,6 +79,35 @@ def seed_noise(values: dict[float, list[float]],
     return floor, False
 
 
+def _cells(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each grid weight's cell: the weights closer to it than to any other grid weight. A best
+    weight seen at a grid weight lies somewhere in its cell. At an end of the grid the cell is
+    censored: it reaches to the end of the weight range (a {1, 9} grid whose curve still rises
+    at 9 says "5 or more", not "9"), and at least half a grid step beyond the end weight, so
+    that a best at the range's end (15, or 1) is not read as lying inside it."""
+    mids = (grid[1:] + grid[:-1]) / 2
+    low = np.concatenate([[min(WEIGHT_LOW, grid[0] - (grid[1] - grid[0]) / 2)], mids])
+    high = np.concatenate([mids, [max(WEIGHT_HIGH, grid[-1] + (grid[-1] - grid[-2]) / 2)]])
+    return low, high
+
+
+def _vertex(grid: np.ndarray, draws: np.ndarray, won: np.ndarray) -> np.ndarray:
+    """Per draw, the peak of the parabola through the winning weight and its two neighbours
+    (at an end of the grid: the last three weights, so a curve still rising there points past
+    its end); the winner itself where the three points do not bend down."""
+    mid = np.clip(won, 1, len(grid) - 2)
+    rows = np.arange(len(won))
+    x0, x1, x2 = grid[mid - 1], grid[mid], grid[mid + 1]
+    y0, y1, y2 = draws[rows, mid - 1], draws[rows, mid], draws[rows, mid + 1]
+    bend = (x1 - x0) * (y1 - y2) - (x1 - x2) * (y1 - y0)
+    top = (x1 - x0) ** 2 * (y1 - y2) - (x1 - x2) ** 2 * (y1 - y0)
+    # concave: the slopes fall from the left pair to the right pair
+    concave = (y1 - y0) / (x1 - x0) > (y2 - y1) / (x2 - x1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        peak = x1 - 0.5 * top / bend
+    return np.where(concave & np.isfinite(peak), peak, grid[won])
+
+
 def locate_best(values: dict[float, list[float]], maximize: bool = True,
                 train_size: int | None = None) -> Located | None:
     """None with fewer than two weights (one weight has no best)."""
@@ -88,12 +119,22 @@ def locate_best(values: dict[float, list[float]], maximize: bool = True,
     n = np.array([len(values[w]) for w in grid])
     sigma, pooled = seed_noise(values, train_size)
     rng = np.random.default_rng(0)
-    draws = means + rng.standard_normal((DRAWS, len(grid))) * (sigma / np.sqrt(n))
-    best = grid[np.argmax(draws, axis=1)]
-    gaps = np.diff(grid)
-    resolution = float(np.median(gaps)) ** 2 / 12.0
-    var = float(np.var(best)) + resolution
-    ignorant = float(np.var(grid)) + resolution
+    scale = np.full((DRAWS, 1), sigma)
+    df = int((n - 1).sum())
+    if pooled and df:
+        # sigma rests on df degrees of freedom: draw it from its posterior (scaled inverse
+        # chi-square), so that the comparisons carry Student-t tails, not normal ones.
+        scale = sigma * np.sqrt(df / rng.chisquare(df, (DRAWS, 1)))
+    draws = means + rng.standard_normal((DRAWS, len(grid))) * (scale / np.sqrt(n))
+    won = np.argmax(draws, axis=1)
+    low, high = _cells(grid)
+    if len(grid) >= 3:
+        best = _vertex(grid, draws, won).clip(low[won], high[won])
+        spread = np.full(DRAWS, float(np.min(np.diff(grid))) ** 2 / 48)  # what 3 points blur
+    else:  # two weights: somewhere in the winner's cell, uniformly
+        best, spread = (low + high)[won] / 2, (high - low)[won] ** 2 / 12
+    var = float(np.var(best) + np.mean(spread))
+    ignorant = (high[-1] - low[0]) ** 2 / 12
     info = max(1.0 - var / ignorant, MIN_INFORMATIVENESS)
     return Located(location=float(np.mean(best)), variance=var / info, noise_sd=sigma,
                    informativeness=round(info, 4), pooled=pooled)
