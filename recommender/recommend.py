@@ -51,6 +51,7 @@ from trainer.task_types import TASK_TYPES  # a live view: registered types count
 from weightsearch.errors import ConfigError
 
 SAME_DATA_DECADES = 0.05  # |log10 size ratio| below which two points are the same data (~12%)
+SKIPPED_SHOWN = 5  # studies that contribute nothing, named in the notes
 TYPE_VAR = 1.0  # extra variance of a point of another task type, when the type is asked for
 MAX_TRAIN_SIZE = 10 ** 12  # far beyond any dataset; larger numbers are typos
 PRIOR_ENCODER, PRIOR_STAGE, PRIOR_VARIANT = "bert-base-uncased", "finetuned", "reference"
@@ -132,18 +133,44 @@ def prior_evidence() -> list[EvidencePoint]:
             for t in PRIOR]
 
 
-def study_evidence(studies) -> list[EvidencePoint]:
+class Evidence(list):
+    """Evidence points, and a note for each study that contributed nothing, saying why."""
+
+    def __init__(self, points=(), skipped=()) -> None:
+        super().__init__(points)
+        self.skipped: list[str] = list(skipped)
+
+
+def _why_nothing(s) -> str | None:
+    """Why a study gives no evidence point, or None when it gives one."""
+    weights = {w for w, vs in s.values_by_weight().items() if vs}
+    if not s.train_size or s.train_size <= 0:
+        why = "records no training size (import it with a train_size column)"
+    elif not weights:
+        done = s.counts.get("failed", 0) and not s.counts.get("running", 0)
+        why = "has no finished trial: every trial failed" if done else \
+            "has no finished trial yet"
+    elif len(weights) < 2:
+        why = (f"has finished trials at one central weight only ({min(weights):g}); a best "
+               "weight needs two or more")
+    else:
+        return None
+    return f"study {s.name} contributes nothing: it {why}"
+
+
+def study_evidence(studies) -> Evidence:
     """Points from `studies.reading.CentralStudy` objects: those with a known training size and
-    COMPLETE trials at two or more weights (one weight has no best)."""
-    out = []
+    COMPLETE trials at two or more weights (one weight has no best); the others are noted."""
+    out = Evidence()
     for s in studies:
-        if not s.train_size or s.train_size <= 0 or len(s.curve) < 2:
-            continue
-        p = _point(s.central_task, s.name, s.train_size, s.task_type, "studies",
-                   s.values_by_weight(), s.maximize, s.encoder, s.stage, s.variant,
-                   s.encoder_size)
-        if p is not None:
-            out.append(p)
+        why = _why_nothing(s)
+        point = None if why else _point(
+            s.central_task, s.name, s.train_size, s.task_type, "studies",
+            s.values_by_weight(), s.maximize, s.encoder, s.stage, s.variant, s.encoder_size)
+        if point is not None:
+            out.append(point)
+        else:
+            out.skipped.append(why or f"study {s.name} contributes nothing")
     return out
 
 
@@ -155,22 +182,20 @@ def _same_data(a: EvidencePoint, b: EvidencePoint) -> bool:
         abs(math.log10(a.train_size / b.train_size)) < SAME_DATA_DECADES
 
 
-def merge_evidence(prior: list[EvidencePoint],
-                   measured: list[EvidencePoint]) -> list[EvidencePoint]:
-    """One point per (task, data, regime): measured studies first (the most precise one when
-    several studies ran the same task), then prior points that no study replaced."""
-    kept: list[EvidencePoint] = []
-    measured = sorted(measured, key=lambda p: (p.source != "studies", p.variance, p.study))
-    for p in [*measured, *prior]:
-        if not any(_same_data(p, k) for k in kept):
-            kept.append(p)
+def merge_evidence(prior: list[EvidencePoint], measured: list[EvidencePoint]) -> Evidence:
+    """Every measured study (several studies of one task pool: they share the task's scatter
+    in the law), then the prior points that no study measured on the same data and regime (an
+    imported copy of the paper's table replaces the built-in one)."""
+    kept = Evidence(sorted(measured, key=lambda p: (p.task.lower(), p.study)),
+                    getattr(measured, "skipped", ()))
+    kept.extend(p for p in prior if not any(_same_data(p, k) for k in measured))
     return kept
 
 
-def load_evidence(storage_url: str | None) -> list[EvidencePoint]:
+def load_evidence(storage_url: str | None) -> Evidence:
     """The prior plus every usable study in `storage_url` (None, or a SQLite file that does not
     exist yet: the prior alone)."""
-    measured: list[EvidencePoint] = []
+    measured: list[EvidencePoint] = Evidence()
     if storage_url:
         from studies.reading import open_quiet, read_all, sqlite_file_missing
 
@@ -363,6 +388,11 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
         variances.append(p.variance + (TYPE_VAR if typed and p.task_type != task_type else 0.0))
         groups.append(p.regime.label() if differs else None)
         why.append(differs)
+    skipped = getattr(evidence, "skipped", [])
+    notes.extend(skipped[:SKIPPED_SHOWN])
+    if len(skipped) > SKIPPED_SHOWN:
+        notes.append(f"... and {len(skipped) - SKIPPED_SHOWN} more studies that contribute "
+                     "nothing (inspect lists every study)")
     if any(p.source == "prior" for p in evidence):
         notes.append(f"the built-in prior: the SIWLM paper's Table 2, encoder {PRIOR_ENCODER} "
                      f"(768x12), stage {PRIOR_STAGE}, variant {PRIOR_VARIANT}, single runs "
