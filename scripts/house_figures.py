@@ -69,7 +69,7 @@ def main() -> None:
 
 def declaration_lines(root: Path):
     """Lines of each dataclass field whose default is `setting(...)`."""
-    for path, tree in modules(root):
+    for _path, tree in modules(root):
         for node in ast.walk(tree):
             if (isinstance(node, ast.AnnAssign) and isinstance(node.value, ast.Call)
                     and getattr(node.value.func, "id", None) == "setting"):
