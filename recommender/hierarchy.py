@@ -79,6 +79,8 @@ OUTLIER_PRIOR = (1.0, 9.0)  # Beta prior on the share of tasks that ignore the l
 # How far a task that ignores the law lies from it: a uniform over 1-15 has variance 16.3,
 # and its centre is up to 7 units from the law.
 OUTLIER_VAR = 25.0
+ROUNDS = 2  # refits for the outlier probabilities and the censored sites
+SITE_VAR_MAX = 1e4  # a censored point whose bound tells the law nothing
 KEEP = 1e-4  # components below this posterior weight are dropped (fewer solves per request)
 _MAX_BATCH = 4_000_000  # matrix entries per batch of components (memory bound)
 
@@ -220,7 +222,8 @@ def _mean_models(x: np.ndarray) -> list[tuple[int, float, float]]:
 
 def fit_law(log_sizes: Sequence[float], best: Sequence[float], variances: Sequence[float],
             tasks: Sequence[str] | None = None,
-            groups: Sequence[str | None] | None = None, robust: bool = True) -> Law:
+            groups: Sequence[str | None] | None = None, robust: bool = True,
+            bounds: Sequence[tuple[float | None, float | None]] | None = None) -> Law:
     """The law from per-task (log10 size, located best weight, its variance).
 
     `tasks`: each point's task name (points of one task share their scatter eta); `groups`:
@@ -232,20 +235,75 @@ def fit_law(log_sizes: Sequence[float], best: Sequence[float], variances: Sequen
     point's probability of being such a task, from its leave-one-out residual under the fit,
     adds that probability times OUTLIER_VAR to its variance for the next fit, and pi is
     re-estimated from the probabilities. A new task's prediction mixes in the uniform with
-    weight pi."""
+    weight pi.
+
+    `bounds`: per point, (at least, at most) where its trials only bound the best weight (the
+    grid's end weight won; `task_curve`). Such a point enters as a Gaussian site fitted by
+    expectation propagation: the law's leave-one-out prediction at the point, truncated at the
+    bound, divided by that prediction; so a task whose best lies past the grid's end pulls the
+    law outwards as far as the other tasks make plausible, not to the end weight's cell."""
     x = np.asarray(log_sizes, dtype=float)
     y = np.asarray(best, dtype=float)
     noise = np.asarray(variances, dtype=float)
-    law = _fit(x, y, noise, tasks, groups)
-    if not robust or len(x) < 3:
-        return law
-    share = OUTLIER_PRIOR[0] / sum(OUTLIER_PRIOR)
-    for _ in range(2):
-        chance = _outlier_probability(law, share)
-        share = (OUTLIER_PRIOR[0] + chance.sum()) / (sum(OUTLIER_PRIOR) + len(x))
-        law = _fit(x, y, noise + chance * OUTLIER_VAR, tasks, groups)
+    bounds = list(bounds) if bounds is not None else [(None, None)] * len(x)
+    censored = [i for i, (a, b) in enumerate(bounds) if a is not None or b is not None]
+    located, own = y.copy(), noise.copy()
+    law, fitted_with = _fit(x, y, noise, tasks, groups), noise
+    chance, share = np.zeros(len(x)), 0.0
+    for _ in range(ROUNDS if (robust and len(x) >= 3) or censored else 0):
+        if robust and len(x) >= 3:
+            share = share or OUTLIER_PRIOR[0] / sum(OUTLIER_PRIOR)
+            chance = _outlier_probability(law, share)
+            share = (OUTLIER_PRIOR[0] + chance.sum()) / (sum(OUTLIER_PRIOR) + len(x))
+        if censored:
+            y, noise = _censored_sites(law, y.copy(), noise.copy(), censored, bounds,
+                                       fitted_with, located, own)
+        fitted_with = noise + chance * OUTLIER_VAR
+        law = _fit(x, y, fitted_with, tasks, groups)
     law.outlier_share, law.outliers = float(share), chance
     return law
+
+
+def _censored_sites(law: Law, y: np.ndarray, noise: np.ndarray, censored: list[int],
+                    bounds, fitted_with: np.ndarray, located: np.ndarray,
+                    own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One expectation-propagation update of each censored point's site (y_i, v_i), from its
+    own location and variance (`located`, `own`) and its bound; `fitted_with`: the variances
+    `law` was fitted with."""
+    diag = np.diagonal(law.cinv, axis1=1, axis2=2)  # (G, n)
+    loo_mean = y[None, :] - law.alpha / diag  # the law's prediction of each point without it
+    loo_var = 1.0 / diag - fitted_with[None, :]  # of the task's best weight itself
+    for i in censored:
+        m = float(law.weights @ loo_mean[:, i])
+        s2 = max(float(law.weights @ (loo_var[:, i] + (loo_mean[:, i] - m) ** 2)), 1e-6)
+        # The tilted distribution: the law's prediction times the point's own Gaussian
+        # evidence, truncated at its bound.
+        v = own[i]
+        post_var = 1.0 / (1.0 / s2 + 1.0 / v)
+        post_mean = post_var * (m / s2 + located[i] / v)
+        mean_t, var_t = _truncated(post_mean, post_var, *bounds[i])
+        precision = 1.0 / var_t - 1.0 / s2
+        if precision <= 1.0 / SITE_VAR_MAX:  # the point adds nothing the law did not know
+            y[i], noise[i] = m, SITE_VAR_MAX
+        else:
+            noise[i] = max(1.0 / precision, 1e-3)
+            y[i] = noise[i] * (mean_t / var_t - m / s2)
+    return y, noise
+
+
+def _truncated(mean: float, var: float, low: float | None,
+               high: float | None) -> tuple[float, float]:
+    """Mean and variance of N(mean, var) truncated to [low, high]."""
+    from scipy.stats import truncnorm
+
+    sd = math.sqrt(var)
+    a = -np.inf if low is None else (low - mean) / sd
+    b = np.inf if high is None else (high - mean) / sd
+    if a > 30 or b < -30:  # all the mass lies beyond the bound: the bound itself
+        edge = low if a > 30 else high
+        return float(edge), var * 1e-3
+    t_mean, t_var = truncnorm.stats(a, b, loc=mean, scale=sd, moments="mv")
+    return float(t_mean), max(float(t_var), var * 1e-6)
 
 
 def _outlier_probability(law: Law, share: float) -> np.ndarray:

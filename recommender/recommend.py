@@ -1,26 +1,31 @@
 """Recommend a central weight for a new task from its training-set size.
 
-Evidence: one point per finished central task, from the built-in prior (the SIWLM paper's
-Table 2, `recommender.prior`) and from the study database. A central task found in both counts once,
-with the measured study preferred (same task name and a training size within ~12%, i.e. the same
-data); a study on a subsample of a task is a point of its own.
+Evidence: one point per finished central task study, from the built-in prior (the SIWLM paper's
+Table 2, `recommender.prior`) and from the study database. Several studies of one task all
+count (the law gives them one shared task effect); a prior point measured again by a study on
+the same data and regime (same task name, a training size within ~12%) is replaced by it. A
+study that contributes nothing (one central weight, no finished trial, no recorded size) is
+named in the answer's notes.
 
-Every point uses all of its task's trials: `recommender.task_curve` turns the scores per weight and
-seed into where the best weight lies and how precisely (seed noise from replicates, a floor for
-single runs; a flat or tied curve gets almost no say). `recommender.hierarchy` combines the tasks as
-noisy observations of a smooth law in log training size (a Gaussian process with a fitted
-task-to-task scatter); both modules' docstrings give the reasoning and the alternatives.
+Every point uses all of its task's trials: `recommender.task_curve` turns the scores per weight
+and seed into where the best weight lies and how precisely (seed noise from replicates with
+Student-t tails, a floor for single runs; a best at an end of the grid is censored; a flat or
+tied curve gets almost no say). `recommender.hierarchy` combines the tasks as noisy observations
+of a law in log training size: a trend (a line, a sharp transition, or the paper's rule), a
+smooth deviation whose size and length come from the data, a task scatter with an outlier
+component, and a shared offset per other regime; both modules' docstrings give the model, its
+priors and what was tried and rejected.
 
 Regimes (`recommender.regime`): a point carries its encoder, the encoder's size, the stage its
 scores come from (multitask | finetuned) and the weighting variant. The prior is BERT-base (768x12),
 fine-tuned, variant reference, single runs; studies without these attributes count as encoder
 "unknown", stage multitask. The answer is built for one regime (the one asked for, else the one
 with the most evidence, i.e. the largest summed precision of the points compatible with it);
-points from other regimes still count, with REGIME_VAR added to their variance (the stated
-discount, whatever the parts they differ in). An encoder with no evidence is answered from the
-others, and the answer says so (`unmatched_encoder`), listing the encoders the evidence has;
-a name nobody used and this tool does not know, spelt almost like one that is, is refused as a
-likely typo.
+points from each other regime count through a shared offset from it (prior sd REGIME_SD,
+estimated from the tasks both regimes measured and reported in the notes). An encoder with no
+evidence is answered from the others, and the answer says so (`unmatched_encoder`), listing the
+encoders the evidence has; a name nobody used and this tool does not know, spelt almost like one
+that is, is refused as a likely typo.
 When the task type is given and has evidence, points of other types get TYPE_VAR added.
 Deterministic: no random state outside a fixed-seed draw per task.
 """
@@ -74,6 +79,8 @@ class EvidencePoint:
     location: float = 0.0  # expected best weight, from every trial (`task_curve`)
     variance: float = 1.0  # how imprecisely the trials locate it
     informativeness: float = 1.0
+    at_least: float | None = None  # censored at the grid's top: the best is at least this
+    at_most: float | None = None  # censored at the grid's bottom: at most this
     encoder: str = UNKNOWN_ENCODER
     stage: str = "multitask"
     variant: str | None = None
@@ -100,7 +107,7 @@ class Recommendation:
     # "encoders_with_evidence"}; the answer then comes from the other regimes.
     unmatched_encoder: dict | None = None
     method: str = ("hierarchical: each task's best weight located from all its trials, "
-                   "combined as a Gaussian process in log10 size")
+                   "combined as a trend in log10 size plus a Gaussian-process deviation")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -121,6 +128,7 @@ def _point(task, study, size, task_type, source, values, maximize, encoder, stag
         source=source, top2=tuple(ranked[:2]), grid=tuple(sorted(values)),
         n_seeds=min(len(v) for v in values.values()), location=located.location,
         variance=located.variance, informativeness=located.informativeness,
+        at_least=located.at_least, at_most=located.at_most,
         encoder=(encoder or UNKNOWN_ENCODER).lower(), stage=stage or "multitask", variant=variant,
         encoder_size=size_of_encoder or encoder_size(encoder),
     )
@@ -346,14 +354,16 @@ def _law_for(evidence: list[EvidencePoint], variances: list[float],
     """The fitted law does not depend on the size asked about: the service, which keeps one
     evidence list until the database changes, fits it once per regime and task type."""
     key = (tuple(variances), tuple(groups),
-           tuple((p.train_size, p.location) for p in evidence))  # in case a list was edited
+           tuple((p.train_size, p.location, p.at_least, p.at_most)
+                 for p in evidence))  # in case a list was edited
     with _LAWS_LOCK:
         for ev, k, law in _LAWS:
             if ev is evidence and k == key:
                 return law
     law = fit_law([math.log10(p.train_size) for p in evidence],
                   [p.location for p in evidence], variances,
-                  tasks=[p.task.lower() for p in evidence], groups=groups)
+                  tasks=[p.task.lower() for p in evidence], groups=groups,
+                  bounds=[(p.at_least, p.at_most) for p in evidence])
     with _LAWS_LOCK:
         _LAWS.insert(0, (evidence, key, law))
         del _LAWS[_LAWS_KEPT:]

@@ -3,7 +3,7 @@
 A regime is four parts: the encoder (as the study records it), the encoder's size (hidden size x
 layers, e.g. "768x12"), the stage its scores come from (multitask | finetuned) and the SIWLM
 weighting variant (reference | paper). The recommender answers for one regime and discounts
-evidence from others (`recommender.hierarchy.REGIME_VAR`).
+evidence from others through a shared offset per regime (`recommender.hierarchy.REGIME_SD`).
 
 "unknown" means not recorded. An unknown encoder is a regime of its own (results of unknown
 origin say nothing about a named encoder); an unknown size or variant is compatible with any,

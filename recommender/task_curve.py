@@ -40,6 +40,7 @@ NOISE_FLOOR_AT_1 = 0.5  # relative noise floor x sqrt(train size)
 NOISE_FLOOR_MIN = 0.003  # relative to the mean |score|: the smallest seed noise assumed
 DRAWS = 2000
 MIN_INFORMATIVENESS = 0.02  # a flat curve: variance x50 (almost no say)
+CENSORED = 0.5  # share of draws won by an end weight above which the task is censored there
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,10 @@ class Located:
     noise_sd: float  # seed noise used
     informativeness: float  # 0 (tells nothing) .. 1 (pins the best weight)
     pooled: bool  # sigma came from replicates
+    # Censored: the grid's top (bottom) weight wins most draws, so all the trials say is that
+    # the best lies at or above (below) where that weight's cell starts.
+    at_least: float | None = None
+    at_most: float | None = None
 
 
 def noise_floor(scale: float, train_size: int | None) -> float:
@@ -136,5 +141,8 @@ def locate_best(values: dict[float, list[float]], maximize: bool = True,
     var = float(np.var(best) + np.mean(spread))
     ignorant = (high[-1] - low[0]) ** 2 / 12
     info = max(1.0 - var / ignorant, MIN_INFORMATIVENESS)
+    top, bottom = np.mean(won == len(grid) - 1), np.mean(won == 0)
     return Located(location=float(np.mean(best)), variance=var / info, noise_sd=sigma,
-                   informativeness=round(info, 4), pooled=pooled)
+                   informativeness=round(info, 4), pooled=pooled,
+                   at_least=float(low[-1]) if top >= CENSORED else None,
+                   at_most=float(high[0]) if bottom >= CENSORED else None)

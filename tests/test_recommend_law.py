@@ -189,3 +189,24 @@ def test_evaluate_prints_the_simple_rules_beside_the_recommender(tmp_path, capsy
                                         "random_grid"}
     assert report["mean_abs_error"] < report["baselines"]["constant"]
     assert {"size:inside", "size:outside"} <= set(report["coverage_by_cell"])
+
+
+def test_a_censored_task_pulls_the_law_past_its_grid_end():
+    """Tasks whose curves still rise at 15 say "at least 13.5"; fitted as censored sites they
+    move the law at their size outwards, where their point locations would hold it inside."""
+    rising = locate_best({w: [60 + w + e for e in (-0.2, 0.0, 0.2)] for w in GRID})
+    assert rising.at_least == 13.5 and rising.at_most is None
+    assert locate_best(curve(7.0)).at_least is None
+    evidence = studies_on_the_line([3.6, 4.0, 4.4, 4.8, 5.2])
+    steep = [point(f"small{i}", round(10 ** x), {w: [60 + w + e for e in (-0.2, 0.0, 0.2)]
+                                                  for w in GRID})
+             for i, x in enumerate((2.6, 2.8))]
+    both = evidence + steep
+    args = ([math.log10(p.train_size) for p in both], [p.location for p in both],
+            [p.variance for p in both], [p.task for p in both])
+    bounds = [(p.at_least, p.at_most) for p in both]
+    assert all(b[0] == 13.5 for b in bounds[-2:])
+    censored = fit_law(*args, bounds=bounds).predict(2.7)
+    as_points = fit_law(*args).predict(2.7)
+    assert censored.median > as_points.median
+    assert censored.high >= 15.0
