@@ -116,8 +116,8 @@ class Recommendation:
 
 
 def _point(task, study, size, task_type, source, values, maximize, encoder, stage, variant,
-           size_of_encoder: str | None = None) -> EvidencePoint | None:
-    located = locate_best(values, maximize, int(size))
+           size_of_encoder: str | None = None, paired: bool = False) -> EvidencePoint | None:
+    located = locate_best(values, maximize, int(size), paired)
     if located is None:
         return None
     sign = 1.0 if maximize else -1.0
@@ -172,9 +172,11 @@ def study_evidence(studies) -> Evidence:
     out = Evidence()
     for s in studies:
         why = _why_nothing(s)
+        paired = None if why else s.paired_values()
         point = None if why else _point(
             s.central_task, s.name, s.train_size, s.task_type, "studies",
-            s.values_by_weight(), s.maximize, s.encoder, s.stage, s.variant, s.encoder_size)
+            paired or s.values_by_weight(), s.maximize, s.encoder, s.stage, s.variant,
+            s.encoder_size, paired=paired is not None)
         if point is not None:
             out.append(point)
         else:

@@ -113,9 +113,21 @@ def _vertex(grid: np.ndarray, draws: np.ndarray, won: np.ndarray) -> np.ndarray:
     return np.where(concave & np.isfinite(peak), peak, grid[won])
 
 
+def paired_noise(values: dict[float, list[float]]) -> tuple[float, int]:
+    """(sigma, degrees of freedom) of the scores once each seed's own level is taken out:
+    the residual of the weight x seed table (lists aligned by seed). A seed that scores high at
+    every weight does not blur the comparison between weights."""
+    table = np.array([values[w] for w in sorted(values)])
+    residual = (table - table.mean(axis=1, keepdims=True) - table.mean(axis=0, keepdims=True)
+                + table.mean())
+    df = (table.shape[0] - 1) * (table.shape[1] - 1)
+    return math.sqrt(float((residual ** 2).sum()) / df), df
+
+
 def locate_best(values: dict[float, list[float]], maximize: bool = True,
-                train_size: int | None = None) -> Located | None:
-    """None with fewer than two weights (one weight has no best)."""
+                train_size: int | None = None, paired: bool = False) -> Located | None:
+    """None with fewer than two weights (one weight has no best). `paired`: the lists are
+    aligned by seed (the same seeds at every weight), so the comparison is paired."""
     values = {float(w): [float(v) for v in vs] for w, vs in values.items() if vs}
     if len(values) < 2:
         return None
@@ -123,9 +135,13 @@ def locate_best(values: dict[float, list[float]], maximize: bool = True,
     means = np.array([np.mean(values[w]) for w in grid]) * (1 if maximize else -1)
     n = np.array([len(values[w]) for w in grid])
     sigma, pooled = seed_noise(values, train_size)
+    df = int((n - 1).sum())
+    if paired:
+        within, df = paired_noise(values)
+        sigma = max(within, 0.1 * noise_floor(float(np.mean(np.abs(means))) or 1.0,
+                                              train_size))
     rng = np.random.default_rng(0)
     scale = np.full((DRAWS, 1), sigma)
-    df = int((n - 1).sum())
     if pooled and df:
         # sigma rests on df degrees of freedom: draw it from its posterior (scaled inverse
         # chi-square), so that the comparisons carry Student-t tails, not normal ones.

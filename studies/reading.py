@@ -68,6 +68,22 @@ class CentralStudy:
     variant: str | None = None  # weighting variant, e.g. reference | paper
     encoder_size: str | None = None  # hidden x layers, e.g. "768x12"; None: not recorded
 
+    def paired_values(self) -> dict[float, list[float]] | None:
+        """Every COMPLETE trial's value per central weight, each list in seed order, when the
+        same seeds (two or more) finished at every weight once each; else None."""
+        by_seed: dict[float, dict[int, float]] = {}
+        for c in self.cells:
+            if c.state == "complete" and c.weight is not None and c.value is not None \
+                    and c.seed is not None and math.isfinite(c.value):
+                if c.seed in by_seed.setdefault(c.weight, {}):
+                    return None
+                by_seed[c.weight][c.seed] = c.value
+        seeds = {frozenset(v) for v in by_seed.values()}
+        if len(seeds) != 1 or len(next(iter(seeds))) < 2:
+            return None
+        order = sorted(next(iter(seeds)))
+        return {w: [v[seed] for seed in order] for w, v in by_seed.items()}
+
     def values_by_weight(self) -> dict[float, list[float]]:
         """Every COMPLETE trial's value, per central weight."""
         out: dict[float, list[float]] = {}

@@ -210,3 +210,41 @@ def test_a_censored_task_pulls_the_law_past_its_grid_end():
     as_points = fit_law(*args).predict(2.7)
     assert censored.median > as_points.median
     assert censored.high >= 15.0
+
+
+SEED_LEVELS = (3.0, -3.0, 0.5)  # each seed's own level, shared by every weight
+PEAK_AT_6 = {1.0: 70.0, 3.0: 71.0, 6.0: 72.0, 9.0: 71.0, 12.0: 70.0, 15.0: 69.5}
+
+
+def test_the_same_seeds_at_every_weight_are_compared_paired():
+    """Seed levels of +-3 points dwarf a 1-point peak: unpaired, the trials barely locate it;
+    paired (each seed's level taken out), they do."""
+    from recommender.task_curve import paired_noise
+
+    values = {w: [m + lvl + 0.1 * ((i * 7 + int(w)) % 3 - 1) for i, lvl in
+                  enumerate(SEED_LEVELS)] for w, m in PEAK_AT_6.items()}
+    # Independent restatement: the residual of a two-way table, by loops.
+    weights, seeds = sorted(values), range(len(SEED_LEVELS))
+    grand = sum(v for w in weights for v in values[w]) / (len(weights) * len(SEED_LEVELS))
+    row = {w: sum(values[w]) / len(SEED_LEVELS) for w in weights}
+    col = {s: sum(values[w][s] for w in weights) / len(weights) for s in seeds}
+    ss = sum((values[w][s] - row[w] - col[s] + grand) ** 2 for w in weights for s in seeds)
+    sigma, df = paired_noise(values)
+    assert df == (len(weights) - 1) * (len(SEED_LEVELS) - 1)
+    assert sigma == pytest.approx(math.sqrt(ss / df))
+    unpaired, paired = locate_best(values), locate_best(values, paired=True)
+    assert abs(paired.location - 6.0) < 1.0
+    assert paired.variance < unpaired.variance / 4
+    assert paired.informativeness > unpaired.informativeness
+
+
+def test_a_study_with_the_same_seeds_everywhere_is_read_paired(tmp_path):
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    rows = ["central_task,task_type,train_size,central_weight,seed,metric"]
+    for w, m in PEAK_AT_6.items():
+        rows += [f"mine,classification,3000,{w:g},{s},{m + lvl:.3f}"
+                 for s, lvl in enumerate(SEED_LEVELS)]
+    (tmp_path / "paired.csv").write_text("\n".join(rows) + "\n")
+    import_file(tmp_path / "paired.csv", "p", url)
+    [mine] = [p for p in load_evidence(url) if p.task == "mine"]
+    assert abs(mine.location - 6.0) < 1.0 and math.sqrt(mine.variance) < 1.5
