@@ -106,6 +106,12 @@ class Recommendation:
     # Set when the encoder asked for has no evidence: {"asked", "known_encoder",
     # "encoders_with_evidence"}; the answer then comes from the other regimes.
     unmatched_encoder: dict | None = None
+    # Each other regime's shared offset from the asked one: {"regime", "differs_in", "offset",
+    # "sd"} in weight units.
+    regime_offsets: list[dict] = field(default_factory=list)
+    # The fitted law: trend slope and level (mean and sd), the probability of each shape, the
+    # task scatter's sd and the share of tasks that ignore the law.
+    law: dict = field(default_factory=dict)
     method: str = ("hierarchical: each task's best weight located from all its trials, "
                    "combined as a trend in log10 size plus a Gaussian-process deviation")
 
@@ -415,8 +421,11 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
     for p, g, d in zip(evidence, groups, why, strict=True):
         if g is not None:
             shown.setdefault(g, (f"{p.encoder}/{p.stage}", tuple(d)))
+    regime_offsets = []
     for label, (name, differs) in sorted(shown.items()):
         mean, sd = offsets[label]
+        regime_offsets.append({"regime": label, "differs_in": list(differs),
+                               "offset": round(mean, 2), "sd": round(sd, 2)})
         notes.append(f"discounted: {name} (differs in {', '.join(differs)}) shares one offset "
                      f"from the asked regime, estimated {mean:+.1f} +- {sd:.1f} weight units "
                      f"(prior sd {REGIME_SD:g}) from the tasks both regimes measured")
@@ -447,6 +456,12 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
             "discounted": g is not None,
         } for p, s, v, g in rows],
         effective_points=round(n_eff, 2), unmatched_encoder=unmatched,
+        regime_offsets=regime_offsets,
+        law={**{k: round(v, 2) for k, v in trend.items()},
+             "shapes": {name: round(law.probability(i), 3)
+                        for i, name in enumerate(MODEL_NAMES)},
+             "task_scatter_sd": round(math.sqrt(law.tau2), 2),
+             "outlier_share": round(law.outlier_share, 3)},
     )
 
 

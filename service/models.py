@@ -74,6 +74,13 @@ class Recommendation(BaseModel):
     unmatched_encoder: dict[str, Any] | None = Field(
         None, description="set when no study used the encoder asked for: the answer comes "
         "from the other regimes; lists the encoders the evidence has")
+    regime_offsets: list[dict[str, Any]] = Field(
+        default_factory=list, description="each other regime's shared offset from the asked "
+        "one, in weight units: regime, differs_in, offset, sd")
+    law: dict[str, Any] = Field(
+        default_factory=dict, description="the fitted law: slope per decade and level at "
+        "10,000 examples (with sds), the probability of each shape (line, transition, the "
+        "paper's rule), the task scatter's sd and the share of tasks that ignore the law")
 
 
 class Started(BaseModel):
