@@ -97,6 +97,9 @@ def test_another_regime_gets_a_shared_offset_estimated_where_the_regimes_overlap
     [note] = [n for n in rec.notes if n.startswith("discounted: theirs")]
     offset = float(note.split("estimated ")[1].split()[0])
     assert 2.5 <= offset <= 5.5
+    [field] = rec.regime_offsets
+    assert field["offset"] == pytest.approx(offset, abs=0.05) and field["sd"] < 2.0
+    assert field["differs_in"] == ["encoder"]
     assert abs(rec.central_weight - line(5.2)) <= 1.5  # not their 4-higher weight
 
 
