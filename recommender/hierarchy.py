@@ -95,9 +95,9 @@ PAPER_STEP = (4.0, 0.25)
 PAPER_SHARE = 0.7
 DEVIATIONS = ((0.5, 0.5), (1.5, 0.3), (1.5, 0.8), (3.0, 0.3), (3.0, 0.8))  # (signal sd, length)
 TAU_GRID = tuple(float(t) for t in np.geomspace(0.25, 6.0, 12))  # task scatter, weight units
-TAU_SCALE = 2.0  # half-Cauchy prior on tau (weakly informative)
+TAU_SCALE = 1.5  # half-Cauchy prior on tau, weight units (weakly informative)
 REGIME_SD = 3.0  # prior sd of another regime's offset, weight units
-OUTLIER_PRIOR = (1.0, 9.0)  # Beta prior on the share of tasks that ignore the law
+OUTLIER_PRIOR = (1.0, 19.0)  # Beta prior on the share of tasks that ignore the law
 # How far a task that ignores the law lies from it: a uniform over 1-15 has variance 16.3,
 # and its centre is up to 7 units from the law.
 OUTLIER_VAR = 25.0
@@ -253,7 +253,7 @@ def fit_law(log_sizes: Sequence[float], best: Sequence[float], variances: Sequen
 
     `robust`: tasks that do not follow the law must not bend it. A task's best weight is,
     with probability pi, anywhere in the weight range (uniform) rather than near the law; pi
-    has a Beta(1, 9) prior (one task in ten). Two rounds of expectation-maximisation: each
+    has a Beta(1, 19) prior (one task in twenty). Two rounds of expectation-maximisation: each
     point's probability of being such a task, from its leave-one-out residual under the fit,
     adds that probability times OUTLIER_VAR to its variance for the next fit, and pi is
     re-estimated from the probabilities. A new task's prediction mixes in the uniform with
@@ -355,7 +355,10 @@ def _fit(x: np.ndarray, y: np.ndarray, noise: np.ndarray, tasks: Sequence[str] |
             for s, ell in DEVIATIONS for t in TAU_GRID]
     model = np.array([g[0] for g in grid])
     step_at = np.array([g[1] for g in grid])
-    log_prior = np.array([g[2] - math.log1p((g[5] / TAU_SCALE) ** 2) for g in grid])
+    # The half-Cauchy density times the grid's spacing, which is proportional to tau on a
+    # geometric grid: without that factor the many small values would outvote the few large.
+    log_prior = np.array([g[2] - math.log1p((g[5] / TAU_SCALE) ** 2) + math.log(g[5])
+                          for g in grid])
     signal2 = np.array([g[3] ** 2 for g in grid])
     length = np.array([g[4] for g in grid])
     tau2 = np.array([g[5] ** 2 for g in grid])

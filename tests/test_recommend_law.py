@@ -83,7 +83,8 @@ def test_tasks_that_ignore_the_law_do_not_bend_it():
         clean = recommend_from(evidence, round(10 ** x), encoder="mine").central_weight
         assert abs(robust.predict(x).median - clean) < abs(plain.predict(x).median - clean)
         assert abs(robust.predict(x).median - clean) < 1.5
-    assert min(robust.outliers[-2:]) > 0.5 > max(robust.outliers[:-2])
+    # The two are singled out: each far more likely not to follow the law than any other.
+    assert min(robust.outliers[-2:]) > 4 * max(robust.outliers[:-2])
 
 
 def test_another_regime_gets_a_shared_offset_estimated_where_the_regimes_overlap():
