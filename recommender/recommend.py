@@ -406,34 +406,19 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
         variances.append(p.variance + (TYPE_VAR if typed and p.task_type != task_type else 0.0))
         groups.append(p.regime.label() if differs else None)
         why.append(differs)
-    skipped = getattr(evidence, "skipped", [])
-    notes.extend(skipped[:SKIPPED_SHOWN])
-    if len(skipped) > SKIPPED_SHOWN:
-        notes.append(f"... and {len(skipped) - SKIPPED_SHOWN} more studies that contribute "
-                     "nothing (inspect lists every study)")
-    if any(p.source == "prior" for p in evidence):
-        notes.append(f"the built-in prior: the SIWLM paper's Table 2, encoder {PRIOR_ENCODER} "
-                     f"(768x12), stage {PRIOR_STAGE}, variant {PRIOR_VARIANT}, single runs "
-                     f"(one seed per weight)")
+    notes += _evidence_notes(evidence)
     law = _law_for(evidence, variances, groups)
-    offsets = law.offsets()
-    shown: dict[str, tuple[str, tuple[str, ...]]] = {}
-    for p, g, d in zip(evidence, groups, why, strict=True):
-        if g is not None:
-            shown.setdefault(g, (f"{p.encoder}/{p.stage}", tuple(d)))
-    regime_offsets = []
-    for label, (name, differs) in sorted(shown.items()):
-        mean, sd = offsets[label]
-        regime_offsets.append({"regime": label, "differs_in": list(differs),
-                               "offset": round(mean, 2), "sd": round(sd, 2)})
-        notes.append(f"discounted: {name} (differs in {', '.join(differs)}) shares one offset "
-                     f"from the asked regime, estimated {mean:+.1f} +- {sd:.1f} weight units "
-                     f"(prior sd {REGIME_SD:g}) from the tasks both regimes measured")
-    trend = law.trend()
-    notes.append(f"trend: {trend['slope']:+.1f} +- {trend['slope_sd']:.1f} weight units per "
-                 f"decade of training size; level at 10,000 examples {trend['level']:.1f} +- "
-                 f"{trend['level_sd']:.1f}; probability of each shape of the law: " + ", ".join(
-                     f"{name} {law.probability(i):.2f}" for i, name in enumerate(MODEL_NAMES)))
+    regime_offsets = _regime_offsets(evidence, groups, why, law)
+    notes += [f"discounted: {o['name']} (differs in {', '.join(o['differs_in'])}) shares one "
+              f"offset from the asked regime, estimated {o['offset']:+.1f} +- {o['sd']:.1f} "
+              f"weight units (prior sd {REGIME_SD:g}) from the tasks both regimes measured"
+              for o in regime_offsets]
+    summary = _law_summary(law)
+    notes.append(f"trend: {summary['slope']:+.1f} +- {summary['slope_sd']:.1f} weight units "
+                 f"per decade of training size; level at 10,000 examples "
+                 f"{summary['level']:.1f} +- {summary['level_sd']:.1f}; probability of each "
+                 "shape of the law: " + ", ".join(f"{name} {p:.2f}"
+                                                   for name, p in summary["shapes"].items()))
     answer = law.predict(math.log10(train_size))
     clip = lambda v: round(min(schema.WEIGHT_HIGH, max(schema.WEIGHT_LOW, v)), 1)  # noqa: E731
     say = [abs(float(i)) for i in answer.influence]
@@ -456,13 +441,44 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
             "discounted": g is not None,
         } for p, s, v, g in rows],
         effective_points=round(n_eff, 2), unmatched_encoder=unmatched,
-        regime_offsets=regime_offsets,
-        law={**{k: round(v, 2) for k, v in trend.items()},
-             "shapes": {name: round(law.probability(i), 3)
-                        for i, name in enumerate(MODEL_NAMES)},
-             "task_scatter_sd": round(math.sqrt(law.tau2), 2),
-             "outlier_share": round(law.outlier_share, 3)},
+        regime_offsets=[{k: v for k, v in o.items() if k != "name"} for o in regime_offsets],
+        law=summary,
     )
+
+
+def _evidence_notes(evidence: list[EvidencePoint]) -> list[str]:
+    """The studies that contribute nothing, and where the prior comes from."""
+    skipped = getattr(evidence, "skipped", [])
+    notes = skipped[:SKIPPED_SHOWN]
+    if len(skipped) > SKIPPED_SHOWN:
+        notes.append(f"... and {len(skipped) - SKIPPED_SHOWN} more studies that contribute "
+                     "nothing (inspect lists every study)")
+    if any(p.source == "prior" for p in evidence):
+        notes.append(f"the built-in prior: the SIWLM paper's Table 2, encoder {PRIOR_ENCODER} "
+                     f"(768x12), stage {PRIOR_STAGE}, variant {PRIOR_VARIANT}, single runs "
+                     f"(one seed per weight)")
+    return notes
+
+
+def _regime_offsets(evidence: list[EvidencePoint], groups: list[str | None],
+                    why: list[list[str]], law) -> list[dict]:
+    """Each other regime's estimated offset: its label, a short name, how it differs."""
+    offsets = law.offsets()
+    shown: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for p, g, d in zip(evidence, groups, why, strict=True):
+        if g is not None:
+            shown.setdefault(g, (f"{p.encoder}/{p.stage}", tuple(d)))
+    return [{"regime": label, "name": name, "differs_in": list(differs),
+             "offset": round(offsets[label][0], 2), "sd": round(offsets[label][1], 2)}
+            for label, (name, differs) in sorted(shown.items())]
+
+
+def _law_summary(law) -> dict:
+    trend = law.trend()
+    return {**{k: round(v, 2) for k, v in trend.items()},
+            "shapes": {name: round(law.probability(i), 3) for i, name in enumerate(MODEL_NAMES)},
+            "task_scatter_sd": round(math.sqrt(law.tau2), 2),
+            "outlier_share": round(law.outlier_share, 3)}
 
 
 def recommend(train_size: int, task_type: str | None = None,
