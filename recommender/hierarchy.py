@@ -73,6 +73,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.linalg import cho_solve
 from scipy.special import ndtr
 
 from recommender.baselines import RULE_THRESHOLD
@@ -106,6 +107,8 @@ OUTLIER_VAR = 25.0
 ROUNDS = 2  # refits for the outlier probabilities and the censored sites
 SITE_VAR_MAX = 1e4  # a censored point whose bound tells the law nothing
 KEEP = 1e-4  # components below this posterior weight are dropped (fewer solves per request)
+SMALL = 40  # up to this many points, every component's inverse is formed in one batch
+MAX_COMPONENTS = 64  # and at most this many are kept, the heaviest (memory: 64 x n^2 floats)
 _MAX_BATCH = 4_000_000  # matrix entries per batch of components (memory bound)
 
 
@@ -364,31 +367,46 @@ def _fit(x: np.ndarray, y: np.ndarray, noise: np.ndarray, tasks: Sequence[str] |
     signal2 = np.array([g[3] ** 2 for g in grid])
     length = np.array([g[4] for g in grid])
     tau2 = np.array([g[5] ** 2 for g in grid])
-    alphas, cinvs = np.zeros((len(grid), n)), np.zeros((len(grid), n, n))
     basis, (prior_mean, prior_cov) = _basis(x, step_at), _priors(model)
     residuals = y[None, :] - np.einsum("gnp,gp->gn", basis, prior_mean)
     distance2 = (x[:, None] - x[None, :]) ** 2
-    loglik = np.empty(len(grid))
-    batch = max(1, _MAX_BATCH // max(n * n, 1))
-    for start in range(0, len(grid), batch):
-        part = slice(start, start + batch)
+
+    def factor(part: np.ndarray) -> np.ndarray:
+        """The Cholesky factors of the covariance of the components `part`."""
         cov = (signal2[part, None, None] * np.exp(-0.5 * distance2 / length[part, None, None] ** 2)
                + np.einsum("gnp,gp,gmp->gnm", basis[part], prior_cov[part], basis[part])
                + tau2[part, None, None] * same_task + REGIME_SD ** 2 * same_group
                + np.diag(noise))
-        chol = np.linalg.cholesky(cov)
-        eye = np.broadcast_to(np.eye(n), cov.shape)
-        linv = np.linalg.solve(chol, eye)
+        return np.linalg.cholesky(cov)
+
+    def solved(part: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(C^-1, C^-1 r, log |C|) of the components `part`."""
+        chol = factor(part)
+        linv = np.linalg.solve(chol, np.broadcast_to(np.eye(n), chol.shape))
         cinv = np.einsum("gkn,gkm->gnm", linv, linv)
-        alpha = np.einsum("gnm,gm->gn", cinv, residuals[part])
         logdet = 2 * np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(axis=1)
-        loglik[part] = -0.5 * np.einsum("gn,gn->g", alpha, residuals[part]) - 0.5 * logdet
-        alphas[part], cinvs[part] = alpha, cinv
+        return cinv, np.einsum("gnm,gm->gn", cinv, residuals[part]), logdet
+
+    # Two passes, so that neither memory nor time grows with the grid times n^3 more than
+    # once: every component's marginal likelihood from its Cholesky factor (triangular solves
+    # only), then the inverses of the few components that carry the posterior.
+    loglik = np.empty(len(grid))
+    batch = max(1, _MAX_BATCH // max(n * n, 1))
+    for start in range(0, len(grid), batch):
+        part = np.arange(start, min(start + batch, len(grid)))
+        if n <= SMALL:  # batched inverses cost less than a Python loop of solves
+            _, alpha, logdet = solved(part)
+            loglik[part] = -0.5 * np.einsum("gn,gn->g", alpha, residuals[part]) - 0.5 * logdet
+            continue
+        for g, lower, r in zip(part, factor(part), residuals[part], strict=True):
+            alpha = cho_solve((lower, True), r, check_finite=False)
+            loglik[g] = -0.5 * float(alpha @ r) - float(np.log(np.diagonal(lower)).sum())
     logpost = loglik + log_prior
     weights = np.exp(logpost - logpost.max())
     weights /= weights.sum()
-    keep = weights > KEEP
+    keep = np.argsort(-weights)[:MAX_COMPONENTS]
+    keep = keep[weights[keep] > KEEP]
+    cinv, alpha, _ = solved(keep)
     return Law(weights=weights[keep] / weights[keep].sum(), x=x, model=model[keep],
-               step_at=step_at[keep],
-               signal2=signal2[keep], length=length[keep], tau2_each=tau2[keep],
-               alpha=alphas[keep], cinv=cinvs[keep], groups=indicators)
+               step_at=step_at[keep], signal2=signal2[keep], length=length[keep],
+               tau2_each=tau2[keep], alpha=alpha, cinv=cinv, groups=indicators)

@@ -252,3 +252,15 @@ def test_a_study_with_the_same_seeds_everywhere_is_read_paired(tmp_path):
     import_file(tmp_path / "paired.csv", "p", url)
     [mine] = [p for p in load_evidence(url) if p.task == "mine"]
     assert abs(mine.location - 6.0) < 1.0 and math.sqrt(mine.variance) < 1.5
+
+
+def test_the_law_keeps_a_bounded_number_of_components_with_many_tasks():
+    from recommender.hierarchy import MAX_COMPONENTS
+
+    rng = np.random.default_rng(3)
+    x = rng.uniform(2.5, 5.7, 120)
+    y = np.array([line(v) for v in x]) + rng.normal(0, 1.5, 120)
+    law = fit_law(x, y, np.full(120, 1.0), [f"t{i}" for i in range(120)])
+    assert law.cinv.shape[0] <= MAX_COMPONENTS and law.cinv.shape[1:] == (120, 120)
+    assert abs(law.weights.sum() - 1) < 1e-9
+    assert abs(law.predict(3.0).median - line(3.0)) < 1.0
