@@ -92,8 +92,9 @@ MODEL_NAMES = ("line", "transition", "the paper's rule")
 RULE_SHARE = 0.2  # prior probability that the paper's rule holds as stated
 STEP_SHARE = 0.35  # prior probability of one sharp transition inside the studied sizes
 STEP_SPACING = 0.25  # decades between candidate transition points
-# Where the transition lies: the paper places it between its tasks of 8.5k and 67k examples
-# (10^3.93 .. 10^4.83); PAPER_SHARE of the prior is a normal around that, the rest uniform.
+# Where the transition lies: the paper's small tasks end at 8.5k examples and its large ones
+# start at 67k; read as "about 10,000" (as the rule-of-thumb baseline reads it), PAPER_SHARE of
+# the prior is a normal around 10^4 with sd 0.25 decades, the rest uniform over the candidates.
 PAPER_STEP = (4.0, 0.25)
 PAPER_SHARE = 0.7
 DEVIATIONS = ((0.5, 0.5), (1.5, 0.3), (1.5, 0.8), (3.0, 0.3), (3.0, 0.8))  # (signal sd, length)
