@@ -4,7 +4,7 @@ Model (Gaussian given its hyperparameters, so each piece has a closed form):
 
     best weight of task i = trend(x_i) + g(x_i) + eta_task(i) + delta_regime(i) + eps_i
     x = log10 training size
-    trend(x) = a + s (x - 4) [+ d * 1(x > c)]   a line, or a line with one sharp transition at c
+    trend(x) = a + s (x - 4) [+ d * 1(x > c)]   one of three mean models (below)
     g ~ Gaussian process, squared-exponential kernel (signal sd, length in decades)
     eta ~ N(0, tau^2)       how far real tasks scatter around the law; one per task name, so
                             several studies of one task, or of one task at several sizes,
@@ -13,18 +13,21 @@ Model (Gaussian given its hyperparameters, so each piece has a closed form):
                             the regime answered for (whose offset is 0)
     eps_i ~ N(0, v_i)       how imprecisely task i's trials locate its best (`task_curve`)
 
-Priors. The trend's level at 10^4 examples ~ N(8, 3^2) and its slope ~ N(-3, 2^2) per decade:
-the SIWLM paper's finding (Son et al. 2021: weights of 9 or more helped its tasks of 2.5k-8.5k
-examples, below 6 its tasks of 67k-393k, i.e. about -3 weight units per decade), held loosely
-enough that four tasks pointing the other way overrule it. A transition (jump d ~ N(0, 5^2))
-has prior probability STEP_SHARE, spread evenly over candidate points c every STEP_SPACING
-decades strictly inside the studied sizes (outside them no data could place it). The
-deviation's signal sd and length scale, and tau, are not fixed: the answer averages over a grid
-of them (`DEVIATIONS` x `TAU_GRID`, tau with a half-Cauchy prior of scale TAU_SCALE) and over
-the mean models, each weighted by its marginal likelihood times its prior (deterministic; no
-optimiser, no sampling). The coefficients a, s, d and the offsets are integrated out exactly
-(their Gaussian priors add H B H^T and REGIME_SD^2 Z Z^T to the covariance), so their
-uncertainty is part of every interval.
+Priors. Three mean models, averaged by marginal likelihood times prior:
+- a line (prior 1 - STEP_SHARE - RULE_SHARE): level at 10^4 examples ~ N(8, 3^2), slope
+  ~ N(-3, 2^2) per decade. The SIWLM paper's finding (Son et al. 2021: weights of 9 or more
+  helped its tasks of 2.5k-8.5k examples, below 6 its tasks of 67k-393k, about -3 weight units
+  per decade), held loosely enough that four tasks pointing the other way overrule it;
+- one sharp transition at c (prior STEP_SHARE): level below ~ N(11, 3^2), slope ~ N(0, 1.5^2),
+  jump ~ N(-6, 4^2); c on a STEP_SPACING grid strictly inside the studied sizes (outside them
+  no data could place it), PAPER_SHARE of its prior a normal around 10^4, the rest uniform;
+- the paper's rule as stated (prior RULE_SHARE): 12 +- 1 below 10^4 examples, 3.5 +- 1.4 above.
+The deviation's signal sd and length scale, and tau, are not fixed: the answer averages over a
+grid of them (`DEVIATIONS` x `TAU_GRID`, tau with a half-Cauchy prior of scale TAU_SCALE, each
+grid point weighted by its spacing) and over the mean models, each weighted by its marginal
+likelihood times its prior (deterministic; no optimiser, no sampling). The coefficients and the
+offsets are integrated out exactly (their Gaussian priors add H B H^T and REGIME_SD^2 Z Z^T to
+the covariance), so their uncertainty is part of every interval.
 
 A new task of size n (in the asked regime) has its own eta: its predictive distribution is a
 mixture of Gaussians over the grid. The recommended weight is the mixture's median (the point
