@@ -111,7 +111,7 @@ OUTLIER_VAR = 25.0
 ROUNDS = 2  # refits for the outlier probabilities and the censored sites
 SITE_VAR_MAX = 1e4  # a censored point whose bound tells the law nothing
 KEEP = 1e-4  # components below this posterior weight are dropped (fewer solves per request)
-SMALL = 40  # up to this many points, every component's inverse is formed in one batch
+SMALL = 15  # up to this many points, every component's inverse is formed in one batch
 MAX_COMPONENTS = 64  # and at most this many are kept, the heaviest (memory: 64 x n^2 floats)
 _MAX_BATCH = 4_000_000  # matrix entries per batch of components (memory bound)
 
@@ -121,7 +121,7 @@ class Prediction:
     median: float
     low: float  # 10% quantile
     high: float  # 90% quantile
-    variance: float  # of the mixture
+    variance: float  # of the Gaussian mixture (the uniform outlier part left out)
     influence: np.ndarray  # each observation's weight in the predictive mean
 
 
@@ -181,15 +181,21 @@ class Law:
                           influence=self.weights @ solved)
 
     def trend(self) -> dict[str, float]:
-        """The posterior slope (weight units per decade) and level at 10^4 examples, mixed
-        over components: mean and sd of each."""
+        """The posterior slope (weight units per decade) and the mean at 10^4 examples (jump
+        included where a transition lies below), mixed over components: mean and sd of each."""
         hb = self._basis(self.x) * self.prior_var[:, None, :]  # (G, n, 3)
         mean = self.prior_mean + np.einsum("gnp,gn->gp", hb, self.alpha)
-        cov_diag = self.prior_var - np.einsum("gnp,gnm,gmp->gp", hb, self.cinv, hb)
+        cov = (np.einsum("gp,pq->gpq", self.prior_var, np.eye(3))
+               - np.einsum("gnp,gnm,gmq->gpq", hb, self.cinv, hb))
+        at_centre = self._basis(np.array([CENTRE]))[:, 0, :]  # (G, 3)
+        slope = np.zeros_like(at_centre)
+        slope[:, 1] = 1.0
         out = {}
-        for i, name in ((0, "level"), (1, "slope")):
-            m = float(self.weights @ mean[:, i])
-            var = float(self.weights @ (cov_diag[:, i] + (mean[:, i] - m) ** 2))
+        for name, h in (("level", at_centre), ("slope", slope)):
+            means = np.einsum("gp,gp->g", h, mean)
+            variances = np.einsum("gp,gpq,gq->g", h, cov, h)
+            m = float(self.weights @ means)
+            var = float(self.weights @ (variances + (means - m) ** 2))
             out[name], out[f"{name}_sd"] = m, math.sqrt(max(var, 0.0))
         return out
 
@@ -221,8 +227,9 @@ def _priors(model: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def mixture_quantiles(weights: np.ndarray, means: np.ndarray, sds: np.ndarray,
                       probs: Sequence[float], uniform: float = 0.0) -> list[float]:
-    """Quantiles of a mixture of normals (weights summing to 1 - `uniform`) and, with weight
-    `uniform`, a uniform over the weight range; by bisection on its distribution function."""
+    """Quantiles of a mixture of normals (`weights` summing to 1), taken with weight
+    1 - `uniform`, and a uniform over the weight range with weight `uniform`; by bisection on
+    the distribution function."""
     lo = np.full(len(probs), min(float(np.min(means - 6 * sds)), WEIGHT_LOW))
     hi = np.full(len(probs), max(float(np.max(means + 6 * sds)), WEIGHT_HIGH))
     target = np.asarray(probs, dtype=float)
@@ -239,7 +246,8 @@ def _mean_models(x: np.ndarray) -> list[tuple[int, float, float]]:
     """(model, transition point, log prior) of each mean model: a line, the paper's rule, and a
     transition at each point of the STEP_SPACING grid strictly inside the observed sizes
     (observations on both sides); outside them no data could place it."""
-    rule = (2, math.log10(RULE_THRESHOLD), math.log(RULE_SHARE))
+    # The rule gives 3.5 from RULE_THRESHOLD examples on (x >= 4); the basis switches at x > c.
+    rule = (2, math.log10(RULE_THRESHOLD) - 1e-9, math.log(RULE_SHARE))
     grid = np.arange(math.floor(x.min() / STEP_SPACING) * STEP_SPACING, x.max(),
                      STEP_SPACING) if len(x) > 1 else np.array([])
     points = np.array([c for c in grid if (x <= c).any() and (x > c).any()])
@@ -271,39 +279,45 @@ def fit_law(log_sizes: Sequence[float], best: Sequence[float], variances: Sequen
     `bounds`: per point, (at least, at most) where its trials only bound the best weight (the
     grid's end weight won; `task_curve`). Such a point enters as a Gaussian site fitted by
     expectation propagation: the law's leave-one-out prediction at the point, truncated at the
-    bound, divided by that prediction; so a task whose best lies past the grid's end pulls the
-    law outwards as far as the other tasks make plausible, not to the end weight's cell."""
+    bound and multiplied by the point's own Gaussian evidence, divided by that prediction; so a
+    task whose best lies past the grid's end pulls the law outwards as far as the other tasks
+    make plausible, not to the end weight's cell."""
     x = np.asarray(log_sizes, dtype=float)
     y = np.asarray(best, dtype=float)
     noise = np.asarray(variances, dtype=float)
+    names = list(tasks) if tasks is not None else [str(i) for i in range(len(x))]
+    same_task = np.array([[a == b for b in names] for a in names], dtype=float)
     bounds = list(bounds) if bounds is not None else [(None, None)] * len(x)
     censored = [i for i, (a, b) in enumerate(bounds) if a is not None or b is not None]
     located, own = y.copy(), noise.copy()
-    law, fitted_with = _fit(x, y, noise, tasks, groups), noise
+    law = _fit(x, y, noise, names, groups)
     chance, share = np.zeros(len(x)), 0.0
-    for _ in range(ROUNDS if (robust and len(x) >= 3) or censored else 0):
-        if robust and len(x) >= 3:
+    robust = robust and len(set(names)) >= 3
+    for _ in range(ROUNDS if robust or censored else 0):
+        if robust:
             share = share or OUTLIER_PRIOR[0] / sum(OUTLIER_PRIOR)
-            chance = _outlier_probability(law, share)
-            share = (OUTLIER_PRIOR[0] + chance.sum()) / (sum(OUTLIER_PRIOR) + len(x))
+            chance = _outlier_probability(law, share, names, OUTLIER_VAR * same_task * chance)
+            tasks_out = {n: c for n, c in zip(names, chance, strict=True)}
+            share = (OUTLIER_PRIOR[0] + sum(tasks_out.values())) / (
+                sum(OUTLIER_PRIOR) + len(tasks_out))
         if censored:
             y, noise = _censored_sites(law, y.copy(), noise.copy(), censored, bounds,
-                                       fitted_with, located, own)
-        fitted_with = noise + chance * OUTLIER_VAR
-        law = _fit(x, y, fitted_with, tasks, groups)
+                                       located, own)
+        # An outlier task is shifted as a whole: its points share the extra variance.
+        law = _fit(x, y, noise, names, groups, extra=OUTLIER_VAR * same_task * chance)
     law.outlier_share, law.outliers = float(share), chance
     return law
 
 
 def _censored_sites(law: Law, y: np.ndarray, noise: np.ndarray, censored: list[int],
-                    bounds, fitted_with: np.ndarray, located: np.ndarray,
+                    bounds, located: np.ndarray,
                     own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One expectation-propagation update of each censored point's site (y_i, v_i), from its
-    own location and variance (`located`, `own`) and its bound; `fitted_with`: the variances
-    `law` was fitted with."""
+    own location and variance (`located`, `own`) and its bound; `noise` holds the sites'
+    variances `law` was fitted with."""
     diag = np.diagonal(law.cinv, axis1=1, axis2=2)  # (G, n)
     loo_mean = y[None, :] - law.alpha / diag  # the law's prediction of each point without it
-    loo_var = 1.0 / diag - fitted_with[None, :]  # of the task's best weight itself
+    loo_var = 1.0 / diag - noise[None, :]  # of the task's best weight itself (the cavity)
     for i in censored:
         m = float(law.weights @ loo_mean[:, i])
         s2 = max(float(law.weights @ (loo_var[:, i] + (loo_mean[:, i] - m) ** 2)), 1e-6)
@@ -330,31 +344,48 @@ def _truncated(mean: float, var: float, low: float | None,
     sd = math.sqrt(var)
     a = -np.inf if low is None else (low - mean) / sd
     b = np.inf if high is None else (high - mean) / sd
-    if a > 30 or b < -30:  # all the mass lies beyond the bound: the bound itself
-        edge = low if a > 30 else high
-        return float(edge), var * 1e-3
+    if a > 30 or b < -30:  # far in the tail: the asymptotic moments (inverse Mills ratio)
+        z = a if a > 30 else -b
+        lam = z + 1.0 / z
+        shift, spread = sd * lam, var * max(1 + z * lam - lam * lam, 0.0)
+        return (mean + shift if a > 30 else mean - shift), max(spread, var * 1e-6)
     t_mean, t_var = truncnorm.stats(a, b, loc=mean, scale=sd, moments="mv")
     return float(t_mean), max(float(t_var), var * 1e-6)
 
 
-def _outlier_probability(law: Law, share: float) -> np.ndarray:
-    """Each point's probability of not following the law: its leave-one-out residual (closed
-    form: alpha_i / Cinv_ii, variance 1 / Cinv_ii) under a follower's density against an
-    outlier's (that variance plus OUTLIER_VAR), mixed over the components."""
-    diag = np.diagonal(law.cinv, axis1=1, axis2=2)  # (G, n)
-    residual2, var = (law.alpha / diag) ** 2, 1.0 / diag
+def _outlier_probability(law: Law, share: float, names: list[str],
+                         extra: np.ndarray) -> np.ndarray:
+    """Each task's probability of not following the law, given to each of its points. The task
+    is left out as a whole (its points share eta): its residuals r = (Cinv_TT)^-1 alpha_T with
+    covariance (Cinv_TT)^-1, less `extra` (the outlier variance the last fit gave it), under a
+    follower's density against an outlier's (that plus OUTLIER_VAR shared by its points); mixed
+    over the components."""
+    out = np.zeros(len(names))
+    for name in dict.fromkeys(names):
+        idx = np.array([i for i, n in enumerate(names) if n == name])
+        cov = np.linalg.inv(law.cinv[:, idx][:, :, idx])  # (G, k, k)
+        residual = np.einsum("gij,gj->gi", cov, law.alpha[:, idx])
+        follower = cov - extra[np.ix_(idx, idx)]
+        outlier = follower + OUTLIER_VAR
+        log_f = _log_normal(residual, follower) + math.log(1 - share)
+        log_o = _log_normal(residual, outlier) + math.log(share)
+        out[idx] = law.weights @ (1.0 / (1.0 + np.exp(np.clip(log_f - log_o, -700, 700))))
+    return out
 
-    def density(v: np.ndarray) -> np.ndarray:
-        return np.exp(-0.5 * residual2 / v) / np.sqrt(v)
 
-    follower, outlier = (1 - share) * density(var), share * density(var + OUTLIER_VAR)
-    return law.weights @ (outlier / (follower + outlier))
+def _log_normal(residual: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """log N(residual; 0, cov) per component, up to the shared constant."""
+    _, logdet = np.linalg.slogdet(cov)
+    quad = np.einsum("gi,gi->g", residual, np.linalg.solve(cov, residual[..., None])[..., 0])
+    return -0.5 * (quad + logdet)
 
 
-def _fit(x: np.ndarray, y: np.ndarray, noise: np.ndarray, tasks: Sequence[str] | None,
-         groups: Sequence[str | None] | None) -> Law:
+def _fit(x: np.ndarray, y: np.ndarray, noise: np.ndarray, names: list[str],
+         groups: Sequence[str | None] | None, extra: np.ndarray | None = None) -> Law:
+    """The law for observations (x, y) with variances `noise`; `extra`: covariance added to
+    every component's (the outlier variance of tasks likely not to follow the law)."""
     n = len(x)
-    names = list(tasks) if tasks is not None else [str(i) for i in range(n)]
+    fixed = np.diag(noise) + (extra if extra is not None else 0.0)
     same_task = np.array([[a == b for b in names] for a in names], dtype=float)
     labels = list(groups) if groups is not None else [None] * n
     indicators = {g: np.array([lab == g for lab in labels], dtype=float)
@@ -379,8 +410,7 @@ def _fit(x: np.ndarray, y: np.ndarray, noise: np.ndarray, tasks: Sequence[str] |
         """The Cholesky factors of the covariance of the components `part`."""
         cov = (signal2[part, None, None] * np.exp(-0.5 * distance2 / length[part, None, None] ** 2)
                + np.einsum("gnp,gp,gmp->gnm", basis[part], prior_cov[part], basis[part])
-               + tau2[part, None, None] * same_task + REGIME_SD ** 2 * same_group
-               + np.diag(noise))
+               + tau2[part, None, None] * same_task + REGIME_SD ** 2 * same_group + fixed)
         return np.linalg.cholesky(cov)
 
     def solved(part: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -264,3 +264,43 @@ def test_the_law_keeps_a_bounded_number_of_components_with_many_tasks():
     assert law.cinv.shape[0] <= MAX_COMPONENTS and law.cinv.shape[1:] == (120, 120)
     assert abs(law.weights.sum() - 1) < 1e-9
     assert abs(law.predict(3.0).median - line(3.0)) < 1.0
+
+
+def test_an_outlier_task_studied_twice_is_still_singled_out():
+    """Its two studies share the task's scatter: left out one at a time, each would be
+    predicted by the other; the task is left out as a whole."""
+    evidence = studies_on_the_line([2.8, 3.0, 3.2, 3.6, 4.0, 4.4, 4.8, 5.2])
+    twice = [_point("odd", f"s{i}/odd", 1000, "classification", "studies",
+                    curve(1.0, seed=20 + i), True, "mine", "multitask", None) for i in range(2)]
+    both = evidence + twice
+    robust = fit_law([math.log10(p.train_size) for p in both], [p.location for p in both],
+                     [p.variance for p in both], [p.task for p in both])
+    assert robust.outliers[-1] == robust.outliers[-2] > 4 * max(robust.outliers[:-2])
+    clean = recommend_from(evidence, 1000, encoder="mine").central_weight
+    assert abs(robust.predict(3.0).median - clean) < 2.0
+
+
+def test_a_flat_or_tied_two_weight_study_is_not_censored_and_changes_nothing():
+    tied = locate_best({1.0: [80.0], 15.0: [80.00005]})
+    flat = locate_best({1.0: [70.0, 70.1], 9.0: [70.0, 70.1]})
+    assert (tied.at_least, tied.at_most, flat.at_least, flat.at_most) == (None,) * 4
+    base = recommend_from(load_evidence(None), 3000)
+    with_flat = recommend_from([*load_evidence(None), point("flat", 3000, {
+        1.0: [70.0, 70.1], 9.0: [70.0, 70.1]})], 3000)
+    assert abs(with_flat.central_weight - base.central_weight) <= 0.2
+    assert math.isfinite(with_flat.interval[0]) and with_flat.interval[1] > with_flat.interval[0]
+
+
+def test_the_level_reported_at_ten_thousand_examples_is_the_law_there():
+    x = np.linspace(2.6, 5.5, 12)
+    law = fit_law(x, np.where(x < 3.5, 12.0, 4.0), np.full(12, 0.3))
+    assert law.trend()["level"] == pytest.approx(law.predict(4.0).median, abs=0.3)
+
+
+def test_the_papers_rule_in_the_law_switches_where_the_baseline_does():
+    from recommender.hierarchy import _basis, _mean_models
+
+    [rule] = [m for m in _mean_models(np.array([3.0, 5.0])) if m[0] == 2]
+    at = _basis(np.array([math.log10(9_999), 4.0]), np.array([rule[1]]))[0]
+    assert list(at[:, 2]) == [0.0, 1.0]  # 12 below 10,000 examples, 3.5 from 10,000 on
+    assert rule_of_thumb(10_000) == 3.5
