@@ -25,6 +25,7 @@ from weightsearch.cli import main
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 FAST_S = 0.1
+BURST_S = 0.25  # what a burst of bodies may take; unbounded parsing would take seconds
 HTTP = httpx.Client(timeout=10)  # one client: building one costs more than an answer
 
 
@@ -204,8 +205,10 @@ def test_a_burst_of_yaml_bodies_leaves_health_answering(server, size, codes):
     assert size - 27 < len(body) <= size
     budget = _budget(server)
     answers, health = _burst(server, body, "application/yaml")
-    # Stretched, like _budget, by how slowly /health answered meanwhile on a loaded machine.
-    budget = max(budget, 3 * statistics.median(health))
+    # Stretched, like _budget, by how slowly /health answered meanwhile on a loaded machine;
+    # the one body that is read takes 4 ms to parse, and 8 connections at once on two busy
+    # cores queue behind each other, so the floor is BURST_S rather than FAST_S.
+    budget = max(budget, 3 * statistics.median(health), BURST_S)
     assert {code for code, _ in answers} <= codes, answers
     assert max(took for _, took in answers) < budget, (answers, budget, sorted(health))
     assert len(health) >= 2 and max(health) < 1.0, health
