@@ -121,7 +121,10 @@ CASES: dict[str, Callable[..., contextlib.AbstractContextManager]] = {
     "mysql": _mysql_server("mysql", "mysql+pymysql://root@127.0.0.1:3306/test"),
     "mariadb": _mysql_server("mariadb", "mariadb+pymysql://root@127.0.0.1:3306/test"),
 }
-MARKS = {"postgresql": [pytest.mark.postgres]}
+# Server databases are integration tests (the fast tier runs the SQLite case alone).
+MARKS = {"postgresql": [pytest.mark.postgres, pytest.mark.integration],
+         "mysql": [pytest.mark.integration], "mariadb": [pytest.mark.integration]}
+
 
 @dataclass
 class Case:
