@@ -24,8 +24,11 @@ def recommendation_text(rec: Recommendation, shown: int = 8) -> str:
         regime = f"{e['encoder']} {e.get('encoder_size', '')}/{e['stage']}" + \
             (f"/{e['variant']}" if e.get("variant") else "") + \
             (" (disc.)" if e["discounted"] else "")
+        located = (f">={e['at_least']:g}" if e.get("at_least") is not None else
+                   f"<={e['at_most']:g}" if e.get("at_most") is not None else
+                   f"{e['location']:.2f}")
         lines.append(f"{e['task']:<12} {e['train_size']:>10} {e['best_weight']:>6g} "
-                     f"{e['location']:>7.2f} {e['sd']:>5.1f} {e['n_seeds']:>5} {e['say']:>6.3f}"
+                     f"{located:>7} {e['sd']:>5.1f} {e['n_seeds']:>5} {e['say']:>6.3f}"
                      f"  {regime:<46} {e['study']}")
     if len(rec.evidence) > shown:
         lines.append(f"... {len(rec.evidence) - shown} more with less say")
