@@ -83,6 +83,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import cho_solve
 from scipy.special import ndtr
+from scipy.stats import truncnorm
 
 from recommender.baselines import RULE_THRESHOLD
 from studies.schema import WEIGHT_HIGH, WEIGHT_LOW
@@ -276,10 +277,10 @@ def fit_law(log_sizes: Sequence[float], best: Sequence[float], variances: Sequen
     `robust`: tasks that do not follow the law must not bend it. A task's best weight is,
     with probability pi, anywhere in the weight range (uniform) rather than near the law; pi
     has a Beta(1, 19) prior (one task in twenty). Two rounds of expectation-maximisation: each
-    point's probability of being such a task, from its leave-one-out residual under the fit,
-    adds that probability times OUTLIER_VAR to its variance for the next fit, and pi is
-    re-estimated from the probabilities. A new task's prediction mixes in the uniform with
-    weight pi.
+    task's probability of being such a task, from its residuals with the whole task left out
+    (`_outlier_probability`), adds that probability times OUTLIER_VAR, shared by its points, to
+    the covariance of the next fit, and pi is re-estimated from the probabilities. A new task's
+    prediction mixes in the uniform with weight pi.
 
     `bounds`: per point, (at least, at most) where its trials only bound the best weight (the
     grid's end weight won; `task_curve`). Such a point enters as a Gaussian site fitted by
@@ -295,21 +296,23 @@ def fit_law(log_sizes: Sequence[float], best: Sequence[float], variances: Sequen
     bounds = list(bounds) if bounds is not None else [(None, None)] * len(x)
     censored = [i for i, (a, b) in enumerate(bounds) if a is not None or b is not None]
     located, own = y.copy(), noise.copy()
-    law = _fit(x, y, noise, names, groups)
+    law = _fit(x, y, noise, same_task, groups)
     chance, share = np.zeros(len(x)), 0.0
+    # An outlier task is shifted as a whole: its points share the extra variance.
+    extra = np.zeros_like(same_task)
     robust = robust and len(set(names)) >= 3
     for _ in range(ROUNDS if robust or censored else 0):
         if robust:
             share = share or OUTLIER_PRIOR[0] / sum(OUTLIER_PRIOR)
-            chance = _outlier_probability(law, share, names, OUTLIER_VAR * same_task * chance)
-            tasks_out = {n: c for n, c in zip(names, chance, strict=True)}
-            share = (OUTLIER_PRIOR[0] + sum(tasks_out.values())) / (
-                sum(OUTLIER_PRIOR) + len(tasks_out))
+            chance = _outlier_probability(law, share, names, extra)
+            per_task = dict(zip(names, chance, strict=True))
+            share = (OUTLIER_PRIOR[0] + sum(per_task.values())) / (
+                sum(OUTLIER_PRIOR) + len(per_task))
+            extra = OUTLIER_VAR * same_task * chance
         if censored:
             y, noise = _censored_sites(law, y.copy(), noise.copy(), censored, bounds,
                                        located, own)
-        # An outlier task is shifted as a whole: its points share the extra variance.
-        law = _fit(x, y, noise, names, groups, extra=OUTLIER_VAR * same_task * chance)
+        law = _fit(x, y, noise, same_task, groups, extra=extra)
     law.outlier_share, law.outliers = float(share), chance
     return law
 
@@ -344,8 +347,6 @@ def _censored_sites(law: Law, y: np.ndarray, noise: np.ndarray, censored: list[i
 def _truncated(mean: float, var: float, low: float | None,
                high: float | None) -> tuple[float, float]:
     """Mean and variance of N(mean, var) truncated to [low, high]."""
-    from scipy.stats import truncnorm
-
     sd = math.sqrt(var)
     a = -np.inf if low is None else (low - mean) / sd
     b = np.inf if high is None else (high - mean) / sd
@@ -385,13 +386,13 @@ def _log_normal(residual: np.ndarray, cov: np.ndarray) -> np.ndarray:
     return -0.5 * (quad + logdet)
 
 
-def _fit(x: np.ndarray, y: np.ndarray, noise: np.ndarray, names: list[str],
+def _fit(x: np.ndarray, y: np.ndarray, noise: np.ndarray, same_task: np.ndarray,
          groups: Sequence[str | None] | None, extra: np.ndarray | None = None) -> Law:
-    """The law for observations (x, y) with variances `noise`; `extra`: covariance added to
-    every component's (the outlier variance of tasks likely not to follow the law)."""
+    """The law for observations (x, y) with variances `noise`; `same_task`: 1 where two
+    points are of one task; `extra`: covariance added to every component's (the outlier
+    variance of tasks likely not to follow the law)."""
     n = len(x)
     fixed = np.diag(noise) + (extra if extra is not None else 0.0)
-    same_task = np.array([[a == b for b in names] for a in names], dtype=float)
     labels = list(groups) if groups is not None else [None] * n
     indicators = {g: np.array([lab == g for lab in labels], dtype=float)
                   for g in dict.fromkeys(lab for lab in labels if lab is not None)}

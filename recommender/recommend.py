@@ -155,9 +155,10 @@ class Evidence(list):
         self.skipped: list[str] = list(skipped)
 
 
-def _why_nothing(s) -> str | None:
-    """Why a study gives no evidence point, or None when it gives one."""
-    weights = {w for w, vs in s.values_by_weight().items() if vs}
+def _why_nothing(s, values: dict[float, list[float]]) -> str | None:
+    """Why a study (with `values`, its scores per weight) gives no evidence point, or None
+    when it gives one."""
+    weights = {w for w, vs in values.items() if vs}
     if not s.train_size or s.train_size <= 0:
         why = "records no training size (import it with a train_size column)"
     elif not weights:
@@ -177,12 +178,13 @@ def study_evidence(studies) -> Evidence:
     COMPLETE trials at two or more weights (one weight has no best); the others are noted."""
     out = Evidence()
     for s in studies:
-        why = _why_nothing(s)
+        values = s.values_by_weight()
+        why = _why_nothing(s, values)
         paired = None if why else s.paired_values()
         point = None if why else _point(
-            s.central_task, s.name, s.train_size, s.task_type, "studies",
-            paired or s.values_by_weight(), s.maximize, s.encoder, s.stage, s.variant,
-            s.encoder_size, paired=paired is not None)
+            s.central_task, s.name, s.train_size, s.task_type, "studies", paired or values,
+            s.maximize, s.encoder, s.stage, s.variant, s.encoder_size,
+            paired=paired is not None)
         if point is not None:
             out.append(point)
         else:
