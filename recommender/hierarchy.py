@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.linalg import cho_solve
@@ -145,6 +145,7 @@ class Law:
     groups: dict[str, np.ndarray]  # regime label -> indicator of its points
     outlier_share: float = 0.0  # estimated share of tasks that do not follow the law
     outliers: np.ndarray | None = None  # (n,) each point's probability of being one
+    _trend: dict[str, float] | None = field(default=None, repr=False)
 
     @property
     def tau2(self) -> float:
@@ -188,7 +189,13 @@ class Law:
 
     def trend(self) -> dict[str, float]:
         """The posterior slope (weight units per decade) and the mean at 10^4 examples (jump
-        included where a transition lies below), mixed over components: mean and sd of each."""
+        included where a transition lies below), mixed over components: mean and sd of each.
+        Computed once per law: the service asks for it with every answer."""
+        if self._trend is None:
+            self._trend = self._posterior_trend()
+        return dict(self._trend)
+
+    def _posterior_trend(self) -> dict[str, float]:
         hb = self._basis(self.x) * self.prior_var[:, None, :]  # (G, n, 3)
         mean = self.prior_mean + np.einsum("gnp,gn->gp", hb, self.alpha)
         cov = (np.einsum("gp,pq->gpq", self.prior_var, np.eye(3))
