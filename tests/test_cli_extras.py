@@ -55,3 +55,16 @@ def test_plots_are_written_in_the_format_of_their_extension(tmp_path, capsys):
     assert "training examples of the central task (count, log scale)" in rec_svg
     assert "train n=2,500" in rec_svg
     capsys.readouterr()
+
+
+def test_output_cut_short_by_its_reader_ends_quietly():
+    """`weightsearch recommend --evaluate | head -1`: no traceback when the pipe closes."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "weightsearch.cli", "recommend",
+                             "--evaluate"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader goes away before the first line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) in (0, 141)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
