@@ -282,7 +282,7 @@ class Space:
         raw = copy.deepcopy(dict(train))
         for d in self.dims:
             if d.kind == "group":
-                _keep_tasks(raw, {central, *point[d.path]}, task_names)
+                drop_other_tasks(raw, {central, *point[d.path]}, task_names)
             else:
                 set_path(raw, d.path, point[d.path])
         return raw
@@ -336,7 +336,8 @@ def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def _keep_tasks(raw: dict[str, Any], keep: set[str], task_names: Sequence[str]) -> None:
+def drop_other_tasks(raw: dict[str, Any], keep: set[str],
+                     task_names: Sequence[str]) -> None:
     """Drop the tasks outside `keep` from the run and from every setting that names them."""
     tasks = raw.get("tasks")
     if isinstance(tasks, str):

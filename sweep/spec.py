@@ -4,6 +4,8 @@
     storage: sqlite:///weightsearch.db  # default: $WEIGHTSEARCH_STORAGE or ./weightsearch.db
     train: {...}                      # the run-config template every cell starts from
     central_tasks: [rte, mrpc]        # default: every task of train.tasks
+    aux_tasks: [stsb, cola]           # trained beside each central task; default: every
+                                      # other task of train.tasks
     search:                           # what varies and how points are chosen (sweep/space.py,
       strategy: grid                  # sweep/strategies/): grid | guided | halving | forward
       space: {weighting.central_weight: [1, 3, 6, 9, 12, 15]}   # the default space
@@ -49,6 +51,7 @@ from sweep.space import (
     Dimension,
     Point,
     Space,
+    drop_other_tasks,
     parse_space,
 )
 from sweep.strategies import STRATEGIES, Strategy
@@ -73,7 +76,8 @@ from weightsearch.yamlio import load_yaml, read_yaml_file, yaml_problem
 # that launched it; a spec of an older format is compared by content (`same_study`), so a
 # change of canonical form needs a new version, never a branch that keeps an old digest.
 # 1: up to 0.1.0, which left out a default `objective` and halving's default `start`.
-SPEC_VERSION = 2
+# 2: up to 0.2.x, before `aux_tasks`.
+SPEC_VERSION = 3
 
 SCHEDULERS = ("fifo", "asha")
 DEFAULT_WORKDIR = "./weightsearch_runs"
@@ -146,6 +150,8 @@ class StudyFile:
     storage: str | None = setting(None, doc="SQLAlchemy URL of the study database")
     train: Any = setting(None, doc="the run config every trial starts from")
     central_tasks: Any = setting(None, doc="the tasks whose weight is searched (default all)")
+    aux_tasks: Any = setting(None, doc="the tasks trained beside each central task (default: "
+                             "every other task of train.tasks)")
     search: Any = setting(None, doc="{strategy, space, ...}: what is searched and how")
     weights: Any = setting(None, doc="short form of a search of the central weight alone")
     seeds: Any = setting(None, doc="the seeds every point is trained with")
@@ -178,6 +184,8 @@ def study_file_schema() -> dict[str, Any]:
         "train": train,
         "central_tasks": {"anyOf": [{"type": "string"},
                                     {"type": "array", "items": {"type": "string"}}]},
+        "aux_tasks": {"anyOf": [{"type": "null"},
+                                {"type": "array", "items": {"type": "string"}}]},
         "search": {"type": "object"},
         "weights": {"anyOf": [{"type": "array", "items": {"type": "number"}},
                               {"type": "object"}]},
@@ -211,6 +219,7 @@ class StudySpec:
     # Start each central task's search at the recommender's weight for its size.
     warm_recommend: bool = False
     objective: Objective = Objective()
+    aux_tasks: tuple[str, ...] | None = None  # None: every task but the central one
     _strategies: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -228,6 +237,7 @@ class StudySpec:
             "study": self.study,
             "train": json.loads(json.dumps(self.train)),
             "central_tasks": list(self.central_tasks),
+            "aux_tasks": None if self.aux_tasks is None else list(self.aux_tasks),
         }
         if self.search.shorthand:
             out["weights"] = self.search.weights_plain()
@@ -258,6 +268,11 @@ class StudySpec:
         return hashlib.sha256(text.encode()).hexdigest()
 
     # --- cells ------------------------------------------------------------------------------
+    def aux_of(self, central: str) -> list[str]:
+        """The tasks a central task's cells train beside it, in config order."""
+        chosen = self.tasks if self.aux_tasks is None else self.aux_tasks
+        return [t for t in self.tasks if t in chosen and t != central]
+
     def strategy(self, central: str, first: Sequence[Point] = ()) -> Strategy:
         return self.search.build(central, self.seeds, self.epochs, first)
 
@@ -265,6 +280,8 @@ class StudySpec:
                      output_dir: str) -> dict[str, Any]:
         """The run-config mapping of one cell: the template with the point's paths set."""
         raw = self.space.apply(self.train, point, central, self.tasks)
+        if self.aux_tasks is not None:
+            drop_other_tasks(raw, {central, *self.aux_tasks}, self.tasks)
         raw["central_task"] = central
         raw["seed"] = int(seed)
         raw["output_dir"] = output_dir
@@ -349,6 +366,7 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
     search = _parse_search(raw, tasks, problems)
     train = _parse_train(train_raw, search.space, problems, where)
     central = _parse_central(raw.get("central_tasks"), tasks, problems)
+    aux = _parse_aux(raw.get("aux_tasks"), tasks, search, problems)
     seeds = _parse_seeds(raw.get("seeds", [1]), problems)
     resources = _parse_resources(raw.get("resources"), problems)
     scheduler = _parse_scheduler(raw.get("scheduler", "fifo"), problems)
@@ -386,7 +404,7 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
         study=study, storage=storage, train=train, tasks=tasks, central_tasks=central,
         search=search, seeds=seeds, resources=resources, max_concurrent=max_concurrent,
         scheduler=scheduler, max_failures=max_failures, workdir=workdir, epochs=epochs,
-        warm_start=warm, warm_recommend=warm_recommend, objective=objective,
+        warm_start=warm, warm_recommend=warm_recommend, objective=objective, aux_tasks=aux,
     )
 
 
@@ -596,6 +614,32 @@ def _parse_central(raw: Any, tasks: tuple[str, ...], problems: list[str]) -> tup
                             f"({', '.join(tasks)}); add it there or pick one of them")
         elif key in out:
             problems.append(f"central_tasks[{i}]: {name!r} is listed twice")
+        else:
+            out.append(key)
+    return tuple(out)
+
+
+def _parse_aux(raw: Any, tasks: tuple[str, ...], search: Search,
+               problems: list[str]) -> tuple[str, ...] | None:
+    """`aux_tasks`: the tasks every cell trains beside its central task (a central task listed
+    here is left out of its own cells' auxiliaries)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
+        problems.append(f"aux_tasks: expected a list of task names, got {raw!r}; leave it out "
+                        "to train every task of train.tasks together")
+        return None
+    if search.space.group is not None:
+        problems.append("aux_tasks: the search space's `tasks: {subsets_of: [...]}` already "
+                        "chooses the auxiliary tasks; remove one of the two")
+    out: list[str] = []
+    for i, name in enumerate(raw):
+        key = name.strip().lower()
+        if tasks and key not in tasks:
+            problems.append(f"aux_tasks[{i}]: {name!r} is not among train.tasks "
+                            f"({', '.join(tasks)}); add it there or remove it here")
+        elif key in out:
+            problems.append(f"aux_tasks[{i}]: {name!r} is listed twice")
         else:
             out.append(key)
     return tuple(out)

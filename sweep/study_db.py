@@ -34,7 +34,7 @@ def describe(spec: StudySpec, central: str) -> Central:
 
     cfg = spec.for_cell(central, _widest(spec, central), spec.seeds[0], spec.workdir)
     sizes = trainer.task_sizes(cfg)
-    aux = [t for t in spec.tasks if t != central]
+    aux = spec.aux_of(central)
     task = cfg.task(central)
     metric = spec.objective.metric
     metric = task.primary_metric if metric == "primary" else metric

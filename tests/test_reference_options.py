@@ -5,6 +5,7 @@ run must match (settings, data files, precision)."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import shutil
 
 import pytest
@@ -380,6 +381,67 @@ def test_random_subsets_are_seeded_stable_and_independent_of_the_run_seed(sample
     assert task_sizes(load_config({**base, "seed": 7})) == task_sizes(load_config(base))
 
 
+def test_nested_subsets_are_a_ladder_and_random_ones_are_unchanged(sample_data_dir):
+    import numpy as np
+
+    from trainer.data import Subset, read_task_file
+    from trainer.readers import resolve_path
+    from trainer.tasks import PRESETS
+
+    rows = read_task_file(PRESETS["cola"], resolve_path(sample_data_dir, "CoLA/train.tsv"))
+    ladder = [Subset(n=n, random=True, seed=5, nested=True).apply(rows) for n in (20, 80, 200)]
+    for small, large in itertools.pairwise(ladder):
+        assert set(small.text_a) < set(large.text_a)
+    # The definition restated: the first n of one seeded permutation, in file order.
+    first = np.sort(np.random.default_rng(5).permutation(len(rows))[:80])
+    assert ladder[1].text_a == [rows.text_a[i] for i in first]
+    # `random` keeps numpy's draw without replacement: existing studies keep their rows.
+    drawn = np.sort(np.random.default_rng(5).choice(len(rows), size=80, replace=False))
+    assert Subset(n=80, random=True, seed=5).apply(rows).text_a == [rows.text_a[i]
+                                                                    for i in drawn]
+    assert Subset(n=80, random=True, seed=5).key() != Subset(n=80, random=True, seed=5,
+                                                             nested=True).key()
+
+
+def test_a_task_cap_of_its_own_wins_and_leaves_other_digests_alone(sample_data_dir, tmp_path):
+    from trainer import load_config, task_sizes
+
+    base = {"data_dir": str(sample_data_dir), "tasks": ["cola", "mrpc", "rte"],
+            "output_dir": str(tmp_path),
+            "max_train_examples": 40, "subsample": "nested"}
+    plain = load_config(base)
+    own = load_config({**base, "tasks": [{"name": "cola_big", "preset": "cola",
+                                          "max_train_examples": 120}, "mrpc", "rte"]})
+    assert task_sizes(own) == {"cola_big": 120, "mrpc": 40, "rte": 40}
+    fraction = load_config({**base, "max_train_examples": None, "train_fraction": 0.1,
+                            "tasks": [{"name": "cola", "preset": "cola",
+                                       "max_train_examples": 17}, "mrpc"]})
+    assert task_sizes(fraction) == {"cola": 17, "mrpc": 30}
+    # A task without a cap reads as before tasks could have one (config.yaml and digests).
+    assert all("max_train_examples" not in t for t in plain.to_dict()["tasks"])
+    assert own.to_dict()["tasks"][0]["max_train_examples"] == 120
+    assert load_config(own.to_dict()).digest() == own.digest()
+    with pytest.raises(ConfigError, match=r"tasks\[0\]\.max_train_examples"):
+        load_config({**base, "tasks": [{"name": "c", "preset": "cola",
+                                        "max_train_examples": 0}]})
+
+
+def test_a_task_dev_cap_of_its_own_wins(sample_data_dir, tiny_encoder, tmp_path):
+    from trainer import load_config
+    from trainer.encoders import load_tokenizer
+    from trainer.run_data import load_data
+
+    cfg = load_config({"data_dir": str(sample_data_dir), "encoder": tiny_encoder,
+                       "output_dir": str(tmp_path), "max_train_examples": 8,
+                       "max_eval_examples": 11,
+                       "tasks": [{"name": "rte", "preset": "rte", "max_eval_examples": 7},
+                                 "mrpc"]})
+    data = load_data(cfg, load_tokenizer(cfg.encoder))
+    assert len(data["rte"].evals["dev"]) == 7 and len(data["mrpc"].evals["dev"]) == 11
+    assert cfg.to_dict()["tasks"][0]["max_eval_examples"] == 7
+    assert "max_eval_examples" not in cfg.to_dict()["tasks"][1]
+
+
 def test_ranking_subsets_keep_lists_whole():
     import numpy as np
 
@@ -397,7 +459,7 @@ def test_ranking_subsets_keep_lists_whole():
     ({"train_fraction": 0}, "train_fraction: 0 is out of range"),
     ({"train_fraction": 1.5}, "train_fraction: 1.5 is out of range"),
     ({"train_fraction": 0.5, "max_train_examples": 10}, "either train_fraction or max_train"),
-    ({"subsample": "tail"}, "subsample: 'tail' is not one of random, head"),
+    ({"subsample": "tail"}, "subsample: 'tail' is not one of random, nested, head"),
 ])
 def test_bad_subset_settings(sample_data_dir, change, needle):
     from trainer import load_config

@@ -336,3 +336,37 @@ def test_paths_resolve_against_the_study_file(tmp_path: Path, sample_data_dir: P
     assert spec.train["tracking"]["mlflow"] == str(tmp_path / "here")
     spec = load_study_spec(path, overrides=["train.tracking={mlflow: 'http://127.0.0.1:5000'}"])
     assert spec.train["tracking"]["mlflow"] == "http://127.0.0.1:5000"
+
+
+def test_aux_tasks_choose_what_trains_beside_each_central_task(base: dict) -> None:
+    tasks = [{"name": "rte_small", "preset": "rte", "max_train_examples": 20}, "rte", "mrpc",
+             "stsb"]
+    raw = {**base, "train": {**base["train"], "tasks": tasks},
+           "central_tasks": ["rte_small", "rte"], "aux_tasks": ["mrpc", "stsb"]}
+    spec = load_study_spec(raw)
+    assert spec.aux_of("rte_small") == ["mrpc", "stsb"]
+    cfg = spec.for_cell("rte_small", {CENTRAL_WEIGHT: 9}, 1, "/tmp/unused")
+    assert [t.name for t in cfg.tasks] == ["rte_small", "mrpc", "stsb"]
+    assert cfg.task("rte_small").max_train_examples == 20
+    assert spec.to_dict()["aux_tasks"] == ["mrpc", "stsb"]
+    assert load_study_spec({**spec.to_dict(), "storage": spec.storage}).digest() == spec.digest()
+    # Left out: every task trains with every central task, as before.
+    assert load_study_spec(base).to_dict()["aux_tasks"] is None
+    assert [t.name for t in load_study_spec(base).for_cell(
+        "mrpc", {CENTRAL_WEIGHT: 1}, 1, "/tmp/unused").tasks] == ["mrpc", "rte", "stsb"]
+
+
+@pytest.mark.parametrize(("aux", "needle"), [
+    (["qqp"], "aux_tasks[0]: 'qqp' is not among train.tasks"),
+    (["mrpc", "mrpc"], "aux_tasks[1]: 'mrpc' is listed twice"),
+    ("mrpc", "aux_tasks: expected a list of task names"),
+    ([3], "aux_tasks: expected a list of task names"),
+])
+def test_bad_aux_tasks_are_named(base: dict, aux, needle: str) -> None:
+    assert any(needle in p for p in problems_of({**base, "aux_tasks": aux}))
+
+
+def test_aux_tasks_and_a_task_group_exclude_each_other(base: dict) -> None:
+    raw = {**base, "aux_tasks": ["mrpc"],
+           "search": {"space": {"tasks": {"subsets_of": ["mrpc", "stsb"]}}}}
+    assert any("already chooses the auxiliary tasks" in p for p in problems_of(raw))

@@ -38,7 +38,7 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16")
 POOLINGS = ("auto", "pooler", "cls", "mean", "task-pooler")
 OVERLONG = ("truncate", "drop")
-SUBSAMPLES = ("random", "head")
+SUBSAMPLES = ("random", "nested", "head")
 
 
 def default_cache_dir() -> str:
@@ -85,8 +85,10 @@ class RunConfig:
         None, Number(integer=True, low=1, optional=True))
     train_fraction: float | None = setting(  # of each task's training set, in (0, 1]
         None, Number(integer=False, low=0, high=1, low_open=True, optional=True))
-    # How max_train_examples / train_fraction pick rows: at random with subsample_seed (the
-    # same rows for every run seed, so that size is all that varies) or the first ones.
+    # How max_train_examples / train_fraction (and a task's own max_train_examples) pick rows:
+    # at random with subsample_seed (the same rows for every run seed, so that size is all that
+    # varies), nested (at random, and with one subsample_seed a smaller sample is a subset of
+    # a larger one: a ladder of sizes) or the first ones.
     subsample: str = setting("random", Choice(SUBSAMPLES))
     subsample_seed: int = setting(0, Number(integer=True, low=0))
     max_eval_examples: int | None = setting(
@@ -155,13 +157,22 @@ class RunConfig:
         if self.finetune is not None and isinstance(self.finetune.tasks, tuple):
             out["finetune"]["tasks"] = list(self.finetune.tasks)
         # dev_files as the {split: path} mapping the tasks list takes, so config.yaml loads back.
-        out["tasks"] = [_plain({**dataclasses.asdict(t), "dev_files": dict(t.dev_files)})
-                        for t in self.tasks]
+        out["tasks"] = [_plain(_task_dict(t)) for t in self.tasks]
         return _plain(out)
 
     def digest(self) -> str:
         text = json.dumps(self.to_dict(), sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _task_dict(task: TaskSpec) -> dict[str, Any]:
+    """A task as the tasks list takes it; a task without caps of its own reads (and digests)
+    as before tasks could have them."""
+    out = {**dataclasses.asdict(task), "dev_files": dict(task.dev_files)}
+    for key in ("max_train_examples", "max_eval_examples"):
+        if out[key] is None:
+            del out[key]
+    return out
 
 
 def _plain(value: Any) -> Any:

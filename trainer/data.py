@@ -45,6 +45,7 @@ class Subset:
     fraction: float | None = None
     random: bool = False
     seed: int = 0
+    nested: bool = False  # random rows as a prefix of one permutation (TaskRows.sample)
 
     def apply(self, rows: TaskRows) -> TaskRows:
         n = self.n
@@ -52,12 +53,15 @@ class Subset:
             n = max(1, math.ceil(self.fraction * len(rows)))
         if n is None:
             return rows
-        return rows.sample(n, self.seed) if self.random else rows.head(n)
+        if not self.random:
+            return rows.head(n)
+        return rows.sample(n, self.seed, nested=self.nested)
 
     def key(self) -> Any:
         if not self.random and self.fraction is None:
             return self.n  # the cache key of the first-n limit from before random subsets
-        return {"n": self.n, "fraction": self.fraction, "random": self.random, "seed": self.seed}
+        key = {"n": self.n, "fraction": self.fraction, "random": self.random, "seed": self.seed}
+        return {**key, "nested": True} if self.nested else key
 
 
 @dataclass

@@ -63,14 +63,19 @@ class TaskRows:
                         None if self.text_b is None else [self.text_b[i] for i in index],
                         self.labels[index], None if self.groups is None else self.groups[index])
 
-    def sample(self, n: int, seed: int) -> TaskRows:
+    def sample(self, n: int, seed: int, nested: bool = False) -> TaskRows:
         """n rows drawn at random (seeded), kept in file order. Ranking lists stay whole: whole
-        lists are drawn until n rows are reached, so a list is never cut."""
+        lists are drawn until n rows are reached, so a list is never cut. `nested`: the first n
+        of one seeded permutation, so that with one seed a smaller sample is a subset of a
+        larger one (a ladder of training sizes); otherwise numpy's draw without replacement,
+        kept as it was so that existing studies train on the rows they trained on."""
         if n >= len(self):
             return self
         rng = np.random.default_rng(seed)
         if self.groups is None:
-            return self.take(np.sort(rng.choice(len(self), size=n, replace=False)))
+            drawn = (rng.permutation(len(self))[:n] if nested
+                     else rng.choice(len(self), size=n, replace=False))
+            return self.take(np.sort(drawn))
         ids, inverse, counts = np.unique(self.groups, return_inverse=True, return_counts=True)
         order = rng.permutation(len(ids))
         within = np.cumsum(counts[order]) <= n

@@ -265,6 +265,12 @@ class TaskSpec:
     max_query_len: int | None = setting(None, _TypeOption("max_query_len"))
     max_answer_len: int | None = setting(None, _TypeOption("max_answer_len"))
     n_best: int | None = setting(None, _TypeOption("n_best"))
+    # this task's cap on training examples; None: the run's max_train_examples/train_fraction
+    # (a ladder of sizes of one task: one preset, several names, one cap each)
+    max_train_examples: int | None = setting(None, Number(integer=True, low=1, optional=True))
+    # this task's cap on each dev split's examples (the first ones); None: the run's
+    # max_eval_examples (e.g. full dev sets for the central task, short ones for auxiliaries)
+    max_eval_examples: int | None = setting(None, Number(integer=True, low=1, optional=True))
 
     @property
     def num_labels(self) -> int:
