@@ -85,6 +85,12 @@ class EvidencePoint:
     stage: str = "multitask"
     variant: str | None = None
     encoder_size: str = UNKNOWN  # hidden x layers, e.g. "768x12"
+    dataset: str | None = None  # the data the task is drawn from (None: the task itself)
+
+    @property
+    def family(self) -> str:
+        """What makes points one task to the law: sizes of one dataset share its scatter."""
+        return (self.dataset or self.task).lower()
 
     @property
     def regime(self) -> Regime:
@@ -122,7 +128,8 @@ class Recommendation:
 
 
 def _point(task, study, size, task_type, source, values, maximize, encoder, stage, variant,
-           size_of_encoder: str | None = None, paired: bool = False) -> EvidencePoint | None:
+           size_of_encoder: str | None = None, paired: bool = False,
+           dataset: str | None = None) -> EvidencePoint | None:
     located = locate_best(values, maximize, int(size), paired)
     if located is None:
         return None
@@ -137,6 +144,7 @@ def _point(task, study, size, task_type, source, values, maximize, encoder, stag
         at_least=located.at_least, at_most=located.at_most,
         encoder=(encoder or UNKNOWN_ENCODER).lower(), stage=stage or "multitask", variant=variant,
         encoder_size=size_of_encoder or encoder_size(encoder),
+        dataset=dataset if dataset and dataset.lower() != str(task).lower() else None,
     )
 
 
@@ -184,7 +192,7 @@ def study_evidence(studies) -> Evidence:
         point = None if why else _point(
             s.central_task, s.name, s.train_size, s.task_type, "studies", paired or values,
             s.maximize, s.encoder, s.stage, s.variant, s.encoder_size,
-            paired=paired is not None)
+            paired=paired is not None, dataset=s.dataset)
         if point is not None:
             out.append(point)
         else:
@@ -196,7 +204,7 @@ def _same_data(a: EvidencePoint, b: EvidencePoint) -> bool:
     # A study with no recorded encoder may be a copy of the same results (e.g. the paper's table
     # imported); measured in a known other regime, the task counts once per regime.
     comparable = not a.regime.differences(b.regime) or UNKNOWN_ENCODER in (a.encoder, b.encoder)
-    return comparable and a.task.lower() == b.task.lower() and \
+    return comparable and a.family == b.family and \
         abs(math.log10(a.train_size / b.train_size)) < SAME_DATA_DECADES
 
 
@@ -384,7 +392,7 @@ def _law_for(evidence: list[EvidencePoint], variances: list[float],
         if law is None:
             law = fit_law([math.log10(p.train_size) for p in evidence],
                           [p.location for p in evidence], variances,
-                          tasks=[p.task.lower() for p in evidence], groups=groups,
+                          tasks=[p.family for p in evidence], groups=groups,
                           bounds=[(p.at_least, p.at_most) for p in evidence])
             with _LAWS_LOCK:
                 _LAWS.insert(0, (evidence, key, law))
@@ -538,7 +546,7 @@ def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None
         targets, over = [p for p in evidence if p.source == "prior"], "prior"
     rows = []
     for p in targets:
-        rest = [q for q in evidence if q.task.lower() != p.task.lower()]
+        rest = [q for q in evidence if q.family != p.family]
         if not rest:
             continue
         rec = recommend_from(rest, p.train_size, p.task_type, encoder, stage)

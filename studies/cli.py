@@ -1,4 +1,4 @@
-"""Subcommands of the study database: inspect and import.
+"""Subcommands of the study database: inspect, import and export.
 
 Heavy imports (optuna, pandas, matplotlib) happen inside the handlers, so that the console
 script starts fast.
@@ -41,6 +41,19 @@ def register_import(subparsers) -> None:
     p.add_argument("--storage", default=None, help=STORAGE_HELP)
     p.set_defaults(handler=run_import)
 
+def register_export(subparsers) -> None:
+    p = subparsers.add_parser("export", help="a study's finished trials as an import file",
+                              description="Write every finished trial of STUDY (a weight "
+                              "search) in the format `weightsearch import` reads, with the "
+                              "regime (encoder, stage, variant) and dataset it recorded, so "
+                              "that another database can import the same evidence.")
+    p.add_argument("study", help="a study name, e.g. glue or glue/rte")
+    p.add_argument("--output", "-o", required=True, metavar="FILE",
+                   help="the file to write (.csv or .tsv); replaced whole")
+    p.add_argument("--storage", default=None, help=STORAGE_HELP)
+    p.set_defaults(handler=run_export)
+
+
 def storage_url(args) -> str:
     return args.storage or default_storage_url()
 
@@ -79,4 +92,12 @@ def run_import(args) -> int:
 
     names = import_file(args.file, args.study, storage_url(args))
     print(f"imported {len(names)} central task(s) into {storage_url(args)}: {', '.join(names)}")
+    return 0
+
+
+def run_export(args) -> int:
+    from studies.exporter import export_study
+
+    n = export_study(storage_url(args), args.study, args.output)
+    print(f"exported {n} trial(s) of {args.study} to {args.output}")
     return 0

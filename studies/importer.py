@@ -2,10 +2,12 @@
 
 File format (CSV, TSV or JSONL), one row per (central task, central weight, seed):
     central_task, task_type, train_size, central_weight, seed, metric
-Optional: `metric_name` (the primary metric's name, one per task; default "metric"), and the
+Optional: `metric_name` (the primary metric's name, one per task; default "metric"), the
 regime the results were measured in, one per task: `encoder`, `stage` (multitask | finetuned) and
 `variant` (the weighting variant); without them the recommender counts the task as encoder
-"unknown", stage multitask. Any other
+"unknown", stage multitask; and `dataset`, one per task: the data the task is drawn from, when
+several central tasks are sizes of one dataset (e.g. sst2_125 and sst2_4000, dataset sst2), so
+that the recommender counts them as one task (default: the central task). Any other
 column with numbers is kept as a further metric of the central task (e.g. f1); others are ignored.
 
 Every row is checked before the first write and every problem is reported at once; then one
@@ -103,6 +105,7 @@ class ImportColumns:
     encoder: str | None = setting(None, Text())
     stage: str | None = setting(None, _OneOf(lambda: schema.STAGES))
     variant: str | None = setting(None, Text())
+    dataset: str | None = setting(None, Text())  # the data the task is drawn from
 
 
 _COLUMNS = dataclasses.fields(ImportColumns)
@@ -123,6 +126,7 @@ class ImportRow:
     metric_name: str
     extra: dict[str, float]
     regime: dict[str, str] = field(default_factory=dict)  # encoder/stage/variant when given
+    dataset: str | None = None
 
 
 # --- reading and checking a file ---------------------------------------------------------
@@ -159,7 +163,7 @@ def _declared_cells(rec: Mapping[str, Any]) -> dict[str, Any]:
     cells = {k: v for k, v in rec.items() if k in REQUIRED}
     for k in OPTIONAL:
         text = str(rec.get(k, "")).strip()
-        if text and not (k in REGIME and text.lower() == "nan"):
+        if text and not (k in (*REGIME, "dataset") and text.lower() == "nan"):
             cells[k] = rec[k]
     return cells
 
@@ -176,7 +180,7 @@ def _check_row(rec: Mapping[str, Any], line: int, metric_columns: list[str],
     regime = {k: getattr(cols, k) for k in REGIME if getattr(cols, k) is not None}
     return ImportRow(line, cols.central_task, cols.task_type, cols.train_size,
                      cols.central_weight, cols.seed, cols.metric, cols.metric_name, extra,
-                     regime)
+                     regime, cols.dataset)
 
 
 def _duplicate(row: ImportRow, seen: dict[tuple, int]) -> str | None:
@@ -190,15 +194,21 @@ def _duplicate(row: ImportRow, seen: dict[tuple, int]) -> str | None:
 
 
 def _differs(row: ImportRow, first_of_task: dict[str, ImportRow]) -> str | None:
-    """A row whose task type, train size or metric name differs from its task's first row."""
+    """A row whose task type, train size, metric name or dataset differs from its task's first
+    row."""
     first = first_of_task.setdefault(row.central_task, row)
-    meta = (row.task_type, row.train_size, row.metric_name)
-    was = (first.task_type, first.train_size, first.metric_name)
-    if meta == was:
+
+    def meta(r: ImportRow) -> dict[str, Any]:
+        return {"task_type": r.task_type, "train_size": r.train_size,
+                "metric_name": r.metric_name, "dataset": r.dataset or r.central_task}
+
+    now, was = meta(row), meta(first)
+    keys = [k for k in now if now[k] != was[k]]
+    if not keys:
         return None
-    return (f"task {row.central_task}: task_type/train_size/metric_name "
-            f"{'/'.join(map(str, meta))} differ from line {first.line} "
-            f"({'/'.join(map(str, was))})")
+    return (f"task {row.central_task}: {'/'.join(keys)} "
+            f"{'/'.join(str(now[k]) for k in keys)} differ{'s' * (len(keys) == 1)} from line "
+            f"{first.line} ({'/'.join(str(was[k]) for k in keys)}); one task has one of each")
 
 
 def _problems_error(path: Path, problems: list[str]) -> DataError:
@@ -242,6 +252,7 @@ def _study_attrs(study: str, head: ImportRow, path: str | Path, now: str) -> dic
         schema.A_SOURCE: schema.SOURCE_IMPORTED, schema.A_CREATED: now,
         A_IMPORTED_FROM: str(path),
         **{regime_attrs[k]: v for k, v in head.regime.items()},
+        **({schema.A_DATASET: head.dataset} if head.dataset else {}),
     }
 
 

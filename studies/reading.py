@@ -66,6 +66,7 @@ class CentralStudy:
     encoder: str | None = None  # None: not recorded (imported results)
     stage: str | None = None  # multitask | finetuned; None: not recorded (a sweep: multitask)
     variant: str | None = None  # weighting variant, e.g. reference | paper
+    dataset: str | None = None  # the data the central task is drawn from; None: the task itself
     encoder_size: str | None = None  # hidden x layers, e.g. "768x12"; None: not recorded
 
     def paired_values(self) -> dict[float, list[float]] | None:
@@ -239,6 +240,7 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
         encoder=_as_str(attrs.get(schema.A_ENCODER)), stage=_as_str(attrs.get(schema.A_STAGE)),
         variant=_as_str(attrs.get(schema.A_VARIANT)),
         encoder_size=_as_str(attrs.get(schema.A_ENCODER_SIZE)),
+        dataset=_as_str(attrs.get(schema.A_DATASET)),
     )
 
 

@@ -16,6 +16,9 @@ A_STUDY = "study"  # the base study name
 A_CENTRAL = "central_task"
 A_TASK_TYPE = "task_type"  # classification | regression | ranking
 A_TRAIN_SIZE = "train_size"  # training examples of the central task
+# The data the central task is drawn from (a preset's name, else the task's): central tasks
+# that are sizes of one dataset (a ladder) are one task to the recommender. Absent: the task.
+A_DATASET = "dataset"
 A_AUX_TASKS = "aux_tasks"  # list of auxiliary task names, config order
 A_AUX_SIZES = "aux_sizes"  # {aux task: training examples}
 A_PRIMARY = "primary_metric"  # the central task's metric that the trial value is

@@ -15,6 +15,7 @@ from studies import schema as S
 from sweep.space import CENTRAL_WEIGHT, Space
 from sweep.spec import SPEC_VERSION, StudySpec, load_study_spec
 from sweep.strategies import Record
+from trainer.tasks import dataset_name
 from weightsearch.errors import ConfigError, StorageError
 
 
@@ -46,6 +47,7 @@ def describe(spec: StudySpec, central: str) -> Central:
         S.A_CENTRAL: central,
         S.A_TASK_TYPE: task.type,
         S.A_TRAIN_SIZE: sizes[central],
+        S.A_DATASET: dataset_name(task),
         S.A_AUX_TASKS: aux,
         S.A_AUX_SIZES: {t: sizes[t] for t in aux if t in sizes},
         S.A_PRIMARY: metric,

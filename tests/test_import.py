@@ -91,3 +91,12 @@ def test_every_problem_is_reported_at_once(url, tmp_path):
     assert "3 problem(s), nothing was imported" in text
     assert "line 2: central_weight 0" in text and "line 2: metric 'x'" in text
     assert "line 3: central_weight 20" in text
+
+
+def test_a_task_with_two_datasets_is_refused(url, tmp_path):
+    f = tmp_path / "two.csv"
+    f.write_text("central_task,task_type,train_size,central_weight,seed,metric,dataset\n"
+                 "rte_a,classification,100,1,0,0.5,rte\nrte_a,classification,100,9,0,0.6,mnli\n")
+    with pytest.raises(DataError, match="dataset mnli differs from line 2 \\(rte\\)"):
+        import_file(f, "two", url)
+    assert _names(url) == []

@@ -23,7 +23,7 @@ def _problems(tmp_path, body: str) -> list[str]:
 def test_the_declared_columns_are_the_file_format():
     assert REQUIRED == ("central_task", "task_type", "train_size", "central_weight", "seed",
                         "metric")
-    assert OPTIONAL == ("metric_name", "encoder", "stage", "variant")
+    assert OPTIONAL == ("metric_name", "encoder", "stage", "variant", "dataset")
 
 
 def test_every_cell_of_every_row_is_reported_at_once_in_column_order(tmp_path):
@@ -43,8 +43,8 @@ def test_every_cell_of_every_row_is_reported_at_once_in_column_order(tmp_path):
         "line 2: stage 'pretrained' is not one of multitask, finetuned",
         "line 3: central_weight 20 is outside 1..15",
         "line 5: duplicate of line 4 (central_task rte, central_weight 1, seed 0)",
-        "line 6: task rte: task_type/train_size/metric_name regression/2490/metric differ from "
-        "line 4 (classification/2490/metric)",
+        "line 6: task rte: task_type regression differs from line 4 (classification); one task "
+        "has one of each",
     ]
 
 

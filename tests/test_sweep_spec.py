@@ -348,6 +348,9 @@ def test_aux_tasks_choose_what_trains_beside_each_central_task(base: dict) -> No
     cfg = spec.for_cell("rte_small", {CENTRAL_WEIGHT: 9}, 1, "/tmp/unused")
     assert [t.name for t in cfg.tasks] == ["rte_small", "mrpc", "stsb"]
     assert cfg.task("rte_small").max_train_examples == 20
+    # A preset with a cap of its own is still the preset's data (one task to the recommender).
+    from trainer.tasks import dataset_name
+    assert [dataset_name(t) for t in cfg.tasks] == ["rte", "mrpc", "stsb"]
     assert spec.to_dict()["aux_tasks"] == ["mrpc", "stsb"]
     assert load_study_spec({**spec.to_dict(), "storage": spec.storage}).digest() == spec.digest()
     # Left out: every task trains with every central task, as before.

@@ -350,6 +350,15 @@ _OPTIONS = tuple(dict.fromkeys(k for t in _TYPES.values() for k in t.options))
 _Bad = Callable[[str, str], None]  # bad(field, what is wrong; the fix)
 
 
+def dataset_name(spec: TaskSpec) -> str:
+    """The data a task is drawn from: the preset whose files it reads (so that `sst2_125`, the
+    SST-2 preset with a cap of its own, is SST-2), else the task's own name."""
+    for name, preset in PRESETS.items():
+        if (preset.train_file, preset.format) == (spec.train_file, spec.format):
+            return name
+    return spec.name
+
+
 def preset_key(name: str) -> str:
     """Normalise a preset spelling: 'SST-2', 'sts_b' and 'STS-B' all name a preset."""
     return re.sub(r"[\s_\-]", "", name.lower())

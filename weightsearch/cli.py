@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     studies_cli.register_inspect(sub)
     recommender_cli.register(sub)
     studies_cli.register_import(sub)
+    studies_cli.register_export(sub)
     service_cli.register(sub)
     return parser
 

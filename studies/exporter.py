@@ -1,0 +1,89 @@
+"""`weightsearch export`: a study's finished trials as an import file (studies/importer.py).
+
+One row per COMPLETE trial of each central task: the required columns, the regime the study
+recorded (encoder, stage, variant), the dataset its central task is drawn from, and the central
+task's further metrics as numeric columns. `weightsearch import` of the file rebuilds the same
+evidence in another database: the same scores per weight and seed, the same regime.
+
+Only weight searches export: a study that searches more than the central weight has no place in
+the import format for its other dimensions, and a foreign study has no weightsearch settings.
+The file is written whole or not at all (a temporary file renamed over the target).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from studies import schema
+from studies.reading import CentralStudy, read_central, resolve
+from weightsearch.errors import ConfigError, DataError
+
+FORMATS = {".csv": ",", ".tsv": "\t"}
+COLUMNS = ("central_task", "dataset", "task_type", "train_size", "central_weight", "seed",
+           "metric", "metric_name", "encoder", "stage", "variant")
+
+
+def export_rows(members: list[CentralStudy]) -> list[dict]:
+    """The import rows of `members` (the central-task studies of one base study)."""
+    problems = []
+    for s in members:
+        if s.source == schema.SOURCE_FOREIGN:
+            problems.append(f"{s.name} is not a weightsearch study")
+        elif any(c.point for c in s.cells):
+            problems.append(f"{s.name} searches more than the central weight; the import "
+                            "format holds one weight per trial and nothing else")
+        elif not s.train_size or not s.task_type:
+            problems.append(f"{s.name} records no training size or task type")
+    if problems:
+        raise ConfigError(problems)
+    rows = []
+    for s in members:
+        metric = s.primary_metric or "metric"
+        for c in sorted(s.cells, key=lambda c: (c.weight or 0, c.seed or 0)):
+            if c.state != "complete" or c.value is None or not math.isfinite(c.value):
+                continue
+            prefix = f"{s.central_task}."
+            further = {k[len(prefix):]: v for k, v in c.metrics.items()
+                       if k.startswith(prefix) and k[len(prefix):] != metric}
+            rows.append({
+                "central_task": s.central_task, "dataset": s.dataset or s.central_task,
+                "task_type": s.task_type, "train_size": s.train_size,
+                "central_weight": c.weight, "seed": c.seed, "metric": c.value,
+                "metric_name": metric, "encoder": s.encoder or "", "stage": s.stage or "",
+                "variant": s.variant or "", **further,
+            })
+    return rows
+
+
+def export_study(storage_url: str, study: str, output: str | Path) -> int:
+    """Write `study`'s finished trials to `output` (.csv or .tsv); returns the rows written."""
+    import pandas as pd
+
+    from studies.reading import open_quiet
+
+    target = Path(output)
+    sep = FORMATS.get(target.suffix.lower())
+    if sep is None:
+        raise ConfigError(f"--output {output}: end the name with {' or '.join(FORMATS)}")
+    if not target.parent.is_dir():
+        raise ConfigError(f"--output {output}: folder {str(target.parent)!r} does not exist; "
+                          "create it first")
+    storage = open_quiet(storage_url)
+    members = [read_central(storage, n) for n in resolve(storage, storage_url, study)]
+    rows = export_rows(members)
+    if not rows:
+        raise DataError(f"study {study!r} in {storage_url} has no finished trial to export")
+    frame = pd.DataFrame(rows)
+    frame = frame[[*COLUMNS, *sorted(set(frame.columns) - set(COLUMNS))]]
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as fh:
+            frame.to_csv(fh, sep=sep, index=False, float_format="%.17g")
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(rows)
