@@ -5,6 +5,7 @@ study (refusing one launched with another configuration), and read its trials ba
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -12,6 +13,7 @@ from typing import Any
 
 from recommender.regime import encoder_size
 from studies import schema as S
+from sweep.extension import extension_problem
 from sweep.space import CENTRAL_WEIGHT, Space
 from sweep.spec import SPEC_VERSION, StudySpec, load_study_spec
 from sweep.strategies import Record
@@ -126,18 +128,48 @@ def _mismatch(spec: StudySpec, study: Any, url: str) -> str | None:
                 "tool made it (choose another study name)")
     if attrs.get(S.A_SOURCE) != S.SOURCE_SWEEP:
         return f"study {name!r} in {url} was imported, not launched; choose another study name"
+    old, new = _stored_and_new(spec, attrs)
+    if old == new:
+        return None
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    why = _why_not_extended(old, spec, attrs.get(S.A_CENTRAL) or S.split_study_name(name)[1])
+    if why is None:
+        return None
+    return (f"study {name!r} in {url} was launched with a different configuration "
+            f"(changed: {', '.join(changed) or 'unknown'}) that does not extend it: {why}; "
+            f"choose another study name, or `weightsearch resume {spec.study} --storage "
+            f"{url}` to continue it as it was")
+
+
+def _stored_and_new(spec: StudySpec, attrs: dict[str, Any]) -> tuple[dict, dict]:
+    """The stored spec in today's format, and `spec`'s (the same object when digests agree)."""
     old = attrs.get(S.A_SPEC) if isinstance(attrs.get(S.A_SPEC), dict) else {}
     if old.get("version") != SPEC_VERSION:  # an older release's format: compare by content
         old = _in_current_format(old, spec.storage)
     elif attrs.get(S.A_DIGEST) == spec.digest():
-        return None
-    new = spec.to_dict()
-    if old != new:
-        changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        return (f"study {name!r} in {url} was launched with a different configuration "
-                f"(changed: {', '.join(changed) or 'unknown'}); choose another study name, or "
-                f"`weightsearch resume {spec.study} --storage {url}` to continue it as it was")
-    return None
+        return old, old
+    return old, spec.to_dict()
+
+
+def _why_not_extended(old: dict[str, Any], spec: StudySpec, central: str) -> str | None:
+    try:
+        stored = load_study_spec({**old, "storage": spec.storage})
+    except ConfigError as exc:
+        return f"its stored configuration no longer loads ({exc.problems[0]})"
+    return extension_problem(stored, spec, central)
+
+
+def _record_extension(spec: StudySpec, study: Any) -> None:
+    """An existing study this launch extends stores the grown configuration, so that resume
+    and inspect see every cell."""
+    old, new = _stored_and_new(spec, study.user_attrs)
+    if old == new:
+        return
+    changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+    study.set_user_attr(S.A_SPEC, new)
+    study.set_user_attr(S.A_DIGEST, spec.digest())
+    print(f"note: study {study.study_name} extended (changed: {', '.join(changed)}); the "
+          "cells it holds are kept", file=sys.stderr)
 
 
 def _in_current_format(stored: dict[str, Any], storage: str) -> dict[str, Any]:
@@ -169,6 +201,8 @@ def create_studies(spec: StudySpec, storage: Any, url: str, centrals: list[Centr
     import optuna
 
     out, problems, created = dict(existing), [], []
+    for study in existing.values():
+        _record_extension(spec, study)
     for c in centrals:
         if c.name in out:
             continue
@@ -181,6 +215,7 @@ def create_studies(spec: StudySpec, storage: Any, url: str, centrals: list[Centr
             if problem:
                 problems.append(problem)
                 break
+            _record_extension(spec, study)
             out[c.name] = study
             continue
         created.append(name)

@@ -128,7 +128,8 @@ def test_a_finished_release_study_resumes_with_nothing_to_train(release: Path,
 
 def test_a_release_study_is_the_same_study_in_todays_format(release: Path) -> None:
     """A 0.1.0 study's stored spec (format 1, no `version`) is compared by content: the same
-    study file is the same study, a changed one is refused and its change named."""
+    study file is the same study, one with more seeds extends it, a changed one is refused and
+    its change named."""
     import optuna
 
     from studies import schema
@@ -146,4 +147,7 @@ def test_a_release_study_is_the_same_study_in_todays_format(release: Path) -> No
     assert spec.digest() != study.user_attrs[schema.A_DIGEST]  # digests of two formats
     assert study_db._mismatch(spec, study, url) is None
     more_seeds = load_study_spec({**stored, "seeds": [1, 2, 3]})
-    assert "(changed: seeds)" in study_db._mismatch(more_seeds, study, url)
+    assert study_db._mismatch(more_seeds, study, url) is None  # more cells: an extension
+    other_lr = load_study_spec({**stored, "train": {**stored["train"], "lr": 0.123}})
+    assert "(changed: train) that does not extend it: cell w=1 would train differently " \
+        "(changed: lr)" in study_db._mismatch(other_lr, study, url)
