@@ -240,8 +240,23 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
         encoder=_as_str(attrs.get(schema.A_ENCODER)), stage=_as_str(attrs.get(schema.A_STAGE)),
         variant=_as_str(attrs.get(schema.A_VARIANT)),
         encoder_size=_as_str(attrs.get(schema.A_ENCODER_SIZE)),
-        dataset=_as_str(attrs.get(schema.A_DATASET)),
+        dataset=_as_str(attrs.get(schema.A_DATASET)) or _dataset_from_spec(attrs, central),
     )
+
+
+def _dataset_from_spec(attrs: dict, central: str) -> str | None:
+    """A launched study that predates the dataset attribute: its stored study file names the
+    central task's definition (a preset with a cap of its own is the preset's data)."""
+    spec = attrs.get(schema.A_SPEC)
+    train = spec.get("train") if isinstance(spec, dict) else None
+    if attrs.get(schema.A_SOURCE) != schema.SOURCE_SWEEP or not isinstance(train, dict):
+        return None
+    from trainer.tasks import dataset_name, parse_tasks
+
+    problems: list[str] = []
+    tasks = parse_tasks(train.get("tasks"), problems)
+    found = [t for t in tasks if t.name == central]
+    return dataset_name(found[0]) if found and not problems else None
 
 
 def read_central(storage, name: str) -> CentralStudy:
