@@ -346,6 +346,11 @@ def _or(names: Sequence[str]) -> str:
 
 def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
            from_cli: set[str]) -> StudySpec:
+    if "tasks" in raw and "study" not in raw and "train" not in raw:
+        raise ConfigError(["this is a run config (it has tasks: and no study: or train:), not a "
+                           "study file; train it with `weightsearch train --config FILE`, or "
+                           "put its settings under train: in a study file (examples/"
+                           "study-sample.yaml)"], label)
     problems: list[str] = []
     unknown_keys(raw, KEYS, problems)
     plain = check_fields(raw, StudyFile, problems)  # version and the plain settings

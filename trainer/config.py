@@ -236,6 +236,10 @@ def apply_overrides(
 
 
 def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
+    if "study" in raw and "train" in raw:  # the other kind of file: one message, not forty
+        raise ConfigError(["this is a study file (it has study: and train:), not a run config; "
+                           "run the study with `weightsearch launch FILE`, or train one run "
+                           "with the settings under its train:"], label)
     problems: list[str] = []
     raw = expand_preset(raw, problems)
     unknown_keys(raw, _FIELDS, problems)

@@ -173,13 +173,15 @@ def check_fields(raw: Mapping[str, Any], cls: type, problems: list[str],
 
 def unknown_keys(raw: Mapping[str, Any], known: Iterable[str], problems: list[str],
                  prefix: str = "", noun: str = "setting") -> None:
-    """One problem per key outside `known`, with the known keys that start alike."""
+    """One problem per key outside `known`, with the known keys that start alike; the last
+    one lists every known key (once, however many keys are unknown)."""
     known = sorted(known)
-    for key in sorted(set(raw) - set(known), key=str):
+    unknown = sorted(set(raw) - set(known), key=str)
+    for i, key in enumerate(unknown):
         close = [k for k in known if k.startswith(str(key)[:3])]
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        problems.append(f"{prefix}{key}: unknown {noun}{hint}; known {noun}s: "
-                        f"{', '.join(known)}")
+        listed = f"; known {noun}s: {', '.join(known)}" if i == len(unknown) - 1 else ""
+        problems.append(f"{prefix}{key}: unknown {noun}{hint}{listed}")
 
 
 def check_section(raw: Any, cls: type, where: str, problems: list[str], example: str,
