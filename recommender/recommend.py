@@ -1,7 +1,8 @@
 """Recommend a central weight for a new task from its training-set size.
 
 Evidence: one point per finished central task study, from the built-in prior (the SIWLM paper's
-Table 2, `recommender.prior`) and from the study database. Several studies of one task all
+Table 2, `recommender.prior`, and this project's shipped studies, `recommender.shipped`) and from
+the study database. Several studies of one task all
 count (the law gives them one shared task effect); a prior point measured again by a study on
 the same data and regime (same task name, a training size within ~12%) is replaced by it. A
 study that contributes nothing (one central weight, no finished trial, no recorded size) is
@@ -33,11 +34,13 @@ Deterministic: no random state outside a fixed-seed draw per task.
 from __future__ import annotations
 
 import difflib
+import functools
 import math
 import re
 import threading
 from dataclasses import asdict, dataclass, field
 
+from recommender import prior
 from recommender.baselines import BASELINES, baseline_errors, cells
 from recommender.hierarchy import MODEL_NAMES, REGIME_SD, fit_law
 from recommender.prior import PRIOR, PRIOR_STUDY
@@ -50,6 +53,7 @@ from recommender.regime import (
     is_known,
     short_name,
 )
+from recommender.shipped import SHIPPED, scores_by_weight
 from recommender.task_curve import locate_best
 from studies import schema
 from trainer.task_types import TASK_TYPES  # a live view: registered types count at once
@@ -59,7 +63,7 @@ SAME_DATA_DECADES = 0.05  # |log10 size ratio| below which two points are the sa
 SKIPPED_SHOWN = 5  # studies that contribute nothing, named in the notes
 TYPE_VAR = 1.0  # extra variance of a point of another task type, when the type is asked for
 MAX_TRAIN_SIZE = 10 ** 12  # far beyond any dataset; larger numbers are typos
-PRIOR_ENCODER, PRIOR_STAGE, PRIOR_VARIANT = "bert-base-uncased", "finetuned", "reference"
+PRIOR_ENCODER, PRIOR_STAGE, PRIOR_VARIANT = prior.ENCODER, prior.STAGE, prior.VARIANT
 UNKNOWN_ENCODER = UNKNOWN
 ENCODER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)?$"  # also the HTTP schema's
 _ENCODER_NAME = re.compile(ENCODER_PATTERN)
@@ -155,6 +159,31 @@ def prior_evidence() -> list[EvidencePoint]:
             for t in PRIOR]
 
 
+@functools.cache
+def _shipped_points() -> tuple[EvidencePoint, ...]:
+    out = []
+    for shipped in SHIPPED:
+        for task, rows in shipped.tasks().items():
+            head = rows[0]
+            values, paired = scores_by_weight(rows)
+            point = _point(task, shipped.study, head.train_size, head.task_type, "prior",
+                           values, True, head.regime.get("encoder"), head.regime.get("stage"),
+                           head.regime.get("variant"), paired=paired, dataset=head.dataset)
+            if point is not None:
+                out.append(point)
+    return tuple(out)
+
+
+def shipped_evidence() -> list[EvidencePoint]:
+    """The shipped studies' points (read once per process)."""
+    return list(_shipped_points())
+
+
+def builtin_evidence() -> list[EvidencePoint]:
+    """What the recommender knows before any study of yours: Table 2 and the shipped studies."""
+    return prior_evidence() + shipped_evidence()
+
+
 class Evidence(list):
     """Evidence points, and a note for each study that contributed nothing, saying why."""
 
@@ -227,7 +256,7 @@ def load_evidence(storage_url: str | None) -> Evidence:
 
         if not sqlite_file_missing(storage_url):
             measured = study_evidence(read_all(open_quiet(storage_url)))
-    return merge_evidence(prior_evidence(), measured)
+    return merge_evidence(builtin_evidence(), measured)
 
 
 def check_train_size(train_size) -> int:
@@ -476,10 +505,12 @@ def _evidence_notes(evidence: list[EvidencePoint]) -> list[str]:
     if len(skipped) > SKIPPED_SHOWN:
         notes.append(f"... and {len(skipped) - SKIPPED_SHOWN} more studies that contribute "
                      "nothing (inspect lists every study)")
-    if any(p.source == "prior" for p in evidence):
+    if any(p.source == "prior" and p.study == PRIOR_STUDY for p in evidence):
         notes.append(f"the built-in prior: the SIWLM paper's Table 2, encoder {PRIOR_ENCODER} "
                      f"(768x12), stage {PRIOR_STAGE}, variant {PRIOR_VARIANT}, single runs "
                      f"(one seed per weight)")
+    notes += [f"built-in study {s.study}: {s.summary()}" for s in SHIPPED
+              if any(p.source == "prior" and p.study == s.study for p in evidence)]
     return notes
 
 

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 
-from recommender.recommend import load_evidence, merge_evidence, prior_evidence, study_evidence
+from recommender.recommend import builtin_evidence, load_evidence, merge_evidence, study_evidence
 from studies import schema
 
 log = logging.getLogger("weightsearch.service")
@@ -54,7 +54,7 @@ class StudyDatabase:
                 self._cache = StudyCache(storage)
             changed, studies = self._cache.refresh()
             if changed or self._evidence is None:
-                self._evidence = merge_evidence(prior_evidence(), study_evidence(studies))
+                self._evidence = merge_evidence(builtin_evidence(), study_evidence(studies))
             self._checked = time.monotonic()
         return studies
 

@@ -25,6 +25,8 @@ def overview(studies: list[CentralStudy]) -> list[dict]:
             "study": base, "source": members[0].source,
             "central_tasks": [m.central_task for m in members], **counts,
             "best_weights": {m.central_task: (m.best.weight if m.best else None) for m in members},
+            # a best weight is a finding only where the trials separate it (studies.verdict)
+            "best_clear": {m.central_task: m.verdict.clear for m in members},
         })
     return rows
 
@@ -92,16 +94,20 @@ def point_rows(studies: list[CentralStudy]) -> list[dict]:
 def best_rows(studies: list[CentralStudy]) -> list[dict]:
     rows = []
     for s in studies:
-        b = s.best
+        b, verdict = s.best, s.verdict
         rows.append({
             "central_task": s.central_task, "train_size": s.train_size,
             "primary_metric": s.primary_metric, "stage": s.stage or "multitask",
             "best_weight": b.weight if b else None,
             "mean": b.mean if b else None, "sd": b.sd if b else None, "seeds": b.n if b else 0,
             "min": b.low if b else None, "max": b.high if b else None,
-            "weights_done": len(s.curve),
+            "weights_done": len(s.curve), "clear": "yes" if verdict.clear else "no",
         })
     return rows
+
+
+def _verdict_text(s: CentralStudy) -> str:
+    return s.verdict.text(s.primary_metric or "score")
 
 
 def _frame(rows: list[dict]):
@@ -140,7 +146,7 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str) -> str:
             return json.dumps({"studies": rows}, indent=2)
         if fmt == "csv":
             df = _frame(rows)
-            for col in ("central_tasks", "best_weights"):
+            for col in ("central_tasks", "best_weights", "best_clear"):
                 if col in df:
                     df[col] = df[col].map(_compact)
             return df.to_csv(index=False)
@@ -160,8 +166,10 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str) -> str:
              + _table([r for r in cells if r["central_task"] == s.central_task])
              for s in studies]
     if any(s.curve for s in studies) or not points:
-        parts.append("best weight per central task (mean over seeds, COMPLETE trials):\n"
-                     + _table(best))
+        parts.append("best weight per central task (mean over seeds, COMPLETE trials; clear: "
+                     "separated from every other weight, 95% t-interval):\n" + _table(best)
+                     + "".join(f"\n{s.central_task}: {_verdict_text(s)}"
+                               for s in studies if s.curve))
     if points:
         parts.append("best point per central task (mean over seeds, COMPLETE trials):\n"
                      + _table(points))

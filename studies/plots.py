@@ -81,9 +81,13 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
         ax.scatter([c.weight + shift for c in s.cells if c.state == "complete"
                     and c.value is not None and c.weight is not None], values, s=8,
                    color="0.45", zorder=2, label="one seed")
-        if s.best:
-            ax.axvline(s.best.weight, color="tab:red", linestyle=":", zorder=1,
-                       label="best weight (highest mean)")
+        verdict = s.verdict
+        if verdict.clear:
+            ax.axvline(verdict.best, color="tab:red", linestyle=":", zorder=1,
+                       label="best weight (separated from every other, 95%)")
+        elif verdict.best is not None:
+            ax.axvline(verdict.best, color="0.6", linestyle=":", zorder=1,
+                       label="highest mean (not separated: within noise)")
         ax.set_title(f"{s.central_task} ({train_size_text(s.train_size)})")
         ax.set_xlabel(WEIGHT_LABEL)
         ax.set_ylabel(metric_label(s.primary_metric, values))
@@ -91,7 +95,11 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(studies):]:
         ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
+    found: dict[str, Any] = {}
+    for ax in axes.flat:  # every kind of mark, whichever panel has it
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            found.setdefault(label, handle)
+    handles, labels = list(found.values()), list(found)
     regime = regime_text((s.encoder for s in studies), (s.stage for s in studies))
     fig.suptitle(f"{title}: {regime}")
     fig.tight_layout()

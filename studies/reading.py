@@ -15,6 +15,7 @@ from pathlib import Path
 
 from studies import schema
 from studies.storage import url_dialect
+from studies.verdict import Verdict, judge
 from weightsearch.errors import StorageError
 
 STATE_KEYS = {"COMPLETE": "complete", "RUNNING": "running", "FAIL": "failed",
@@ -106,8 +107,14 @@ class CentralStudy:
         ranked = sorted(self.curve, key=lambda s: (-sign * s.mean, s.weight))
         return [s.weight for s in ranked[:k]]
 
+    @property
+    def verdict(self) -> Verdict:
+        """Whether the trials separate the best weight from the others (`studies.verdict`)."""
+        paired = self.paired_values()
+        return judge(paired or self.values_by_weight(), paired is not None, self.maximize)
+
     def summary(self) -> dict:
-        best = self.best
+        best, verdict = self.best, self.verdict
         return {
             "name": self.name, "study": self.study, "central_task": self.central_task,
             "task_type": self.task_type, "train_size": self.train_size,
@@ -117,6 +124,9 @@ class CentralStudy:
             "best_mean": best.mean if best else None,
             "best_sd": best.sd if best else None,
             "best_seeds": best.n if best else 0,
+            # whether the trials separate best_weight from every other weight, and the words
+            "best_clear": verdict.clear,
+            "verdict": verdict.text(self.primary_metric or "score"),
         }
 
 

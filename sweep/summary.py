@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from studies import schema as S
+from studies.verdict import Verdict, judge
 from sweep import study_db
 from sweep.space import CENTRAL_WEIGHT, Space
 from sweep.spec import StudySpec
@@ -23,6 +24,7 @@ class CentralResult:
     best_value: float | None  # mean over the best point's seeds
     best_label: str | None = None  # the best point, e.g. "w=9" or "group=mrpc+stsb"
     gain: float | None = None  # task grouping: best group's mean minus the central task alone
+    verdict: Verdict | None = None  # the central weight alone: is the best one separated?
 
 
 @dataclass
@@ -47,9 +49,9 @@ class SweepSummary:
         for c in self.centrals:
             if c.best_value is None:
                 out.append(f"  {c.central}: no finished trial yet")
-            elif self.classic:
-                out.append(f"  {c.central}: best central weight {c.best_weight:g} "
-                           f"({c.primary_metric} {c.best_value:.4f}, {c.complete} trials)")
+            elif self.classic and c.verdict is not None:
+                out.append(f"  {c.central}: {c.verdict.text(c.primary_metric)} "
+                           f"({c.complete} trials)")
             else:
                 gain = (f", {c.gain:+.4f} over {c.central} alone" if c.gain is not None
                         else "")
@@ -109,5 +111,22 @@ def best_point(central: str, metric: str, space: Space, records: Sequence[Any]
         if alone:
             gain = statistics.fmean(by_point[best]) - statistics.fmean(by_point[alone[0]])
     weight = point.get(CENTRAL_WEIGHT)
+    verdict = _weight_verdict(records) if space.central_weight_only else None
     return CentralResult(central, metric, complete, None if weight is None else float(weight),
-                         statistics.fmean(by_point[best]), space.label(point), gain)
+                         statistics.fmean(by_point[best]), space.label(point), gain, verdict)
+
+
+def _weight_verdict(records: Sequence[Any]) -> Verdict:
+    """Whether the COMPLETE trials separate the best central weight (paired by seed when the
+    same seeds finished at every weight)."""
+    by_weight: dict[float, dict[Any, float]] = {}
+    for r in records:
+        if r.state == "complete" and r.point is not None and r.value is not None \
+                and math.isfinite(r.value):
+            by_weight.setdefault(float(r.point[CENTRAL_WEIGHT]), {})[r.seed] = r.value
+    seeds = {frozenset(v) for v in by_weight.values()}
+    paired = len(seeds) == 1 and None not in next(iter(seeds)) and len(next(iter(seeds))) > 1
+    order = sorted(next(iter(seeds))) if paired else []
+    values = {w: [v[s] for s in order] if paired else list(v.values())
+              for w, v in by_weight.items()}
+    return judge(values, paired)

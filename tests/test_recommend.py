@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from recommender.prior import PRIOR_STUDY
 from recommender.recommend import leave_one_task_out, load_evidence, recommend
 from studies.importer import import_file
 from tests.helpers import SAMPLE, TABLE2
@@ -27,10 +28,13 @@ def paper_url(tmp_path_factory) -> str:
 
 def test_imported_paper_table_replaces_the_prior_points(paper_url):
     evidence = load_evidence(paper_url)
-    assert len(evidence) == 8  # each task once: the measured study wins over the prior copy
-    assert {p.source for p in evidence} == {"studies"}
-    rec = recommend(2500, storage_url=paper_url)
-    assert rec.source == "studies" and rec.central_weight >= 9
+    paper = [p for p in evidence if p.study == PRIOR_STUDY or p.study.startswith("siwlm-paper/")]
+    assert len(paper) == 8  # each task once: the measured study wins over the prior copy
+    assert {p.source for p in paper} == {"studies"}
+    # The imported copy is the paper's regime: it replaces the built-in one, not a new regime.
+    assert {(p.encoder, p.stage) for p in paper} == {("bert-base-uncased", "finetuned")}
+    rec = recommend(2500, storage_url=paper_url, encoder="bert-base-uncased")
+    assert rec.source == "both" and rec.central_weight >= 9
     assert rec.evidence[0]["study"] in ("siwlm-paper/rte", "siwlm-paper/mrpc")
     assert recommend(300_000, storage_url=paper_url).central_weight < rec.central_weight
 

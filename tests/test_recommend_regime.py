@@ -103,7 +103,8 @@ def test_an_encoder_nobody_used_is_answered_from_the_others_and_said(tmp_path, c
                  "--storage", url, "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["unmatched_encoder"] == {"asked": "my-lab/tiny-encoder", "known_encoder": False,
-                                        "encoders_with_evidence": ["bert-base-uncased"]}
+                                        "encoders_with_evidence": ["all-minilm-l6-v2",
+                                                                   "bert-base-uncased"]}
     assert any("no study used encoder my-lab/tiny-encoder" in n and "check the spelling" in n
                and "bert-base-uncased" in n for n in out["notes"])
     assert all(e["discounted"] for e in out["evidence"])

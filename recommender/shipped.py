@@ -1,0 +1,58 @@
+"""Studies shipped with the recommender: this project's own measurements, kept in
+`recommender/data/` as import files (`weightsearch export` wrote them; the README there says how
+each was made) and counted as built-in evidence beside the SIWLM paper's Table 2.
+
+A shipped file is read with the importer's own checks, so a damaged or edited file fails with
+the importer's message naming the line and the column."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from studies.importer import ImportRow, parse_rows
+
+DATA = Path(__file__).parent / "data"
+
+
+@dataclass(frozen=True)
+class ShippedStudy:
+    study: str  # the study label its evidence points carry
+    file: str  # in recommender/data/
+    description: str  # for the recommendation's notes (sizes and seeds are read from the file)
+
+    def summary(self) -> str:
+        """The description, with the sizes and seeds the file holds."""
+        rows = [r for task in self.tasks().values() for r in task]
+        sizes = ", ".join(f"{n:,}" for n in sorted({r.train_size for r in rows}))
+        seeds = len({r.seed for r in rows})
+        return f"{self.description}; training sizes {sizes}, {seeds} seed(s)"
+
+    def tasks(self) -> dict[str, list[ImportRow]]:
+        """The file's rows per central task, in file order."""
+        out: dict[str, list[ImportRow]] = {}
+        for row in parse_rows(DATA / self.file):
+            out.setdefault(row.central_task, []).append(row)
+        return out
+
+
+SHIPPED: tuple[ShippedStudy, ...] = (
+    ShippedStudy(
+        "sst2-ladder", "sst2_ladder_minilm.csv",
+        "SST-2 at a ladder of training sizes (nested subsamples of one dataset), "
+        "all-MiniLM-L6-v2, multi-task stage, variant reference, auxiliaries RTE, MRPC, STS-B "
+        "and CoLA at 300 examples each (recommender/data/README.md)"),
+)
+
+
+def scores_by_weight(rows: list[ImportRow]) -> tuple[dict[float, list[float]], bool]:
+    """Each weight's scores, and whether they are paired: the same seeds (two or more) at every
+    weight, each list in seed order."""
+    by_weight: dict[float, dict[int, float]] = {}
+    for r in rows:
+        by_weight.setdefault(r.weight, {})[r.seed] = r.metric
+    seeds = {frozenset(v) for v in by_weight.values()}
+    if len(seeds) == 1 and len(next(iter(seeds))) >= 2:
+        order = sorted(next(iter(seeds)))
+        return {w: [v[s] for s in order] for w, v in by_weight.items()}, True
+    return {w: list(v.values()) for w, v in by_weight.items()}, False

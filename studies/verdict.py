@@ -1,0 +1,99 @@
+"""Whether a study's trials separate one central weight from the others, and the words for it.
+
+A best weight is the weight with the highest mean score. It is *clear* only when the trials
+separate it from every other weight: for each other weight, the 95% Student-t interval of the
+difference of means lies above zero. When the same seeds ran at both weights the difference is
+taken seed by seed (paired: seed-to-seed variation that moves both weights alike cancels);
+otherwise Welch's interval for two independent samples. With one seed per weight the seed
+noise is unknown and nothing is clear; an exact tie is a tie. Every place that names a best
+weight (launch summary, inspect, plots, the HTTP service) says it through `Verdict.text`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class Verdict:
+    best: float | None  # the weight with the highest mean (smallest weight on a tie)
+    clear: bool  # separated from every other weight at LEVEL
+    rival: float | None = None  # the other weight it is least separated from
+    lead: float | None = None  # best mean minus the rival's (the metric's units)
+    interval: tuple[float, float] | None = None  # LEVEL interval of that difference
+    seeds: int = 0  # fewest seeds at any weight
+    paired: bool = False
+    reason: str = ""  # why it is not clear ("" when it is)
+
+    def text(self, metric: str = "score") -> str:
+        if self.best is None:
+            return "no finished trial yet"
+        if self.rival is None:
+            return f"one weight finished ({self.best:g}); nothing to compare it with"
+        how = (f"{self.seeds} paired seed{'s' * (self.seeds != 1)}" if self.paired
+               else f"{self.seeds} seed{'s' * (self.seeds != 1)} per weight")
+        gap = f"{self.best:g} leads {self.rival:g} by {self.lead:.4f} {metric}"
+        if self.interval is not None:
+            gap += f", {LEVEL:.0%} interval [{self.interval[0]:+.4f}, {self.interval[1]:+.4f}]"
+        if self.clear:
+            return f"best central weight {self.best:g} ({gap}, {how})"
+        return f"no weight is clearly better ({self.reason}: {gap}, {how})"
+
+    def to_dict(self) -> dict:
+        return {"best_weight": self.best, "clear": self.clear, "rival": self.rival,
+                "lead": self.lead, "interval": list(self.interval) if self.interval else None,
+                "seeds": self.seeds, "paired": self.paired, "verdict": self.text()}
+
+
+def judge(values: dict[float, list[float]], paired: bool = False,
+          maximize: bool = True) -> Verdict:
+    """`values`: each weight's scores (with `paired`, each list in one seed order)."""
+    values = {w: v for w, v in values.items() if v}
+    if not values:
+        return Verdict(None, False)
+    sign = 1.0 if maximize else -1.0
+    means = {w: statistics.fmean(v) for w, v in values.items()}
+    best = min(means, key=lambda w: (-sign * means[w], w))
+    seeds = min(len(v) for v in values.values())
+    if len(values) == 1:
+        return Verdict(best, False, seeds=seeds, reason="one weight")
+    intervals = {w: _interval(values[best], values[w], paired, sign)
+                 for w in values if w != best}
+    # The rival: the weight whose interval reaches lowest (the least separated one).
+    rival = min(intervals, key=lambda w: (intervals[w][0] if intervals[w] else -math.inf,
+                                          -sign * means[w]))
+    lead = sign * (means[best] - means[rival])
+    interval = intervals[rival]
+    if lead == 0:
+        reason = "a tie"
+    elif seeds < 2:
+        reason = "one seed per weight, so seed noise is unknown"
+    elif interval is None or interval[0] <= 0:
+        reason = "within seed noise"
+    else:
+        reason = ""
+    return Verdict(best, not reason, rival, lead, interval, seeds, paired, reason)
+
+
+def _interval(a: list[float], b: list[float], paired: bool,
+              sign: float) -> tuple[float, float] | None:
+    """The LEVEL interval of mean(a) - mean(b) (times sign); None without two seeds each."""
+    from scipy import stats
+
+    if paired and len(a) == len(b) and len(a) >= 2:
+        d = [sign * (x - y) for x, y in zip(a, b, strict=True)]
+        half = stats.t.ppf(0.5 + LEVEL / 2, len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
+        return statistics.fmean(d) - half, statistics.fmean(d) + half
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    diff = sign * (statistics.fmean(a) - statistics.fmean(b))
+    if va + vb == 0:
+        return diff, diff
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    half = stats.t.ppf(0.5 + LEVEL / 2, df) * math.sqrt(va + vb)
+    return diff - half, diff + half

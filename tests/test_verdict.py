@@ -1,0 +1,57 @@
+"""A best weight is named only where the trials separate it (studies.verdict), checked against
+the t-intervals restated here with scipy's own tests."""
+
+from __future__ import annotations
+
+import pytest
+from scipy import stats
+
+from studies.verdict import judge
+
+
+def _paired_interval(a, b):
+    return stats.ttest_rel(a, b).confidence_interval(0.95)
+
+
+def _welch_interval(a, b):
+    return stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+
+
+def test_paired_seeds_separate_a_steady_lead():
+    values = {1.0: [0.50, 0.60, 0.70], 9.0: [0.520, 0.621, 0.719], 15.0: [0.40, 0.45, 0.5]}
+    v = judge(values, paired=True)
+    low, high = _paired_interval(values[9.0], values[1.0])
+    assert v.best == 9 and v.rival == 1 and v.clear
+    assert v.interval == pytest.approx((low, high)) and low > 0
+    assert v.text("accuracy").startswith("best central weight 9 (9 leads 1 by 0.0200 accuracy")
+    # The same scores unpaired: the seed-to-seed spread swamps the lead.
+    u = judge(values, paired=False)
+    assert not u.clear and u.reason == "within seed noise"
+    assert u.interval == pytest.approx(tuple(_welch_interval(values[9.0], values[1.0])))
+
+
+def test_a_lead_within_noise_is_not_a_finding():
+    values = {1.0: [0.50, 0.60, 0.70], 9.0: [0.52, 0.63, 0.71]}
+    v = judge(values, paired=True)
+    low, high = _paired_interval(values[9.0], values[1.0])
+    assert v.best == 9 and not v.clear and low < 0 < high
+    assert v.text("accuracy").startswith("no weight is clearly better (within seed noise: 9 "
+                                         "leads 1 by 0.0200 accuracy, 95% interval")
+
+
+@pytest.mark.parametrize(("values", "best", "reason"), [
+    ({1.0: [0.49], 9.0: [0.52]}, 9, "one seed per weight, so seed noise is unknown"),
+    ({1.0: [0.48], 9.0: [0.48]}, 1, "a tie"),
+    ({1.0: [0.48, 0.5], 9.0: [0.48, 0.5]}, 1, "a tie"),
+])
+def test_single_runs_and_ties_name_no_best(values, best, reason):
+    v = judge(values)
+    assert v.best == best and not v.clear and v.reason == reason
+    assert v.text().startswith(f"no weight is clearly better ({reason}")
+
+
+def test_lower_is_better_and_edge_cases():
+    v = judge({1.0: [2.0, 2.1, 2.05], 9.0: [1.0, 1.1, 1.05]}, paired=True, maximize=False)
+    assert v.best == 9 and v.clear and v.lead == pytest.approx(1.0)
+    assert judge({}).text() == "no finished trial yet"
+    assert "nothing to compare" in judge({3.0: [0.5, 0.6]}).text()
