@@ -1,0 +1,55 @@
+"""The study shipped in recommender/data/: it imports cleanly, and the recommender answers for
+MiniLM from it and says so."""
+
+from __future__ import annotations
+
+import json
+
+from recommender.recommend import builtin_evidence, load_evidence, recommend
+from recommender.shipped import DATA, SHIPPED
+from studies.importer import import_file, parse_rows
+from studies.reading import open_quiet, read_all
+from weightsearch.cli import main
+
+LADDER = DATA / "sst2_ladder_minilm.csv"
+
+
+def test_the_ladder_file_is_what_its_readme_says():
+    rows = parse_rows(LADDER)
+    assert {r.central_task: r.train_size for r in rows} == {
+        "sst2_125": 125, "sst2_700": 700, "sst2_4000": 4000}
+    assert {r.dataset for r in rows} == {"sst2"}
+    assert {tuple(sorted(r.regime.items())) for r in rows} == {
+        (("encoder", "all-MiniLM-L6-v2"), ("stage", "multitask"), ("variant", "reference"))}
+    assert {r.weight for r in rows} <= {1, 3, 6, 9, 12, 15} and {r.seed for r in rows} <= {1, 2, 3}
+    assert all(0.4 < r.metric < 1 for r in rows)  # SST-2 dev accuracy, above chance
+    assert [s.file for s in SHIPPED] == [LADDER.name]
+
+
+def test_it_imports_and_then_counts_once(tmp_path):
+    url = f"sqlite:///{tmp_path / 'mine.db'}"
+    names = import_file(LADDER, "sst2-ladder", url)
+    assert sorted(names) == ["sst2-ladder/sst2_125", "sst2-ladder/sst2_4000",
+                             "sst2-ladder/sst2_700"]
+    studies = read_all(open_quiet(url))
+    assert {s.dataset for s in studies} == {"sst2"}
+    assert {s.encoder for s in studies} == {"all-MiniLM-L6-v2"}
+    shipped = [p for p in builtin_evidence() if p.study == "sst2-ladder"]
+    merged = load_evidence(url)
+    # The imported copy replaces the built-in points of the same dataset, size and regime.
+    assert not any(p.study == "sst2-ladder" for p in merged)
+    assert sorted(p.train_size for p in merged if p.study.startswith("sst2-ladder/")) == \
+        sorted(p.train_size for p in shipped)
+
+
+def test_recommend_for_minilm_answers_from_the_ladder_and_cites_it(capsys):
+    rec = recommend(700, encoder="all-MiniLM-L6-v2")
+    assert rec.regime["encoder"] == "all-minilm-l6-v2"
+    ladder = [e for e in rec.evidence if e["study"] == "sst2-ladder"]
+    assert ladder and not any(e["discounted"] for e in ladder)
+    assert any(n.startswith("built-in study sst2-ladder: SST-2 at a ladder of training sizes")
+               for n in rec.notes)
+    assert main(["recommend", "--train-size", "700", "--encoder", "all-MiniLM-L6-v2",
+                 "--storage", "sqlite:////nonexistent/none.db", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("sst2-ladder" in n for n in out["notes"])
