@@ -30,6 +30,24 @@ def test_finetuned_study_example_loads():
     assert spec.objective.stage == "finetuned" and spec.central_tasks == ("rte", "mrpc")
 
 
+def test_ladder_study_example_trains_one_size_beside_the_auxiliaries(sample_data_dir):
+    from sweep.spec import load_study_spec
+    from trainer import task_sizes
+    from trainer.tasks import dataset_name
+
+    spec = load_study_spec(EXAMPLES / "study-sst2-ladder.yaml",
+                           overrides=[f"train.data_dir={sample_data_dir}"])
+    assert spec.central_tasks == ("sst2_125", "sst2_700", "sst2_4000")
+    assert spec.seeds == (1, 2, 3) and spec.space.dims[0].values == (1, 3, 6, 9, 12, 15)
+    cfg = spec.for_cell("sst2_125", {"weighting.central_weight": 6}, 2, "/tmp/unused")
+    assert [t.name for t in cfg.tasks] == ["sst2_125", "rte", "mrpc", "stsb", "cola"]
+    assert {dataset_name(t) for t in cfg.tasks} == {"sst2", "rte", "mrpc", "stsb", "cola"}
+    # The shipped sample holds 300 rows per task: the 125 are a nested draw, the rest all of it.
+    assert task_sizes(cfg) == {"sst2_125": 125, "rte": 300, "mrpc": 300, "stsb": 300,
+                               "cola": 300}
+    assert cfg.subsample == "nested" and cfg.task("rte").max_eval_examples == 300
+
+
 def test_siwlm_paper_example_runs_both_stages(sample_data_dir, tiny_encoder, tmp_path):
     cfg = _example("run-siwlm-paper.yaml", sample_data_dir, tiny_encoder, tmp_path / "paper",
                    **{"finetune.epochs": 1})
