@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "results go to the Optuna study database.",
     )
     p.add_argument("study_file", metavar="STUDY.yaml", help="the study file")
-    _common(p)
+    _common(p, default_storage="the study file's storage, else ")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a study setting, e.g. --set train.epochs=1 (repeatable)")
     p.set_defaults(handler=_launch)
@@ -30,14 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "driver was killed; trials continue from their last epoch checkpoint.",
     )
     r.add_argument("study", metavar="STUDY", help="the study name (without /<central task>)")
-    _common(r)
+    _common(r, default_storage="")
     r.set_defaults(handler=_resume)
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, default_storage: str) -> None:
     p.add_argument("--storage", metavar="URL", default=None,
-                   help="SQLAlchemy URL of the study database (default: the study file's "
-                   f"storage, else $WEIGHTSEARCH_STORAGE or {default_storage_url()})")
+                   help=f"SQLAlchemy URL of the study database (default: {default_storage}"
+                   f"$WEIGHTSEARCH_STORAGE or {default_storage_url()})")
     p.add_argument("--ray-address", metavar="ADDR", default=None,
                    help="join a running Ray cluster (host:port of the head node) instead of "
                    "starting one on this machine")

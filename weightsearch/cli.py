@@ -15,6 +15,11 @@ from collections.abc import Sequence
 from weightsearch.errors import WeightsearchError
 
 
+DESCRIPTION = ("Find the loss weight a task should get in multi-task NLU training: train MT-DNN "
+               "runs, search central weights with Ray Tune into an Optuna study database, "
+               "inspect the studies, and recommend a weight for a new task from its size.")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse exits with 2 on usage errors already; keep its message to one clear line."""
 
@@ -30,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     from sweep import cli as sweep_cli
     from trainer import cli as trainer_cli
 
-    parser = _Parser(prog="weightsearch", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="weightsearch", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     trainer_cli.register(sub)
