@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from weightsearch.errors import WeightsearchError
 
-
 DESCRIPTION = ("Find the loss weight a task should get in multi-task NLU training: train MT-DNN "
                "runs, search central weights with Ray Tune into an Optuna study database, "
                "inspect the studies, and recommend a weight for a new task from its size.")
