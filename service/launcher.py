@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from service.jobs import JobTable
+from service.jobs import Job, JobTable
 from studies import schema
 
 if TYPE_CHECKING:  # only for the hint: sweep.spec loads in the background, after start-up
@@ -21,6 +21,13 @@ if TYPE_CHECKING:  # only for the hint: sweep.spec loads in the background, afte
 # Study files read at once (each within milliseconds: YAML bodies are capped at 16 KiB); more
 # get 429 with Retry-After, so a burst of bodies cannot hold the interpreter while /health waits.
 PARSE_SLOTS = 1
+
+
+class AlreadyLaunching(Exception):
+    def __init__(self, study: str, job: int) -> None:
+        super().__init__(f"study {study!r} is being launched by job {job}; GET /jobs/{job} "
+                         "follows it")
+        self.job = job
 
 
 class Launcher:
@@ -33,9 +40,24 @@ class Launcher:
         self.runs = runs
         self.jobs = jobs
         self.parse_slots = threading.BoundedSemaphore(PARSE_SLOTS)
+        self._launching = threading.Lock()
+
+    def launching(self, study: str) -> Job | None:
+        """The running launch job of `study`, if this server started one: until its driver has
+        created the study in the database, only the job table knows the name is taken."""
+        return next((j for j in self.jobs.all() if j.kind == "launch" and j.study == study
+                     and j.proc.poll() is None), None)
 
     def launch(self, spec: StudySpec) -> dict:
-        """Writes the validated study file where the job can read it, and launches it."""
+        """Writes the validated study file where the job can read it, and launches it; raises
+        AlreadyLaunching when a launch of the same study name is running."""
+        with self._launching:  # the check and the start as one step: exactly once per name
+            running = self.launching(spec.study)
+            if running is not None:
+                raise AlreadyLaunching(spec.study, running.id)
+            return self._launch(spec)
+
+    def _launch(self, spec: StudySpec) -> dict:
         self.runs.mkdir(parents=True, exist_ok=True)
         spec_file = self.runs / f"{spec.study}-{dt.datetime.now():%Y%m%d-%H%M%S-%f}.json"
         spec_file.write_text(json.dumps(spec.to_dict(), indent=2))

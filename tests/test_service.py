@@ -117,6 +117,42 @@ def test_launch_validates_then_starts_a_subprocess(client, tmp_path):
     assert "ARGS launch" in args and "--storage sqlite:///" in args
 
 
+SLOW = [sys.executable, "-c",
+        "import sys, time; print('ARGS', *sys.argv[1:], flush=True); time.sleep(60)"]
+
+
+def test_one_launch_per_study_name_whatever_the_timing(url, tmp_path):
+    """Until a launch's driver has written the study, the running job holds the name: a
+    second POST, at once or concurrently, gets 409 with the first job's id."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    client = TestClient(create_app(url, log_dir=tmp_path, command=SLOW))
+    body = SPEC.format(name="only-once")
+    def post(_):
+        while True:  # a body arriving while another is read gets 429: retry, as it says
+            answer = client.post("/studies", content=body, headers=YAML)
+            if answer.status_code != 429:
+                return answer
+            time.sleep(0.05)
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(post, range(4)))
+    codes = sorted(a.status_code for a in answers)
+    assert codes == [202, 409, 409, 409], [a.text for a in answers]
+    job = next(a.json()["job"] for a in answers if a.status_code == 202)
+    assert all(f"being launched by job {job}" in a.json()["detail"]
+               for a in answers if a.status_code == 409)
+    assert client.delete(f"/jobs/{job}").status_code in (200, 202)
+    deadline = time.monotonic() + 30
+    while client.get(f"/jobs/{job}").json()["state"] not in ("cancelled", "failed"):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    # The job ended without creating the study: the name is free again.
+    again = client.post("/studies", content=body, headers=YAML)
+    assert again.status_code == 202
+    client.delete(f"/jobs/{again.json()['job']}")
+
+
 def test_resume_route(client):
     assert client.post("/studies/nope/resume").status_code == 404
     r = client.post("/studies/siwlm-paper/resume")

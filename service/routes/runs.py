@@ -6,7 +6,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.database import StudyDatabase
 from service.deps import Database, Launching, authorized
-from service.launcher import Launcher
+from service.launcher import AlreadyLaunching, Launcher
 from service.models import STUDY_FILE_BODY, Started, errors
 from service.safe_body import parse_body
 from weightsearch.errors import ConfigError
@@ -46,10 +46,15 @@ def _read_and_start(text: str, content_type: str, database: StudyDatabase,
     if not isinstance(source, dict) or not source:
         raise ConfigError("the body must be a study file (a YAML or JSON mapping)")
     spec = load_study_spec(source)
-    if database.exists(spec.study):
-        raise HTTPException(409, f"study {spec.study!r} already exists; "
-                            f"POST /studies/{spec.study}/resume continues it")
-    return launcher.launch(spec)
+    try:
+        # A launch job of this name runs until its driver has written the study: it counts
+        # as the study existing, whatever the timing of the second request.
+        if launcher.launching(spec.study) is None and database.exists(spec.study):
+            raise HTTPException(409, f"study {spec.study!r} already exists; "
+                                f"POST /studies/{spec.study}/resume continues it")
+        return launcher.launch(spec)
+    except AlreadyLaunching as exc:
+        raise HTTPException(409, str(exc)) from None
 
 
 @router.post("/studies/{name:path}/resume", status_code=202, dependencies=[Depends(authorized)],
