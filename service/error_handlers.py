@@ -1,5 +1,10 @@
 """Every error answers one shape, ErrorBody: {"detail": str, "problems": [str, ...]}.
 
+`detail` is one line saying what is wrong: the problem itself, or, when there are several
+(validation of a study file or of query parameters), how many and of what; `problems` then
+lists them one by one. A single problem is not repeated in `problems` (it is empty), so a
+client reads `detail` always and `problems` when it has entries.
+
 A handler per kind of exception turns it into that body: the project's own errors (400, or 503
 when the storage fails), invalid parameters (422), HTTP errors of the routes and of Starlette
 (404, 405, ...), and anything unexpected (500, details only in the server's log).
@@ -30,16 +35,25 @@ async def _user_error(request: Request, exc: WeightsearchError) -> JSONResponse:
     code = 503 if isinstance(exc, StorageError) else 400
     if not isinstance(exc, ConfigError):
         return error_response(code, str(exc))
-    problems = exc.problems[:MAX_PROBLEMS]
-    if len(exc.problems) > MAX_PROBLEMS:
-        problems.append(f"... and {len(exc.problems) - MAX_PROBLEMS} more")
-    return error_response(code, str(ConfigError(problems, exc.source)), problems)
+    where = f" in {exc.source}" if exc.source else ""
+    return _listed(code, f"invalid configuration{where}", exc.problems)
 
 
 async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
     problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', 'invalid')}"
                 for e in exc.errors()]
-    return error_response(422, f"invalid request: {'; '.join(problems)}", problems)
+    return _listed(422, "invalid request", problems)
+
+
+def _listed(code: int, what: str, problems: list[str]) -> JSONResponse:
+    """One problem: it is the detail. Several: the detail counts them, `problems` lists them
+    (at most MAX_PROBLEMS, then how many more)."""
+    if len(problems) == 1:
+        return error_response(code, f"{what}: {problems[0]}")
+    shown = problems[:MAX_PROBLEMS]
+    if len(problems) > MAX_PROBLEMS:
+        shown.append(f"... and {len(problems) - MAX_PROBLEMS} more")
+    return error_response(code, f"{what}: {len(problems)} problems, each in `problems`", shown)
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -297,6 +297,13 @@ def test_every_error_has_one_shape(client):
     assert any(p.startswith("query.train_size:") for p in invalid["problems"])
     assert any(p.startswith("query.task_type:") for p in invalid["problems"])
     assert answers["400"].json()["problems"]
+    # One line each; a single problem is the detail and is not repeated in problems.
+    assert all("\n" not in r.json()["detail"] for r in answers.values())
+    assert invalid["detail"] == "invalid request: 2 problems, each in `problems`"
+    for body in (r.json() for r in answers.values()):
+        assert body["detail"] not in body["problems"]
+    single = client.get("/recommend?train_size=0").json()
+    assert single["problems"] == [] and single["detail"].startswith("invalid request: query.")
     schema = client.get("/openapi.json").json()
     documented = schema["paths"]["/recommend"]["get"]["responses"]["422"]
     assert documented["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
