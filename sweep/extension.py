@@ -7,8 +7,12 @@ as before. So a changed study file extends a stored study when:
   - it keeps every central task, seed and grid value, and may add more of each (and new tasks
     to train.tasks, e.g. a larger size of a ladder, that the old cells do not train);
   - the run config of every old cell is the same, apart from the settings that decide where
-    and how fast a trial runs, not what it learns (EXECUTION_KEYS: device, threads, caches,
-    logging, evaluation batch size, the output folder).
+    and how fast a trial runs, not what it learns (EXECUTION_KEYS: the settings a run may
+    resume with changed, so that an interrupted old cell still continues from its checkpoint:
+    device, threads, caches, logging, tracking, the output folder).
+`precision: auto` is compared as written: grown on a GPU, new cells compute in bf16 where old
+ones ran in fp32 on a CPU (each checkpoint records the precision it trained in); write
+`precision` explicitly from the start where that matters.
 Anything else is another study: the launch is refused and says what changed.
 """
 
@@ -18,11 +22,12 @@ import itertools
 from typing import Any
 
 from sweep.spec import StudySpec
+from trainer.resume import RESUME_FREE
 from weightsearch.errors import ConfigError
 
-# Run-config keys that do not change what a trial learns.
-EXECUTION_KEYS = ("device", "num_threads", "cache_dir", "eval_batch_size", "log_every",
-                  "keep_checkpoints", "output_dir", "tracking")
+# Run-config keys that do not change what a trial learns: those a run may resume with changed,
+# so that an interrupted old cell of a grown study still continues from its checkpoint.
+EXECUTION_KEYS = RESUME_FREE
 
 
 def extension_problem(old: StudySpec, new: StudySpec, central: str) -> str | None:

@@ -201,8 +201,6 @@ def create_studies(spec: StudySpec, storage: Any, url: str, centrals: list[Centr
     import optuna
 
     out, problems, created = dict(existing), [], []
-    for study in existing.values():
-        _record_extension(spec, study)
     for c in centrals:
         if c.name in out:
             continue
@@ -215,7 +213,6 @@ def create_studies(spec: StudySpec, storage: Any, url: str, centrals: list[Centr
             if problem:
                 problems.append(problem)
                 break
-            _record_extension(spec, study)
             out[c.name] = study
             continue
         created.append(name)
@@ -227,10 +224,16 @@ def create_studies(spec: StudySpec, storage: Any, url: str, centrals: list[Centr
         # Last: its presence tells a concurrent launch that the study's settings are complete.
         study.set_user_attr(S.A_CREATED, dt.datetime.now(dt.timezone.utc).isoformat())
         out[c.name] = study
+    # Grown studies store the grown file only now that every study is accepted, each checked
+    # once more against what is stored at this moment (another driver may have grown it since).
+    grown = [s for s in out.values() if s.study_name not in created]
+    problems += [p for p in (_mismatch(spec, s, url) for s in grown) if p]
     if problems:
         for name in created:  # empty studies of this refused launch: leave nothing behind
             optuna.delete_study(study_name=name, storage=storage)
         raise ConfigError(problems)
+    for study in grown:
+        _record_extension(spec, study)
     return out
 
 

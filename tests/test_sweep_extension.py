@@ -47,12 +47,13 @@ def test_more_seeds_weights_and_sizes_extend_a_study(ladder: dict) -> None:
                   seeds=[1, 2, 3])
     assert _problem(ladder, grown) is None
     # Where and how fast a trial runs is not what it learns.
-    assert _problem(ladder, _train(ladder, num_threads=4, device="cpu",
-                                   eval_batch_size=64)) is None
+    assert _problem(ladder, _train(ladder, num_threads=4, device="cpu", log_every=7)) is None
 
 
 @pytest.mark.parametrize(("change", "needle"), [
     (lambda r: _train(r, lr=1e-3), "cell w=1 would train differently (changed: lr)"),
+    # A checkpoint does not resume under another eval batch size: not an execution setting.
+    (lambda r: _train(r, eval_batch_size=64), "changed: eval_batch_size"),
     (lambda r: _with(r, seeds=[2, 3]), "it drops seeds 1"),
     (lambda r: _with(r, weights=[9, 12]), "drops weighting.central_weight value(s) 1.0"),
     (lambda r: _with(r, aux_tasks=["mrpc"]), "would train differently (changed: tasks)"),
@@ -102,3 +103,39 @@ def test_a_launch_with_more_seeds_trains_only_the_new_cells(
                    progress=False)
     finally:
         ray.shutdown()
+
+
+def test_a_refused_launch_leaves_the_stored_files_alone(tmp_path: Path,
+                                                        sample_data_dir: Path) -> None:
+    """A launch that would grow one study but is refused on another writes nothing: the grown
+    file is stored only once every study of the launch is accepted."""
+    import optuna
+
+    from studies import schema as S
+    from studies.storage import open_storage
+    from sweep.study_db import Central, create_studies
+    from weightsearch.errors import ConfigError
+
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    storage = open_storage(url)
+    train = {"data_dir": str(sample_data_dir), "tasks": ["rte", "mrpc"], "epochs": 1}
+    base = {"study": "grow", "train": train, "weights": [1, 9]}
+    v1 = load_study_spec({**base, "central_tasks": ["rte"]})
+    other = load_study_spec({**base, "central_tasks": ["mrpc"], "weights": [3]})
+    grown = load_study_spec({**base, "central_tasks": ["rte", "mrpc"], "weights": [1, 9, 12]})
+
+    def centrals(spec, names):
+        attrs = {S.A_PRIMARY: "accuracy", S.A_DIGEST: spec.digest(), S.A_SPEC: spec.to_dict(),
+                 S.A_SOURCE: S.SOURCE_SWEEP}
+        return [Central(c, None, {}, dict(attrs, **{S.A_CENTRAL: c})) for c in names]
+
+    existing = create_studies(v1, storage, url, centrals(v1, ["rte"]), {})
+    create_studies(other, storage, url, centrals(other, ["mrpc"]), {})
+    with pytest.raises(ConfigError, match="grow/mrpc"):  # mrpc's weight 3 would be dropped
+        create_studies(grown, storage, url, centrals(grown, ["rte", "mrpc"]), existing)
+    rte = optuna.load_study(study_name="grow/rte", storage=storage)
+    assert rte.user_attrs[S.A_DIGEST] == v1.digest()
+    # Accepted, the grown file is stored.
+    create_studies(grown, storage, url, centrals(grown, ["rte"]), existing)
+    assert optuna.load_study(study_name="grow/rte", storage=storage).user_attrs[
+        S.A_DIGEST] == grown.digest()
