@@ -509,7 +509,7 @@ def _evidence_notes(evidence: list[EvidencePoint]) -> list[str]:
         notes.append(f"the built-in prior: the SIWLM paper's Table 2, encoder {PRIOR_ENCODER} "
                      f"(768x12), stage {PRIOR_STAGE}, variant {PRIOR_VARIANT}, single runs "
                      f"(one seed per weight)")
-    notes += [f"built-in study {s.study}: {s.summary()}" for s in SHIPPED
+    notes += [f"built-in study {s.study}: {s.summary}" for s in SHIPPED
               if any(p.source == "prior" and p.study == s.study for p in evidence)]
     return notes
 

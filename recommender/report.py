@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recommender.prior import PRIOR_STUDY
 from recommender.recommend import EvidencePoint, Recommendation, recommend_from
 
 
@@ -97,15 +98,14 @@ def plot_recommendation(evidence: list[EvidencePoint], rec: Recommendation | Non
     ax.fill_between(xs, [c.interval[0] for c in curve], [c.interval[1] for c in curve],
                     alpha=0.2, label="80% range of a new task's best weight")
     ax.plot(xs, [c.central_weight for c in curve], label="recommended weight")
-    for source, marker in (("prior", "o"), ("studies", "s")):
-        pts = [p for p in evidence if p.source == source]
-        if not pts:
-            continue
+    groups = sorted({_source_label(p) for p in evidence})
+    for label, marker in zip(groups, "osD^v<>p*h", strict=False):
+        pts = [p for p in evidence if _source_label(p) == label]
         bars = [math.sqrt(p.variance) if p.n_seeds > 1 else 0.0 for p in pts]
         spread = "± 1 sd over seeds" if any(bars) else "(one seed: no bar)"
         ax.errorbar([p.train_size for p in pts], [p.location for p in pts], yerr=bars,
                     fmt=marker, capsize=2, markersize=4, zorder=3,
-                    label=f"a task's located best weight {spread}, {_SOURCES[source]}")
+                    label=f"a task's located best weight {spread}, {label}")
         for p in pts:
             ax.annotate(p.task, (p.train_size, p.location), fontsize=7,
                         xytext=(3, 3), textcoords="offset points")
@@ -127,7 +127,11 @@ def plot_recommendation(evidence: list[EvidencePoint], rec: Recommendation | Non
     return save(fig, path)
 
 
-_SOURCES = {"prior": "SIWLM paper", "studies": "your studies"}
+def _source_label(p) -> str:
+    """Where a point comes from: the paper's table, a shipped study by name, your studies."""
+    if p.source == "studies":
+        return "your studies"
+    return "SIWLM paper" if p.study == PRIOR_STUDY else f"built-in study {p.study}"
 
 
 def plot_evaluation(rows: list[dict], path: str | Path) -> Path:

@@ -7,22 +7,25 @@ the importer's message naming the line and the column."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
 from studies.importer import ImportRow, parse_rows
+from studies.verdict import by_seed
 
 DATA = Path(__file__).parent / "data"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ShippedStudy:
     study: str  # the study label its evidence points carry
     file: str  # in recommender/data/
     description: str  # for the recommendation's notes (sizes and seeds are read from the file)
 
+    @functools.cached_property
     def summary(self) -> str:
-        """The description, with the sizes and seeds the file holds."""
+        """The description, with the sizes and seeds the file holds (read once)."""
         rows = [r for task in self.tasks().values() for r in task]
         sizes = ", ".join(f"{n:,}" for n in sorted({r.train_size for r in rows}))
         seeds = len({r.seed for r in rows})
@@ -46,13 +49,5 @@ SHIPPED: tuple[ShippedStudy, ...] = (
 
 
 def scores_by_weight(rows: list[ImportRow]) -> tuple[dict[float, list[float]], bool]:
-    """Each weight's scores, and whether they are paired: the same seeds (two or more) at every
-    weight, each list in seed order."""
-    by_weight: dict[float, dict[int, float]] = {}
-    for r in rows:
-        by_weight.setdefault(r.weight, {})[r.seed] = r.metric
-    seeds = {frozenset(v) for v in by_weight.values()}
-    if len(seeds) == 1 and len(next(iter(seeds))) >= 2:
-        order = sorted(next(iter(seeds)))
-        return {w: [v[s] for s in order] for w, v in by_weight.items()}, True
-    return {w: list(v.values()) for w, v in by_weight.items()}, False
+    """Each weight's scores, and whether they are paired (`studies.verdict.by_seed`)."""
+    return by_seed([(r.weight, r.seed, r.metric) for r in rows])

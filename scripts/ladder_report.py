@@ -32,18 +32,24 @@ RESAMPLES = 4000
 SEED = 20261124
 
 
-def read_ladder(path: Path) -> dict[int, pd.DataFrame]:
-    """Per training size: a weights x seeds table of the metric."""
+def read_ladder(path: Path) -> tuple[dict[int, pd.DataFrame], str]:
+    """Per training size: a weights x seeds table of the metric; and the metric's name."""
     sep = "\t" if path.suffix.lower() == ".tsv" else ","
     rows = pd.read_csv(path, sep=sep)
+    if rows.duplicated(["train_size", "central_weight", "seed"]).any():
+        sys.exit(f"{path}: a (train_size, central_weight, seed) cell appears twice; one ladder "
+                 "per file, one score per cell")
     out = {}
     for size, part in rows.groupby("train_size"):
         table = part.pivot(index="central_weight", columns="seed", values="metric")
         if table.isna().any().any():
             sys.exit(f"{path}: size {size} lacks some (weight, seed) cells; a paired analysis "
                      "needs every seed at every weight")
+        if table.shape[1] < 2:
+            sys.exit(f"{path}: size {size} has one seed; intervals over seeds need two or more")
         out[int(size)] = table.sort_index()
-    return out
+    metric = str(rows["metric_name"].iloc[0]) if "metric_name" in rows else "metric"
+    return out, metric
 
 
 def best_weight(table: np.ndarray, weights: np.ndarray) -> float:
@@ -163,10 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot", type=Path, help="write the curves here (.svg or .pdf: vector)")
     p.add_argument("--majority", type=float, help="the majority-class score, drawn as a line")
     args = p.parse_args(argv)
-    ladder = read_ladder(args.evidence)
+    ladder, metric = read_ladder(args.evidence)
     if args.plot:
-        metric = pd.read_csv(args.evidence, nrows=1).get("metric_name", pd.Series(["metric"]))
-        plot(ladder, args.plot, args.majority, str(metric.iloc[0]))
+        plot(ladder, args.plot, args.majority, metric)
     sys.stdout.write(report(ladder))
     return 0
 

@@ -78,12 +78,32 @@ def export_study(storage_url: str, study: str, output: str | Path) -> int:
         raise DataError(f"study {study!r} in {storage_url} has no finished trial to export")
     frame = pd.DataFrame(rows)
     frame = frame[[*COLUMNS, *sorted(set(frame.columns) - set(COLUMNS))]]
+    if target.is_dir():
+        raise ConfigError(f"--output {output}: is a folder; name a file in it, e.g. "
+                          f"{target / 'study.csv'}")
+    try:
+        _write_whole(target, lambda fh: frame.to_csv(fh, sep=sep, index=False,
+                                                     float_format="%.17g"))
+    except OSError as err:
+        raise DataError(f"--output {output}: cannot write it ({err.strerror or err}); "
+                        "choose a folder you can write to") from None
+    return len(rows)
+
+
+def _write_whole(target: Path, write) -> None:
+    """`write(fh)` into a temporary file beside `target`, synced, then renamed over it: the
+    target is the old file or the new one, never half of one. The new file gets the usual
+    permissions (the umask's), not the temporary file's private ones."""
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)
         with os.fdopen(fd, "w", newline="") as fh:
-            frame.to_csv(fh, sep=sep, index=False, float_format="%.17g")
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return len(rows)

@@ -129,9 +129,15 @@ def _table(rows: list[dict]) -> str:
         if c not in ("central_weight", "seed", "train_size")})
 
 
+def _cell(x) -> str:
+    if x is None:
+        return "-"
+    return ("yes" if x else "no") if isinstance(x, bool) else f"{x:g}"
+
+
 def _compact(v) -> str:
     if isinstance(v, dict):
-        return " ".join(f"{k}:{'-' if x is None else f'{x:g}'}" for k, x in v.items())
+        return " ".join(f"{k}:{_cell(x)}" for k, x in v.items())
     if isinstance(v, list):
         return ",".join(map(str, v))
     return str(v)

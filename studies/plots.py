@@ -87,7 +87,9 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
                        label="best weight (separated from every other, 95%)")
         elif verdict.best is not None:
             ax.axvline(verdict.best, color="0.6", linestyle=":", zorder=1,
-                       label="highest mean (not separated: within noise)")
+                       label="highest mean, not separated from the others")
+            ax.text(0.02, 0.02, verdict.reason, transform=ax.transAxes, fontsize=6,
+                    color="0.4", va="bottom")
         ax.set_title(f"{s.central_task} ({train_size_text(s.train_size)})")
         ax.set_xlabel(WEIGHT_LABEL)
         ax.set_ylabel(metric_label(s.primary_metric, values))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from studies import schema
 from studies.storage import url_dialect
-from studies.verdict import Verdict, judge
+from studies.verdict import Verdict, by_seed, judge
 from weightsearch.errors import StorageError
 
 STATE_KEYS = {"COMPLETE": "complete", "RUNNING": "running", "FAIL": "failed",
@@ -73,18 +73,12 @@ class CentralStudy:
     def paired_values(self) -> dict[float, list[float]] | None:
         """Every COMPLETE trial's value per central weight, each list in seed order, when the
         same seeds (two or more) finished at every weight once each; else None."""
-        by_seed: dict[float, dict[int, float]] = {}
-        for c in self.cells:
-            if c.state == "complete" and c.weight is not None and c.value is not None \
-                    and c.seed is not None and math.isfinite(c.value):
-                if c.seed in by_seed.setdefault(c.weight, {}):
-                    return None
-                by_seed[c.weight][c.seed] = c.value
-        seeds = {frozenset(v) for v in by_seed.values()}
-        if len(seeds) != 1 or len(next(iter(seeds))) < 2:
-            return None
-        order = sorted(next(iter(seeds)))
-        return {w: [v[seed] for seed in order] for w, v in by_seed.items()}
+        values, paired = by_seed(self._scores())
+        return values if paired else None
+
+    def _scores(self) -> list[tuple[float, int | None, float]]:
+        return [(c.weight, c.seed, c.value) for c in self.cells
+                if c.state == "complete" and c.weight is not None and c.value is not None]
 
     def values_by_weight(self) -> dict[float, list[float]]:
         """Every COMPLETE trial's value, per central weight."""
@@ -110,8 +104,8 @@ class CentralStudy:
     @property
     def verdict(self) -> Verdict:
         """Whether the trials separate the best weight from the others (`studies.verdict`)."""
-        paired = self.paired_values()
-        return judge(paired or self.values_by_weight(), paired is not None, self.maximize)
+        values, paired = by_seed(self._scores())
+        return judge(values, paired, self.maximize)
 
     def summary(self) -> dict:
         best, verdict = self.best, self.verdict

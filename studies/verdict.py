@@ -4,8 +4,10 @@ A best weight is the weight with the highest mean score. It is *clear* only when
 separate it from every other weight: for each other weight, the 95% Student-t interval of the
 difference of means lies above zero. When the same seeds ran at both weights the difference is
 taken seed by seed (paired: seed-to-seed variation that moves both weights alike cancels);
-otherwise Welch's interval for two independent samples. With one seed per weight the seed
-noise is unknown and nothing is clear; an exact tie is a tie. Every place that names a best
+otherwise Welch's interval for two independent samples. With fewer than two seeds at a weight,
+or no spread at all between seeds (two seeds that moved in lockstep on a dev set whose scores
+come in steps), the seed noise is unknown and nothing is clear; an exact tie is a tie; a
+non-finite score separates nothing. Every place that names a best
 weight (launch summary, inspect, plots, the HTTP service) says it through `Verdict.text`.
 """
 
@@ -49,6 +51,23 @@ class Verdict:
                 "seeds": self.seeds, "paired": self.paired, "verdict": self.text()}
 
 
+def by_seed(scores: list[tuple[float, int | None, float]]) -> tuple[dict[float, list[float]],
+                                                                   bool]:
+    """Each weight's finite scores from (weight, seed, score) triples, and whether they pair:
+    the same seeds (two or more, each once) at every weight, then each list in seed order."""
+    cells: dict[float, dict[int | None, list[float]]] = {}
+    for weight, seed, score in scores:
+        if math.isfinite(score):
+            cells.setdefault(weight, {}).setdefault(seed, []).append(score)
+    seeds = {frozenset(v) for v in cells.values()}
+    order = sorted(next(iter(seeds))) if len(seeds) == 1 and None not in next(iter(seeds)) \
+        else []
+    once = all(len(s) == 1 for v in cells.values() for s in v.values())
+    if len(order) >= 2 and once:
+        return {w: [v[s][0] for s in order] for w, v in cells.items()}, True
+    return {w: [x for s in v.values() for x in s] for w, v in cells.items()}, False
+
+
 def judge(values: dict[float, list[float]], paired: bool = False,
           maximize: bool = True) -> Verdict:
     """`values`: each weight's scores (with `paired`, each list in one seed order)."""
@@ -68,11 +87,16 @@ def judge(values: dict[float, list[float]], paired: bool = False,
                                           -sign * means[w]))
     lead = sign * (means[best] - means[rival])
     interval = intervals[rival]
-    if lead == 0:
+    if not all(math.isfinite(x) for v in values.values() for x in v):
+        reason = "a score that is not a number"
+    elif lead == 0:
         reason = "a tie"
     elif seeds < 2:
-        reason = "one seed per weight, so seed noise is unknown"
-    elif interval is None or interval[0] <= 0:
+        reason = ("one seed per weight" if max(len(v) for v in values.values()) < 2
+                  else "a weight with a single seed") + ", so seed noise is unknown"
+    elif interval is not None and interval[0] == interval[1]:
+        reason = "no spread between seeds, so seed noise is unknown"
+    elif interval is None or not interval[0] > 0:
         reason = "within seed noise"
     else:
         reason = ""

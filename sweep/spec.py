@@ -630,6 +630,8 @@ def _parse_aux(raw: Any, tasks: tuple[str, ...], search: Search,
     here is left out of its own cells' auxiliaries)."""
     if raw is None:
         return None
+    if isinstance(raw, str):
+        raw = [raw]
     if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
         problems.append(f"aux_tasks: expected a list of task names, got {raw!r}; leave it out "
                         "to train every task of train.tasks together")

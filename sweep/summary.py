@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from studies import schema as S
-from studies.verdict import Verdict, judge
+from studies.verdict import Verdict, by_seed, judge
 from sweep import study_db
 from sweep.space import CENTRAL_WEIGHT, Space
 from sweep.spec import StudySpec
@@ -119,14 +119,7 @@ def best_point(central: str, metric: str, space: Space, records: Sequence[Any]
 def _weight_verdict(records: Sequence[Any]) -> Verdict:
     """Whether the COMPLETE trials separate the best central weight (paired by seed when the
     same seeds finished at every weight)."""
-    by_weight: dict[float, dict[Any, float]] = {}
-    for r in records:
-        if r.state == "complete" and r.point is not None and r.value is not None \
-                and math.isfinite(r.value):
-            by_weight.setdefault(float(r.point[CENTRAL_WEIGHT]), {})[r.seed] = r.value
-    seeds = {frozenset(v) for v in by_weight.values()}
-    paired = len(seeds) == 1 and None not in next(iter(seeds)) and len(next(iter(seeds))) > 1
-    order = sorted(next(iter(seeds))) if paired else []
-    values = {w: [v[s] for s in order] if paired else list(v.values())
-              for w, v in by_weight.items()}
+    values, paired = by_seed([(float(r.point[CENTRAL_WEIGHT]), r.seed, r.value)
+                              for r in records if r.state == "complete" and r.point is not None
+                              and r.value is not None])
     return judge(values, paired)

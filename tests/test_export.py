@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from pathlib import Path
 
 import pandas as pd
@@ -54,7 +56,12 @@ def test_a_ladder_keeps_its_dataset_and_regime_through_export(tmp_path):
     source.write_text(LADDER)
     url, copy = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
     import_file(source, "ladder", url)
-    assert main(["export", "ladder", "--storage", url, "-o", str(tmp_path / "x.tsv")]) == 0
+    umask = os.umask(0o022)
+    try:
+        assert main(["export", "ladder", "--storage", url, "-o", str(tmp_path / "x.tsv")]) == 0
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE((tmp_path / "x.tsv").stat().st_mode) == 0o644  # not the temp file's
     import_file(tmp_path / "x.tsv", "ladder", copy)
     assert _curves(url, "ladder") == _curves(copy, "ladder")
     again = pd.read_csv(tmp_path / "x.tsv", sep="\t")
@@ -70,6 +77,7 @@ def test_a_ladder_keeps_its_dataset_and_regime_through_export(tmp_path):
     (["export", "nope", "-o", "{tmp}/x.csv"], 2, "no study named 'nope'"),
     (["export", "ladder", "-o", "{tmp}/x.json"], 2, "end the name with .csv or .tsv"),
     (["export", "ladder", "-o", "{tmp}/missing/x.csv"], 2, "does not exist; create it first"),
+    (["export", "ladder", "-o", "{tmp}"], 2, "is a folder; name a file in it"),
 ])
 def test_bad_exports_name_the_fix_and_write_nothing(tmp_path, capsys, argv, code, needle):
     (tmp_path / "ladder.csv").write_text(LADDER)

@@ -362,7 +362,7 @@ def test_aux_tasks_choose_what_trains_beside_each_central_task(base: dict) -> No
 @pytest.mark.parametrize(("aux", "needle"), [
     (["qqp"], "aux_tasks[0]: 'qqp' is not among train.tasks"),
     (["mrpc", "mrpc"], "aux_tasks[1]: 'mrpc' is listed twice"),
-    ("mrpc", "aux_tasks: expected a list of task names"),
+    ({"a": 1}, "aux_tasks: expected a list of task names"),
     ([3], "aux_tasks: expected a list of task names"),
 ])
 def test_bad_aux_tasks_are_named(base: dict, aux, needle: str) -> None:

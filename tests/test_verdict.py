@@ -55,3 +55,23 @@ def test_lower_is_better_and_edge_cases():
     assert v.best == 9 and v.clear and v.lead == pytest.approx(1.0)
     assert judge({}).text() == "no finished trial yet"
     assert "nothing to compare" in judge({3.0: [0.5, 0.6]}).text()
+
+
+def test_seeds_in_lockstep_and_non_numbers_separate_nothing():
+    # Two seeds whose difference is the same: a zero-width interval is no evidence.
+    v = judge({1.0: [0.70, 0.72], 9.0: [0.71, 0.73]}, paired=True)
+    assert not v.clear and v.reason == "no spread between seeds, so seed noise is unknown"
+    assert not judge({1.0: [0.5, 0.6], 9.0: [float("nan"), 0.5]}).clear
+    mixed = judge({1.0: [0.5, 0.6, 0.55], 9.0: [0.9]})
+    assert mixed.reason == "a weight with a single seed, so seed noise is unknown"
+
+
+def test_scores_pair_only_when_every_weight_has_the_same_seeds_once():
+    from studies.verdict import by_seed
+
+    assert by_seed([(1, 1, 0.5), (1, 2, 0.6), (9, 2, 0.8), (9, 1, 0.7)]) == (
+        {1: [0.5, 0.6], 9: [0.7, 0.8]}, True)
+    assert by_seed([(1, 1, 0.5), (1, 1, 0.6), (9, 1, 0.7), (9, 2, 0.8)])[1] is False
+    assert by_seed([(1, None, 0.5), (1, None, 0.6), (9, None, 0.7)])[1] is False
+    assert by_seed([(1, 1, float("nan")), (1, 2, 0.6), (9, 1, 0.7), (9, 2, 0.8)]) == (
+        {1: [0.6], 9: [0.7, 0.8]}, False)
