@@ -65,6 +65,9 @@ def export_study(storage_url: str, study: str, output: str | Path) -> int:
     from studies.reading import open_quiet
 
     target = Path(output)
+    if target.is_dir():
+        raise ConfigError(f"--output {output}: is a folder; name a file in it, e.g. "
+                          f"{target / 'study.csv'}")
     sep = FORMATS.get(target.suffix.lower())
     if sep is None:
         raise ConfigError(f"--output {output}: end the name with {' or '.join(FORMATS)}")
@@ -78,9 +81,6 @@ def export_study(storage_url: str, study: str, output: str | Path) -> int:
         raise DataError(f"study {study!r} in {storage_url} has no finished trial to export")
     frame = pd.DataFrame(rows)
     frame = frame[[*COLUMNS, *sorted(set(frame.columns) - set(COLUMNS))]]
-    if target.is_dir():
-        raise ConfigError(f"--output {output}: is a folder; name a file in it, e.g. "
-                          f"{target / 'study.csv'}")
     try:
         _write_whole(target, lambda fh: frame.to_csv(fh, sep=sep, index=False,
                                                      float_format="%.17g"))
