@@ -10,6 +10,7 @@ defunct. The table keeps every running job and the newest `keep_finished` finish
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import itertools
 import os
 import signal
@@ -66,8 +67,13 @@ class Job:
     def to_dict(self) -> dict:
         return {"id": self.id, "kind": self.kind, "study": self.study, "state": self.state,
                 "pid": self.proc.pid, "returncode": self.proc.poll(), "log": str(self.log),
-                "started": self.started, "ended": self.ended, "updated": self.updated(),
+                "started": _utc(self.started), "ended": _utc(self.ended),
+                "updated": _utc(self.updated()),
                 "progress": self.last_line()}
+
+
+def _utc(stamp: float | None) -> dt.datetime | None:
+    return None if stamp is None else dt.datetime.fromtimestamp(stamp, tz=dt.timezone.utc)
 
 
 class JobTable:

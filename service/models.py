@@ -3,6 +3,7 @@ typed, so generated clients and Swagger's "try it" work."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -125,9 +126,11 @@ class JobInfo(BaseModel):
     pid: int
     returncode: int | None
     log: str
-    started: float = Field(description="Unix time")
-    ended: float | None = Field(None, description="Unix time it ended; null while it runs")
-    updated: float | None = Field(None, description="Unix time of the log's last write")
+    started: dt.datetime = Field(description="when it started (ISO 8601, UTC)")
+    ended: dt.datetime | None = Field(None, description="when it ended (ISO 8601, UTC); null "
+                                      "while it runs")
+    updated: dt.datetime | None = Field(None, description="when its log was last written "
+                                        "(ISO 8601, UTC)")
     progress: str = Field(description="the last line of the job's log")
 
 

@@ -142,6 +142,10 @@ def test_one_launch_per_study_name_whatever_the_timing(url, tmp_path):
     job = next(a.json()["job"] for a in answers if a.status_code == 202)
     assert all(f"being launched by job {job}" in a.json()["detail"]
                for a in answers if a.status_code == 409)
+    import datetime as dt
+    info = client.get(f"/jobs/{job}").json()
+    assert dt.datetime.fromisoformat(info["started"]).tzinfo is not None  # ISO 8601, UTC
+    assert info["ended"] is None
     assert client.delete(f"/jobs/{job}").status_code in (200, 202)
     deadline = time.monotonic() + 30
     while client.get(f"/jobs/{job}").json()["state"] not in ("cancelled", "failed"):
