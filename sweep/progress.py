@@ -45,7 +45,9 @@ class Progress:
         self.finished_count = 0
         self.counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0, "LOST": 0}
         self.durations: list[float] = []
-        self.best: dict[str, tuple[float, str]] = {}  # central -> (value, point label)
+        # central -> (value, point label) of the highest single trial this driver saw: a trial,
+        # not a weight (the summary's verdict compares weights over seeds, all drivers)
+        self.best: dict[str, tuple[float, str]] = {}
         self.running: dict[str, _Running] = {}
         self._live: Any = None
         want_live = live if live is not None else _is_tty(stream or sys.stderr)
@@ -99,7 +101,7 @@ class Progress:
         parts = [f"{self.finished_count}/{self.total} done, {len(self.running)} running, "
                  f"{pending} pending"]
         if best:
-            parts.append(f"best {best}")
+            parts.append(f"top trial {best}")
         eta = self.eta(pending)
         if eta is not None:
             parts.append(f"ETA {_duration(eta)}")
