@@ -2,10 +2,10 @@
 
 Evidence: one point per finished central task study, from the built-in prior (the SIWLM paper's
 Table 2, `recommender.prior`, and this project's shipped studies, `recommender.shipped`) and from
-the study database. Several studies of one task all
-count (the law gives them one shared task effect), and so do the sizes of one dataset (a
-ladder: central tasks whose study records the same `dataset`); a prior point measured again by a study on
-the same data and regime (same task name, a training size within ~12%) is replaced by it. A
+the study database. Several studies of one task all count (the law gives them one shared task
+effect), and so do the sizes of one dataset (a ladder: central tasks whose studies record the
+same `dataset`); a prior point measured again by a study on the same data and regime (same
+dataset, a training size within ~12%) is replaced by it. A
 study that contributes nothing (one central weight, no finished trial, no recorded size) is
 named in the answer's notes.
 
