@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import math
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -301,6 +302,9 @@ def import_file(path: str | Path, study: str, storage_url: str) -> list[str]:
             created.append(name)
             for key, value in _study_attrs(study, task_rows[0], path, now).items():
                 st.set_user_attr(key, value)
+            with warnings.catch_warnings():  # "experimental" in Optuna
+                warnings.simplefilter("ignore")
+                st.set_metric_names([task_rows[0].metric_name])  # the dashboard's label
             st.add_trials([_trial(r) for r in task_rows])
     except BaseException as exc:  # Ctrl-C midway must not leave half a study behind either
         for name in created:

@@ -44,6 +44,7 @@ def test_paper_table_imports_as_one_study_per_central_task(url):
     assert study.user_attrs[schema.A_TRAIN_SIZE] == 5749
     assert study.user_attrs[schema.A_TASK_TYPE] == "regression"
     assert study.user_attrs[schema.A_PRIMARY] == "pearson_spearman_mean"
+    assert study.metric_names == ["pearson_spearman_mean"]  # optuna-dashboard's label
     trials = study.get_trials()
     assert len(trials) == 6 and {t.state.name for t in trials} == {"COMPLETE"}
     nine = next(t for t in trials if t.params[schema.PARAM] == 9.0)
