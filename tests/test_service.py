@@ -157,6 +157,13 @@ def test_one_launch_per_study_name_whatever_the_timing(url, tmp_path):
     client.delete(f"/jobs/{again.json()['job']}")
 
 
+def test_a_posted_study_with_a_missing_relative_path_says_where_paths_start(client):
+    r = client.post("/studies", headers=YAML, content="study: rel\ntrain: {data_dir: "
+                    "no/such/glue, tasks: [rte]}\n")
+    assert r.status_code == 400
+    assert any("start at the server's working directory" in p for p in r.json()["problems"])
+
+
 def test_resume_route(client):
     assert client.post("/studies/nope/resume").status_code == 404
     r = client.post("/studies/siwlm-paper/resume")

@@ -45,7 +45,10 @@ def _read_and_start(text: str, content_type: str, database: StudyDatabase,
     source = parse_body(text, content_type) if text.strip() else None
     if not isinstance(source, dict) or not source:
         raise ConfigError("the body must be a study file (a YAML or JSON mapping)")
-    spec = load_study_spec(source)
+    try:
+        spec = load_study_spec(source)
+    except ConfigError as exc:
+        raise _with_path_hint(exc) from None
     try:
         # A launch job of this name runs until its driver has written the study: it counts
         # as the study existing, whatever the timing of the second request.
@@ -55,6 +58,16 @@ def _read_and_start(text: str, content_type: str, database: StudyDatabase,
         return launcher.launch(spec)
     except AlreadyLaunching as exc:
         raise HTTPException(409, str(exc)) from None
+
+
+def _with_path_hint(exc: ConfigError) -> ConfigError:
+    """A POSTed study file has no folder of its own: its relative paths start at the server's
+    working directory, which the client cannot see. Say so where a path was not found."""
+    if not any("does not exist" in p or "not found" in p for p in exc.problems):
+        return exc
+    return ConfigError([*exc.problems, "paths in a POSTed study file that are not absolute "
+                        "start at the server's working directory, not at the client's; send "
+                        "absolute paths (data_dir, workdir, cache_dir, encoder)"], exc.source)
 
 
 @router.post("/studies/{name:path}/resume", status_code=202, dependencies=[Depends(authorized)],
