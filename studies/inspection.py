@@ -19,8 +19,10 @@ def overview(studies: list[CentralStudy]) -> list[dict]:
         groups.setdefault(schema.split_study_name(s.name)[0] or s.name, []).append(s)
     rows = []
     for base, members in sorted(groups.items()):
-        counts = {k: sum(m.counts.get(k, 0) for m in members)
-                  for k in ("complete", "running", "failed", "pending", "pruned")}
+        keys = ["complete", "running", "failed", "pending", "pruned", "superseded"]
+        if all("not_started" in m.counts for m in members):  # known for launched grids
+            keys.append("not_started")
+        counts = {k: sum(m.counts.get(k, 0) for m in members) for k in keys}
         rows.append({
             "study": base, "source": members[0].source,
             "central_tasks": [m.central_task for m in members], **counts,

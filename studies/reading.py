@@ -231,9 +231,7 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
             metrics=_flatten(t.user_attrs.get(schema.T_METRICS)),
             point=_point(t.user_attrs.get(schema.T_POINT)),
         ))
-    counts = {k: 0 for k in STATE_KEYS.values()}
-    for c in cells:
-        counts[c.state] = counts.get(c.state, 0) + 1
+    counts = _counts(cells, attrs)
     return CentralStudy(
         name=name, study=_as_str(attrs.get(schema.A_STUDY)) or base, central_task=central,
         task_type=_as_str(attrs.get(schema.A_TASK_TYPE)),
@@ -261,6 +259,38 @@ def _dataset_from_spec(attrs: dict, central: str) -> str | None:
     tasks = parse_tasks(train.get("tasks"), problems)
     found = [t for t in tasks if t.name == central]
     return dataset_name(found[0]) if found and not problems else None
+
+
+def _counts(cells: list[Cell], attrs: dict) -> dict[str, int]:
+    """Trials per state, with two more: `superseded`, failed or interrupted attempts at a cell
+    that a later attempt completed (not failures of the study), and `not_started`, the cells
+    of a launched grid that no trial has reached yet (absent where the cells are not known
+    in advance, as for adaptive searches and imports)."""
+    counts = {k: 0 for k in STATE_KEYS.values()}
+    done = {_cell_key(c) for c in cells if c.state == "complete"}
+    counts["superseded"] = 0
+    for c in cells:
+        state = "superseded" if c.state == "failed" and _cell_key(c) in done else c.state
+        counts[state] = counts.get(state, 0) + 1
+    total = _grid_cells(attrs)
+    if total is not None:
+        counts["not_started"] = max(0, total - len({_cell_key(c) for c in cells}))
+    return counts
+
+
+def _cell_key(c: Cell) -> tuple:
+    return c.weight, c.seed, repr(sorted(c.point.items()))
+
+
+def _grid_cells(attrs: dict) -> int | None:
+    """The cells per central task of a launched grid search of the central weight alone."""
+    spec = attrs.get(schema.A_SPEC)
+    if attrs.get(schema.A_SOURCE) != schema.SOURCE_SWEEP or not isinstance(spec, dict):
+        return None
+    weights, seeds = spec.get("weights"), spec.get("seeds")
+    if "search" in spec or not isinstance(weights, list) or not isinstance(seeds, list):
+        return None
+    return len(set(map(str, weights))) * len(set(map(str, seeds)))
 
 
 def read_central(storage, name: str) -> CentralStudy:

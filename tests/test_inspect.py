@@ -107,3 +107,35 @@ def test_foreign_studies_are_listed_as_such_and_never_crash(tmp_path, capsys):
     assert client.get("/studies").status_code == 200
     assert client.get("/studies/multi").status_code == 200
     assert client.get("/recommend", params={"train_size": 2500}).status_code == 200
+
+
+def test_every_cell_is_counted_and_retried_attempts_are_superseded(tmp_path):
+    """A launched grid knows its cells: those no trial reached are `not_started`; a failed
+    attempt at a cell that a later attempt completed is `superseded`, not a failure."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from studies import schema
+    from studies.reading import open_quiet, read_central
+
+    url = f"sqlite:///{tmp_path / 'grid.db'}"
+    storage = open_quiet(url)
+    study = optuna.create_study(study_name="g/rte", storage=storage)
+    for key, value in {schema.A_SOURCE: schema.SOURCE_SWEEP, schema.A_CENTRAL: "rte",
+                       schema.A_SPEC: {"weights": [1, 9, 15], "seeds": [1, 2]}}.items():
+        study.set_user_attr(key, value)
+
+    def trial(weight, seed, state, value=None):
+        study.add_trial(optuna.trial.create_trial(
+            params={schema.PARAM: weight},
+            distributions={schema.PARAM: FloatDistribution(1, 15)},
+            state=state, value=value, user_attrs={schema.T_SEED: seed}))
+
+    states = optuna.trial.TrialState
+    trial(1, 1, states.FAIL)
+    trial(1, 1, states.COMPLETE, 0.5)  # the retry of the cell above
+    trial(9, 1, states.FAIL)  # never retried: a failure
+    trial(9, 2, states.COMPLETE, 0.6)
+    counts = read_central(storage, "g/rte").counts
+    assert (counts["complete"], counts["failed"], counts["superseded"],
+            counts["not_started"]) == (2, 1, 1, 3)  # 6 cells: 3 reached, 3 not
