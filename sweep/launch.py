@@ -25,6 +25,9 @@ from sweep.spec import StudySpec, load_study_spec
 from sweep.strategies import STRATEGIES
 from sweep.study_db import Central
 from sweep.summary import SweepSummary, summarise
+from weightsearch.errors import ClusterError
+
+MAX_LOST_ROUNDS = 3  # rounds in a row in which Ray lost a worker before the driver gives up
 
 
 def launch(
@@ -107,7 +110,7 @@ def _rounds(spec: StudySpec, plans: list[CentralPlan], parallel: int, meter: Pro
             claims: Claims) -> tuple[int, int]:
     """Tune runs until no unit is left that this driver could train. Between runs it waits for
     the units other drivers hold: every driver reports the study's final state."""
-    ran = failed = 0
+    ran = failed = lost = 0
     claims.start()
     try:
         for round_no in range(1, 1_000_000):
@@ -118,7 +121,20 @@ def _rounds(spec: StudySpec, plans: list[CentralPlan], parallel: int, meter: Pro
                 plan.dirty = True
             if not any(p.strategy.units(p.records()) for p in plans):
                 break
-            n_ran, n_failed = tuning.run_round(spec, plans, parallel, meter, claims, round_no)
+            try:
+                n_ran, n_failed = tuning.run_round(spec, plans, parallel, meter, claims,
+                                                   round_no)
+            except tuning.WorkerLost as exc:
+                lost += 1
+                if lost > MAX_LOST_ROUNDS:
+                    raise ClusterError(
+                        f"Ray lost a worker in {lost} rounds in a row ({exc}); the cells it "
+                        f"held are marked failed: check the machine's memory and `weightsearch "
+                        f"resume {spec.study}`") from exc
+                say(f"[{spec.study}] Ray lost a worker ({exc}); its cells run again in a "
+                    "fresh round", meter.enabled)
+                continue
+            lost = 0
             ran, failed = ran + n_ran, failed + n_failed
             if not any(p.deferred for p in plans) or (n_failed and not n_ran - n_failed):
                 break  # nothing held elsewhere (or only failures here): report
