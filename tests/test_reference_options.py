@@ -403,6 +403,17 @@ def test_nested_subsets_are_a_ladder_and_random_ones_are_unchanged(sample_data_d
                                                              nested=True).key()
 
 
+def test_rows_of_every_shape_take_nested_subsets():
+    """Multiple-choice and span-QA rows (ColumnRows) draw a ladder like text pairs do."""
+    from trainer.data import Subset
+    from trainer.readers import ColumnRows
+
+    rows = ColumnRows(None, {"question": [f"q{i}" for i in range(100)], "id": list(range(100))})
+    small, large = (Subset(n=n, random=True, seed=2, nested=True).apply(rows) for n in (10, 40))
+    assert set(small.columns["id"]) < set(large.columns["id"]) and len(large) == 40
+    assert len(Subset(n=10, random=True, seed=2).apply(rows)) == 10
+
+
 def test_a_task_cap_of_its_own_wins_and_leaves_other_digests_alone(sample_data_dir, tmp_path):
     from trainer import load_config, task_sizes
 

@@ -71,11 +71,9 @@ class TaskRows:
         kept as it was so that existing studies train on the rows they trained on."""
         if n >= len(self):
             return self
-        rng = np.random.default_rng(seed)
         if self.groups is None:
-            drawn = (rng.permutation(len(self))[:n] if nested
-                     else rng.choice(len(self), size=n, replace=False))
-            return self.take(np.sort(drawn))
+            return self.take(np.sort(_draw(len(self), n, seed, nested)))
+        rng = np.random.default_rng(seed)
         ids, inverse, counts = np.unique(self.groups, return_inverse=True, return_counts=True)
         order = rng.permutation(len(ids))
         within = np.cumsum(counts[order]) <= n
@@ -83,6 +81,16 @@ class TaskRows:
         chosen = np.zeros(len(ids), dtype=bool)
         chosen[order[within]] = True
         return self.take(np.flatnonzero(chosen[inverse]))
+
+
+def _draw(size: int, n: int, seed: int, nested: bool) -> np.ndarray:
+    """n of range(size) at random: the first n of one seeded permutation (`nested`: the same
+    seed gives a subset of every larger draw), or numpy's draw without replacement (the rows
+    existing studies trained on)."""
+    rng = np.random.default_rng(seed)
+    if nested:
+        return rng.permutation(size)[:n]
+    return rng.choice(size, size=n, replace=False)
 
 
 def resolve_path(data_dir: str | Path | None, path: str) -> Path:
@@ -114,12 +122,11 @@ class ColumnRows:
             name: values[index] if isinstance(values, np.ndarray) else [values[i] for i in index]
             for name, values in self.columns.items()})
 
-    def sample(self, n: int, seed: int) -> ColumnRows:
-        """n rows drawn at random (seeded), kept in file order."""
+    def sample(self, n: int, seed: int, nested: bool = False) -> ColumnRows:
+        """n rows drawn at random (seeded), kept in file order; `nested` as for TaskRows."""
         if n >= len(self):
             return self
-        rng = np.random.default_rng(seed)
-        return self.take(np.sort(rng.choice(len(self), size=n, replace=False)))
+        return self.take(np.sort(_draw(len(self), n, seed, nested)))
 
 
 def read_task_table(spec: TaskSpec, path: Path) -> Table:
