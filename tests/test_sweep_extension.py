@@ -70,7 +70,7 @@ def test_changes_to_what_old_cells_learn_are_not_extensions(ladder: dict, change
 
 @pytest.mark.integration
 def test_a_launch_with_more_seeds_trains_only_the_new_cells(
-    tiny_encoder: str, sample_data_dir: Path, tmp_path: Path, capsys
+    tiny_encoder: str, sample_data_dir: Path, tmp_path: Path, capsys, monkeypatch
 ) -> None:
     import optuna
     import ray
@@ -82,8 +82,7 @@ def test_a_launch_with_more_seeds_trains_only_the_new_cells(
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     path = two_cell_study_file(tmp_path, "grow", tiny_encoder, sample_data_dir)
     raw = yaml.safe_load(path.read_text())
-    import os
-    os.environ["RAY_TMPDIR"] = ray_temp_dir()
+    monkeypatch.setenv("RAY_TMPDIR", ray_temp_dir())
     try:
         first = launch(load_study_spec({**raw, "central_tasks": ["rte"]}), url, progress=False)
         assert first.ran == 2 and first.finished

@@ -56,7 +56,9 @@ def test_killed_driver_resumes_every_cell_once(
     )
     kill_leftovers(ray_tmp)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr[-3000:]
-    assert "best central weight" in resumed.stdout
+    # The summary's verdict per central task: a best weight, or why none is clear.
+    assert "rte: best central weight" in resumed.stdout or \
+        "rte: no weight is clearly better" in resumed.stdout
 
     for central in ("rte", "mrpc"):
         study = optuna.load_study(study_name=f"crash/{central}", storage=url)
