@@ -336,6 +336,24 @@ def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
+def task_names_in(items: Sequence[Any], tasks: Sequence[str], where: str, fix: str,
+                  problems: list[str]) -> list[str]:
+    """The task names of a list, each once and each among `tasks` (when known); a problem for
+    every other item, named by its index."""
+    out: list[str] = []
+    for i, name in enumerate(items):
+        key = name.strip().lower() if isinstance(name, str) else None
+        if key is None or (tasks and key not in tasks):
+            known = f"is not among train.tasks ({', '.join(tasks)}); {fix}" if key is not None \
+                else "is not a task name"
+            problems.append(f"{where}[{i}]: {name!r} {known}")
+        elif key in out:
+            problems.append(f"{where}[{i}]: {name!r} is listed twice")
+        else:
+            out.append(key)
+    return out
+
+
 def drop_other_tasks(raw: dict[str, Any], keep: set[str],
                      task_names: Sequence[str]) -> None:
     """Drop the tasks outside `keep` from the run and from every setting that names them."""
@@ -531,16 +549,8 @@ def _parse_group(path: str, spec: Any, tasks: Sequence[str], problems: list[str]
         problems.append(f"{where}.subsets_of: expected a non-empty list of task names from "
                         f"train.tasks, got {candidates!r}")
         return None
-    out: list[str] = []
-    for i, name in enumerate(candidates):
-        key = name.strip().lower() if isinstance(name, str) else name
-        if not isinstance(key, str) or (tasks and key not in tasks):
-            problems.append(f"{where}.subsets_of[{i}]: {name!r} is not among train.tasks "
-                            f"({', '.join(tasks)}); add it there or leave it out")
-        elif key in out:
-            problems.append(f"{where}.subsets_of[{i}]: {name!r} is listed twice")
-        else:
-            out.append(key)
+    out = task_names_in(candidates, tasks, f"{where}.subsets_of", "add it there or leave it out",
+                        problems)
     # Candidates in train.tasks order: a group's task list keeps the template's order.
     order = {t: i for i, t in enumerate(tasks)}
     return Dimension(GROUP, candidates=tuple(sorted(out, key=lambda t: order.get(t, 0))))

@@ -53,6 +53,7 @@ from sweep.space import (
     Space,
     drop_other_tasks,
     parse_space,
+    task_names_in,
 )
 from sweep.strategies import STRATEGIES, Strategy
 from trainer.config_paths import anchor_paths
@@ -608,20 +609,8 @@ def _parse_central(raw: Any, tasks: tuple[str, ...], problems: list[str]) -> tup
     if not isinstance(raw, list) or not raw:
         problems.append(f"central_tasks: expected a non-empty list of task names, got {raw!r}")
         return ()
-    out: list[str] = []
-    for i, name in enumerate(raw):
-        if not isinstance(name, str):
-            problems.append(f"central_tasks[{i}]: expected a task name, got {name!r}")
-            continue
-        key = name.strip().lower()
-        if tasks and key not in tasks:
-            problems.append(f"central_tasks[{i}]: {name!r} is not among train.tasks "
-                            f"({', '.join(tasks)}); add it there or pick one of them")
-        elif key in out:
-            problems.append(f"central_tasks[{i}]: {name!r} is listed twice")
-        else:
-            out.append(key)
-    return tuple(out)
+    return tuple(task_names_in(raw, tasks, "central_tasks", "add it there or pick one of them",
+                               problems))
 
 
 def _parse_aux(raw: Any, tasks: tuple[str, ...], search: Search,
@@ -639,17 +628,8 @@ def _parse_aux(raw: Any, tasks: tuple[str, ...], search: Search,
     if search.space.group is not None:
         problems.append("aux_tasks: the search space's `tasks: {subsets_of: [...]}` already "
                         "chooses the auxiliary tasks; remove one of the two")
-    out: list[str] = []
-    for i, name in enumerate(raw):
-        key = name.strip().lower()
-        if tasks and key not in tasks:
-            problems.append(f"aux_tasks[{i}]: {name!r} is not among train.tasks "
-                            f"({', '.join(tasks)}); add it there or remove it here")
-        elif key in out:
-            problems.append(f"aux_tasks[{i}]: {name!r} is listed twice")
-        else:
-            out.append(key)
-    return tuple(out)
+    return tuple(task_names_in(raw, tasks, "aux_tasks", "add it there or remove it here",
+                               problems))
 
 
 def _parse_objective(raw: Any, train: Mapping[str, Any], central: tuple[str, ...],
