@@ -15,6 +15,7 @@ the same MLflow run (its id is kept in `<output_dir>/mlflow_run.json`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -25,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from weightsearch.errors import ConfigError
 
@@ -203,7 +204,8 @@ class _MLflow(Tracker):
             if self.run_id is not None:
                 self.client.update_run(self.run_id, status="RUNNING")
             else:
-                experiment = _experiment_id(self.client, settings.mlflow_experiment)
+                with _creation_lock(self.uri):
+                    experiment = _experiment_id(self.client, settings.mlflow_experiment)
                 name = output_dir.name if stage == "multitask" else \
                     f"{output_dir.parents[1].name}-{stage}-{output_dir.name}"
                 run = self.client.create_run(experiment, run_name=name, tags={
@@ -255,6 +257,27 @@ def _resumable_run(record: Path, uri: str) -> str | None:
     except (OSError, ValueError):
         return None
     return saved.get("run_id") if saved.get("tracking_uri") == uri else None
+
+
+@contextlib.contextmanager
+def _creation_lock(uri: str):
+    """One process at a time looks up or creates the experiment of a file store: MLflow's file
+    store checks a new experiment's name without a lock, so trials starting together in
+    separate workers made two experiments of one name. Servers and databases need none."""
+    parts = urlsplit(uri)
+    if parts.scheme != "file":
+        yield
+        return
+    import fcntl
+
+    root = Path(unquote(parts.path))
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".weightsearch-experiment.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _experiment_id(client: Any, name: str) -> str:
