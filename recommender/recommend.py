@@ -54,9 +54,10 @@ from recommender.regime import (
     is_known,
     short_name,
 )
-from recommender.shipped import SHIPPED, scores_by_weight
+from recommender.shipped import SHIPPED
 from recommender.task_curve import locate_best
 from studies import schema
+from studies.verdict import by_seed
 from trainer.task_types import TASK_TYPES  # a live view: registered types count at once
 from weightsearch.errors import ConfigError
 
@@ -166,7 +167,7 @@ def _shipped_points() -> tuple[EvidencePoint, ...]:
     for shipped in SHIPPED:
         for task, rows in shipped.tasks().items():
             head = rows[0]
-            values, paired = scores_by_weight(rows)
+            values, paired = by_seed([(r.weight, r.seed, r.metric) for r in rows])
             point = _point(task, shipped.study, head.train_size, head.task_type, "prior",
                            values, True, head.regime.get("encoder"), head.regime.get("stage"),
                            head.regime.get("variant"), paired=paired, dataset=head.dataset)

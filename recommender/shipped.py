@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from studies.importer import ImportRow, parse_rows
-from studies.verdict import by_seed
 
 DATA = Path(__file__).parent / "data"
 
@@ -46,8 +45,3 @@ SHIPPED: tuple[ShippedStudy, ...] = (
         "all-MiniLM-L6-v2, multi-task stage, variant reference, auxiliaries RTE, MRPC, STS-B "
         "and CoLA at 300 examples each (recommender/data/README.md)"),
 )
-
-
-def scores_by_weight(rows: list[ImportRow]) -> tuple[dict[float, list[float]], bool]:
-    """Each weight's scores, and whether they are paired (`studies.verdict.by_seed`)."""
-    return by_seed([(r.weight, r.seed, r.metric) for r in rows])

@@ -8,6 +8,7 @@ i.e. the one closer to equal weighting).
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -101,9 +102,10 @@ class CentralStudy:
         ranked = sorted(self.curve, key=lambda s: (-sign * s.mean, s.weight))
         return [s.weight for s in ranked[:k]]
 
-    @property
+    @functools.cached_property
     def verdict(self) -> Verdict:
-        """Whether the trials separate the best weight from the others (`studies.verdict`)."""
+        """Whether the trials separate the best weight from the others (`studies.verdict`);
+        computed once per study read (inspect, plots and summaries all ask for it)."""
         values, paired = by_seed(self._scores())
         return judge(values, paired, self.maximize)
 
