@@ -31,10 +31,11 @@ def register(subparsers) -> None:
     p.add_argument("--data-dir", metavar="DIR", help="data folder of --task")
     p.add_argument("--task-type", choices=TASK_TYPES, help="upweights tasks of the same type")
     p.add_argument("--encoder", metavar="NAME",
-                   help="answer for studies of this encoder (default: the regime with the "
-                   "strongest evidence); others count with a discount")
+                   help="answer for studies of this encoder (default: the regime of your "
+                   "own studies, else the default encoder's); others count with a discount")
     p.add_argument("--stage", choices=STAGES,
-                   help="answer for scores of this stage (default: the strongest evidence)")
+                   help="answer for scores of this stage (default: the best-supported stage of "
+                   "that regime)")
     p.add_argument("--storage", default=None, help=STORAGE_HELP)
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text (the weight, its range and the evidence table, for reading) or "

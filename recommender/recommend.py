@@ -46,6 +46,7 @@ from recommender.baselines import BASELINES, baseline_errors, cells
 from recommender.hierarchy import MODEL_NAMES, REGIME_SD, fit_law
 from recommender.prior import PRIOR, PRIOR_STUDY
 from recommender.regime import (
+    DEFAULT_ENCODER,
     KNOWN_ENCODERS,
     UNKNOWN,
     VARIANTS,
@@ -341,14 +342,29 @@ def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str
                   size: str | None = None) -> tuple[Regime, list[str]]:
     """The regime to answer for, and notes on how it was chosen. Unset parts: among the regimes
     of the points that match the set parts, the one whose compatible points have the largest
-    summed precision (ties: the one with more parts recorded)."""
+    summed precision (ties: the one with more parts recorded). With no encoder asked, the
+    candidates are first the regimes of the user's own studies, else the default encoder's:
+    a user asks about the setting they train in, not the one with the most published rows."""
     def fits(p: EvidencePoint) -> bool:
         return (encoder is None or _encoder_matches(encoder, p.encoder)) and \
             (stage is None or p.stage == stage) and \
             (variant is None or p.regime.variant in (variant, UNKNOWN)) and \
             (size in (None, UNKNOWN) or p.regime.size in (size, UNKNOWN))
 
-    candidates = {p.regime for p in evidence if fits(p)}
+    fitting = [p for p in evidence if fits(p)]
+    why = "the strongest evidence available"
+    if encoder is None:
+        own = [p for p in fitting if p.source == "studies"]
+        default = [p for p in fitting if _encoder_matches(DEFAULT_ENCODER, p.encoder)]
+        if own:
+            fitting = own
+            why = (f"the regime of your own studies ({len({p.family for p in own})} "
+                   "central tasks); --encoder/--stage answer for another")
+        elif default:
+            fitting = default
+            why = (f"the default encoder's, {DEFAULT_ENCODER}: no studies of your own in the "
+                   "storage; --encoder/--stage answer for another")
+    candidates = {p.regime for p in fitting}
     # A regime with an unknown size or variant stands only where no recorded one refines it.
     candidates = {r for r in candidates if not any(
         o != r and not r.differences(o) and o.known_parts() > r.known_parts()
@@ -363,7 +379,7 @@ def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str
             regime = Regime(regime.encoder, regime.size, regime.stage, variant)
         if size not in (None, UNKNOWN) and regime.size == UNKNOWN:
             regime = Regime(regime.encoder, size, regime.stage, regime.variant)
-        how = "as asked" if encoder and stage else "the strongest evidence available"
+        how = "as asked" if encoder and stage else why
         return regime, [f"regime: encoder {regime.encoder} ({regime.size}), stage "
                         f"{regime.stage}, variant {regime.variant} ({how})"]
     regime = Regime(encoder or UNKNOWN_ENCODER, size or encoder_size(encoder),

@@ -20,6 +20,7 @@ from pathlib import Path
 
 UNKNOWN = "unknown"
 VARIANTS = ("reference", "paper")  # trainer.weighting's SIWLM variants (a test checks)
+DEFAULT_ENCODER = "all-MiniLM-L6-v2"  # trainer.config's default encoder (a test checks)
 # Hidden size x layers of encoders people run MT-DNN with, by their name's last part.
 KNOWN_ENCODERS: dict[str, str] = {
     "bert-base-uncased": "768x12", "bert-base-cased": "768x12",

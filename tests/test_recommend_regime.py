@@ -145,7 +145,8 @@ def test_http_says_which_encoder_had_no_evidence(tmp_path) -> None:
     assert typo.status_code == 400 and "did you mean roberta-base" in typo.json()["detail"]
     assert body["regime"]["encoder_size"] == "unknown"
     plain = client.get("/recommend", params={"train_size": 2500}).json()
-    assert plain["unmatched_encoder"] is None and plain["regime"]["encoder_size"] == "768x12"
+    # No studies in the storage: the default encoder's regime (MiniLM, 384 x 6 layers).
+    assert plain["unmatched_encoder"] is None and plain["regime"]["encoder_size"] == "384x6"
     assert client.get("/recommend", params={"train_size": 2500,
                                             "encoder": "no such!"}).status_code == 422
 
@@ -188,3 +189,27 @@ def test_law_cache_is_safe_under_threads() -> None:
         t.join()
     assert not errors
     assert all(got[i] == expected[i % len(lists)] for i in range(24))
+
+
+def test_unasked_the_regime_is_the_users_own_else_the_default_encoders() -> None:
+    """The published rows (BERT-base, fine-tuned) outnumber a user's studies; unasked, the
+    answer is still for the user's own regime, and without studies for the default encoder's."""
+    from recommender.recommend import builtin_evidence
+    from recommender.regime import DEFAULT_ENCODER
+    from trainer.config import DEFAULT_ENCODER as TRAINER_DEFAULT
+
+    assert DEFAULT_ENCODER == TRAINER_DEFAULT
+    builtin = builtin_evidence()  # the paper's Table 2 and the shipped MiniLM ladder
+    own = [study(f"t{i}", n, PEAK_AT_12, encoder="/models/my-encoder", encoder_size="256x4")
+           for i, n in enumerate((800, 2000))]
+    rec = recommend_from([*builtin, *own], 3000)
+    assert rec.regime["encoder"] == "/models/my-encoder"
+    assert any("the regime of your own studies (2 central tasks)" in n for n in rec.notes)
+    assert {e["task"] for e in rec.evidence if not e["discounted"]} == {"t0", "t1"}
+    alone = recommend_from(builtin, 3000)
+    assert alone.regime["encoder"].lower() == DEFAULT_ENCODER.lower()
+    assert any("the default encoder's" in n and "no studies of your own" in n
+               for n in alone.notes)
+    # Asked for, another regime is answered for as before.
+    paper = recommend_from([*builtin, *own], 3000, encoder="bert-base-uncased")
+    assert paper.regime["encoder"] == "bert-base-uncased"
