@@ -3,6 +3,7 @@
     study: glue-small                 # letters, digits, - _ . ; studies are named <study>/<central>
     storage: sqlite:///weightsearch.db  # default: $WEIGHTSEARCH_STORAGE or ./weightsearch.db
     train: {...}                      # the run-config template every cell starts from
+                                      # (with checkpoints: none unless it says otherwise)
     central_tasks: [rte, mrpc]        # default: every task of train.tasks
     aux_tasks: [stsb, cola]           # trained beside each central task; default: every
                                       # other task of train.tasks
@@ -72,6 +73,8 @@ from weightsearch.fields import (
     unknown_keys,
 )
 from weightsearch.yamlio import load_yaml, read_yaml_file, yaml_problem
+
+TRIAL_CHECKPOINTS = "none"  # a trial's checkpoint policy unless train.checkpoints says otherwise
 
 # The study file's format. A study's stored spec and digest are in the format of the release
 # that launched it; a spec of an older format is compared by content (`same_study`), so a
@@ -286,6 +289,8 @@ class StudySpec:
         raw["central_task"] = central
         raw["seed"] = int(seed)
         raw["output_dir"] = output_dir
+        # A cell's score lands in the study; its model is kept only when the study asks.
+        raw.setdefault("checkpoints", TRIAL_CHECKPOINTS)
         return raw
 
     def for_cell(self, central: str, point: Mapping[str, Any], seed: int,

@@ -6,7 +6,10 @@ config (`RUN_CONFIG`); the worker only prepares the attempt folder and trains.
 Checkpoints: the trainer writes an epoch checkpoint into the trial's own output folder in the
 shared workdir, and `resume=True` continues from it. That folder is the single source of truth,
 so no Ray checkpoint is reported: a Ray retry (FailureConfig) and a later `weightsearch resume`
-both find the same folder and continue the interrupted cell instead of retraining it.
+both find the same folder and continue the interrupted cell instead of retraining it. A later
+attempt starts as a copy of the earlier one; once it has trained, the earlier attempts'
+checkpoints are removed, and the trainer's `checkpoints` policy (`none` for trials unless the
+study's train section says otherwise) trims the finished run's own.
 
 A stint with an epoch `budget` (successive halving) stops once that epoch is trained and
 checkpointed: its report says so (`STINT_END`) and the run ends there; the next rung's stint
@@ -18,6 +21,7 @@ dicts (`metrics/rte/accuracy`) before the searcher sees them.
 
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -81,7 +85,9 @@ def run_cell(config: dict[str, Any]) -> None:
     try:
         result = trainer.train(cfg, report=report, resume=True, quiet=True)
     except _BudgetReached:
+        drop_earlier_checkpoints(config["base_dir"], int(config.get("attempt", 0)))
         return
+    drop_earlier_checkpoints(config["base_dir"], int(config.get("attempt", 0)))
     last = max((h["epoch"] for h in result.history), default=0)
     tune.report({
         EPOCH: int(last),
@@ -104,6 +110,8 @@ def prepare_attempt(base: str, attempt: int) -> str:
     out = attempt_folder(base, attempt)
     if attempt == 0 or os.path.isdir(out):
         return out
+    for stale in glob.glob(f"{glob.escape(out)}.copying-*"):  # a copy a crash interrupted
+        shutil.rmtree(stale, ignore_errors=True)
     for earlier in range(attempt - 1, -1, -1):
         source = attempt_folder(base, earlier)
         if os.path.isdir(os.path.join(source, "checkpoints")):
@@ -113,6 +121,14 @@ def prepare_attempt(base: str, attempt: int) -> str:
             os.replace(partial, out)
             break
     return out
+
+
+def drop_earlier_checkpoints(base: str, attempt: int) -> None:
+    """Once an attempt has trained (its stint or the whole run), the checkpoints of the cell's
+    earlier attempts are copies it no longer needs: remove them, keep their logs."""
+    for earlier in range(attempt):
+        shutil.rmtree(os.path.join(attempt_folder(base, earlier), "checkpoints"),
+                      ignore_errors=True)
 
 
 def _finite(value: float) -> float | None:

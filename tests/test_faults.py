@@ -184,7 +184,7 @@ def _study_file(tmp_path: Path, name: str, url: str, encoder: str, data: Path, w
             "encoder": encoder, "data_dir": str(data), "tasks": ["rte", "mrpc"],
             "epochs": epochs, "batch_size": 8, "max_train_examples": examples,
             "max_eval_examples": 64, "max_seq_len": 64, "num_threads": 1,
-            "keep_checkpoints": epochs,  # every epoch's checkpoint stays, as evidence
+            "checkpoints": "all",  # every epoch's checkpoint stays, as evidence
             "cache_dir": str(tmp_path / "cache"),
         },
         "central_tasks": ["rte"],

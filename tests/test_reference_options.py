@@ -219,7 +219,7 @@ def test_weight_zero_batches_leave_parameters_and_optimizer_state_untouched(
     from trainer.model import MTDNN, load_encoder
 
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1, weight_decay=0.01,
-                     weighting={"scheme": "static", "weights": {"mrpc": 0}})
+                     checkpoints="last", weighting={"scheme": "static", "weights": {"mrpc": 0}})
     train(cfg, quiet=True)
     steps = read_jsonl(tmp_path / "run" / "steps.jsonl")
     assert all(s["skipped"] == (s["task"] == "mrpc") for s in steps)

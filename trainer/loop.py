@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from trainer.checkpoint import (
     CHECKPOINTS,
+    FULL,
     Checkpoint,
     latest_checkpoint,
     load_checkpoint,
@@ -180,6 +181,9 @@ def _checkpoint_to_resume(cfg: RunConfig, out: Path, resume: bool, runtime: Runt
         problems = resume_problems(ckpt.meta, cfg, runtime.precision, out)
         if problems:
             raise ConfigError(problems)
+        if ckpt.kept != FULL and ckpt.epoch < cfg.epochs:  # trimmed, yet the run is unfinished
+            raise ConfigError([f"output_dir: {ckpt.path} keeps no optimizer state, so the run "
+                               "cannot continue from it; choose another output_dir"])
     return ckpt, held
 
 
@@ -210,7 +214,8 @@ def _open_output(run: StageRun, quiet: bool) -> Progress:
     cfg, out, ckpt = run.cfg, run.out, run.ckpt
     out.mkdir(parents=True, exist_ok=True)
     if ckpt is not None:
-        load_checkpoint(ckpt, run.model, run.optimizer, run.scheduler, run.runtime.device)
+        if ckpt.kept == FULL:
+            load_checkpoint(ckpt, run.model, run.optimizer, run.scheduler, run.runtime.device)
         meta = ckpt.meta
         progress = Progress(meta["history"], meta["global_step"], meta["examples_seen"],
                             meta["elapsed_s"], meta["train_time_s"])
@@ -332,7 +337,7 @@ def _end_epoch(run: StageRun, epoch: int, train_loss: float, progress: Progress,
               "history": progress.history, "elapsed_s": elapsed,
               "train_time_s": progress.train_time,
               **resume_record(cfg, run.runtime.precision, run.sources)},
-        keep=cfg.keep_checkpoints,
+        keep=None if cfg.checkpoints == "all" else cfg.keep_checkpoints,
     )
     if not quiet:
         summary = "  ".join(f"{t} {cfg.task(t).primary_metric}={v:.4f}"

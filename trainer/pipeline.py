@@ -4,7 +4,9 @@ per-task fine-tuning stage, each as the run config asks.
 The multi-task stage trains with the soft targets of its distilled tasks; each fine-tuned task
 is a one-task run of its own (`trainer.finetune.stage_config`) in `output_dir/finetune/<task>/`,
 started from the multi-task stage's last checkpoint. A run's `result.json` is written when its
-last stage has finished: its presence means the run is done.
+last stage has finished: its presence means the run is done. Only then are its checkpoints
+trimmed to what the `checkpoints` policy keeps (the fine-tuning stage starts from the
+multi-task stage's last checkpoint, so that one stays until every fine-tuned task is done).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from trainer.checkpoint import CHECKPOINTS
+from trainer.checkpoint import CHECKPOINTS, finish_checkpoints
 from trainer.config import RunConfig, load_config
 from trainer.distill import soft_targets
 from trainer.finetune import read_result, stage_config
@@ -62,6 +64,7 @@ def train(
                 metrics_log.write((tuned.output_dir / METRICS).read_text())
         result = dataclasses.replace(result, finetuned=finetuned)
     (out / RESULT).write_text(json.dumps(result.to_dict(), indent=1))
+    finish_checkpoints(out, cfg.checkpoints, cfg.keep_checkpoints)
     return result
 
 
@@ -83,6 +86,7 @@ def _finetune(cfg: RunConfig, init_from: Path, report: Report | None, quiet: boo
             tqdm.write(f"fine-tuning {task} from {init_from}")
         result = train_stage(set_up(sub, resume=True, stage="finetuned"), report, quiet)
         (Path(sub.output_dir) / RESULT).write_text(json.dumps(result.to_dict(), indent=1))
+        finish_checkpoints(Path(sub.output_dir), sub.checkpoints, sub.keep_checkpoints)
         results[task] = result
     return results
 
