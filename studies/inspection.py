@@ -41,8 +41,28 @@ def cell_rows(studies: list[CentralStudy]) -> list[dict]:
             shown = {k: _value_text(k, v) for k, v in c.point.items()
                      if k != "weighting.central_weight"}
             rows.append({"central_task": s.central_task, "central_weight": c.weight, **shown,
-                         "seed": c.seed, "state": c.state, "value": c.value, **c.metrics})
+                         "seed": c.seed, "state": c.state, "value": c.value,
+                         **_stage_metrics(s, c)})
     return rows
+
+
+def _stage_metrics(s: CentralStudy, c) -> dict[str, float]:
+    """A cell's metrics; in a study scored on the fine-tuned stage each says its stage, since
+    the value is a fine-tuned score and the multi-task stage's sit beside it."""
+    if (s.stage or "multitask") == "multitask" and not c.finetuned:
+        return c.metrics
+    return {**{f"multitask.{k}": v for k, v in c.metrics.items()},
+            **{f"finetuned.{k}": v for k, v in c.finetuned.items()}}
+
+
+def value_note(s: CentralStudy) -> str:
+    """What a study's `value` column is."""
+    stage, metric = s.stage or "multitask", s.primary_metric or "score"
+    if s.source != schema.SOURCE_SWEEP:
+        return f"value: {s.central_task} {metric}, {stage} stage"
+    return (f"value: {s.central_task} {metric} at the best epoch of the {stage} stage"
+            + ("; multitask.* and finetuned.*: each stage's own scores"
+               if stage == "finetuned" else ""))
 
 
 def _value_text(path: str, value) -> str:
@@ -170,7 +190,7 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str) -> str:
         return json.dumps({"study": name, "central_tasks": out}, indent=2)
     if fmt == "csv":
         return _frame(cells).to_csv(index=False)
-    parts = [f"{s.name} ({s.source}, {s.counts['complete']} complete):\n"
+    parts = [f"{s.name} ({s.source}, {s.counts['complete']} complete; {value_note(s)}):\n"
              + _table([r for r in cells if r["central_task"] == s.central_task])
              for s in studies]
     if any(s.curve for s in studies) or not points:

@@ -34,10 +34,12 @@ class Cell:
     seed: int | None
     state: str  # complete | running | failed | pending | pruned
     value: float | None
-    metrics: dict[str, float]  # flattened "<task>.<metric>"
+    metrics: dict[str, float]  # flattened "<task>.<metric>", the multi-task stage's best epoch
     # {run-config path: value} of a study searching more than the central weight (a task
     # group as a list of auxiliary tasks); empty for the classic weight search.
     point: dict = field(default_factory=dict)
+    # flattened "<task>.<metric>": each fine-tuned task's best, in a study with that stage
+    finetuned: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -232,6 +234,7 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
             value=t.values[0] if complete else None,
             metrics=_flatten(t.user_attrs.get(schema.T_METRICS)),
             point=_point(t.user_attrs.get(schema.T_POINT)),
+            finetuned=_flatten(t.user_attrs.get(schema.T_FINETUNED_METRICS)),
         ))
     counts = _counts(cells, attrs)
     return CentralStudy(

@@ -301,7 +301,8 @@ class CellSearcher(Searcher):
             live.stint_end = True
         if epoch not in live.values and math.isfinite(value):
             live.values[epoch] = value
-            live.trial.report(value, step=epoch)  # a retried trial re-reports nothing twice
+            if live.plan.stage == "multitask":  # Optuna's intermediate values: the scored stage's
+                live.trial.report(value, step=epoch)  # a retried trial re-reports nothing twice
 
     def _complete(self, live: _Live) -> float:
         summary, central = live.summary or {}, live.plan.central
@@ -318,7 +319,13 @@ class CellSearcher(Searcher):
         for h in history:  # epochs trained before a resume reach Optuna here
             if h["epoch"] not in live.values:
                 live.values[h["epoch"]] = float(h["metrics"][central][live.plan.primary_metric])
-                trial.report(live.values[h["epoch"]], step=h["epoch"])
+                if live.plan.stage == "multitask":
+                    trial.report(live.values[h["epoch"]], step=h["epoch"])
+        if live.plan.stage == "finetuned":  # its epochs, so that the values lead to the value
+            for h in tuned[central].get("history") or []:
+                score = h["metrics"][central][live.plan.primary_metric]
+                if isinstance(score, int | float) and math.isfinite(score):
+                    trial.report(float(score), step=h["epoch"])
         trial.set_user_attr(S.T_METRICS, at_best)
         trial.set_user_attr(S.T_FINAL_METRICS, summary.get("final", {}))
         trial.set_user_attr(S.T_HISTORY, history)

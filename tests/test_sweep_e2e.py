@@ -157,8 +157,19 @@ def test_study_scored_on_the_finetuned_stage(
         assert set(multitask) == {"rte", "mrpc", "stsb"}  # both stages kept
         assert tuned["stsb"]["corr"] != multitask["stsb"]["corr"]  # the stages differ, and
         assert t.value == tuned["stsb"]["corr"]  # the value is the fine-tuned score
+        # Optuna's intermediate values are the fine-tuned epochs': they lead to the value.
+        assert list(t.intermediate_values) == [1]
+        assert t.intermediate_values[1] == t.value
     central = read_central(spec.storage, "ft/stsb")
     assert central.stage == "finetuned" and best_rows([central])[0]["stage"] == "finetuned"
+    # inspect says which stage each number comes from.
+    from studies.inspection import inspect
+
+    text = inspect(spec.storage, "ft")
+    assert "value: stsb corr at the best epoch of the finetuned stage" in text
+    header = next(line for line in text.splitlines() if "central_weight" in line)
+    assert "multitask.stsb.corr" in header and "finetuned.stsb.corr" in header
+    assert "multitask.rte.accuracy" in header
 
 
 @pytest.mark.parametrize(("objective", "words"), [
