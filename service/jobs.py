@@ -13,6 +13,7 @@ import contextlib
 import datetime as dt
 import itertools
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -46,9 +47,9 @@ class Job:
         return "succeeded" if code == 0 else "failed"
 
     def last_line(self) -> str:
-        """The log's last line: what the run reports about its progress."""
-        lines = self.tail(4096).strip().splitlines()
-        return lines[-1] if lines else ""
+        """The log's last line the driver itself wrote: what the run reports about its progress
+        (Ray's and the C++ runtime's lines, stack frames above all, are skipped)."""
+        return progress_line(self.tail(16384))
 
     def tail(self, size: int = LOG_TAIL_BYTES) -> str:
         try:
@@ -70,6 +71,19 @@ class Job:
                 "started": _utc(self.started), "ended": _utc(self.ended),
                 "updated": _utc(self.updated()),
                 "progress": self.last_line()}
+
+
+# Lines a driver's log holds that are not the driver's own words: indented stack frames, the
+# C++ runtime's failure-signal dump ("*** SIGTERM received", "PC: @ 0x..."), glog and Python
+# logging stamps, worker output Ray prefixes with "(pid=...)", Tune's boxed tables.
+_NOISE = re.compile(r"^(\s|\*\*\*|PC: |@ |\(|\[\d{4}-\d\d-\d\d|\d{4}-\d\d-\d\d[ T]\d"
+                    r"|[EWIF]\d{4} |[│╭╰├┌└─+|])|\.cc:\d+\]|^Traceback ")
+
+
+def progress_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    own = [line for line in lines if not _NOISE.search(line)]
+    return (own or lines or [""])[-1]
 
 
 def _utc(stamp: float | None) -> dt.datetime | None:

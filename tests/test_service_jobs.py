@@ -51,3 +51,33 @@ def test_the_table_keeps_running_jobs_and_the_newest_finished_ones(tmp_path: Pat
     finally:
         stubborn.proc.kill()
         stubborn.proc.wait()
+
+
+# The end of a driver's log after a cancel: its own last event, then what Ray's C++ runtime
+# and its Python logging print while the process group goes down.
+CANCELLED_LOG = """\
+[sample] started rte w9 s1 | 0/4 done, 1 running
+[sample] epoch 1 rte w9 s1: accuracy 0.5200 | 0/4 done, 1 running, ETA 3m
+*** SIGTERM received at time=1764012345 on cpu 1 ***
+PC: @     0x7f3c2a1b2c3d  (unknown)  pthread_cond_wait
+    @     0x7f3c2a000000        208  absl::AbslFailureSignalHandler()
+[2026-11-24 23:59:01,123 E 4242 4242] logging.cc:440: *** SIGTERM received at time=1764012345
+2026-11-24 23:59:01,200\tINFO worker.py:1800 -- shutting down
+(pid=4343) Traceback (most recent call last):
+"""
+
+
+def test_progress_is_the_drivers_own_last_line_not_ray_noise(tmp_path: Path):
+    from service.jobs import progress_line
+
+    assert progress_line(CANCELLED_LOG) == \
+        "[sample] epoch 1 rte w9 s1: accuracy 0.5200 | 0/4 done, 1 running, ETA 3m"
+    failed = CANCELLED_LOG + "weightsearch launch: error: storage sqlite:///x.db is locked\n"
+    assert progress_line(failed).startswith("weightsearch launch: error: storage")
+    assert progress_line("") == ""
+    assert progress_line("*** SIGTERM received\n") == "*** SIGTERM received"  # nothing better
+    jobs = JobTable(grace_s=0.5)
+    script = f"import sys, time; sys.stdout.write({CANCELLED_LOG!r}); sys.stdout.flush()"
+    job = jobs.start("launch", "sample", [sys.executable, "-c", script], tmp_path / "job.log")
+    _until(lambda: job.proc.poll() is not None)
+    assert job.to_dict()["progress"].startswith("[sample] epoch 1")
