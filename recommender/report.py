@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from recommender.prior import PRIOR_STUDY
 from recommender.recommend import EvidencePoint, Recommendation, recommend_from
@@ -78,15 +79,25 @@ BASELINE_LABELS = {"constant": "constant 8", "rule_of_thumb": "the paper's rule 
 def plot_recommendation(evidence: list[EvidencePoint], rec: Recommendation | None,
                         path: str | Path, task_type: str | None = None,
                         encoder: str | None = None, stage: str | None = None) -> Path:
+    """`recommendation_figure`, written to `path` in the format of its extension."""
+    from studies.plots import save
+
+    return save(recommendation_figure(evidence, rec, task_type, encoder, stage), path)
+
+
+def recommendation_figure(evidence: list[EvidencePoint], rec: Recommendation | None,
+                          task_type: str | None = None, encoder: str | None = None,
+                          stage: str | None = None) -> Any:
     """Where each task's best central weight lies against its training-set size (log x), with
     the recommender's curve and 80% band across sizes, and the requested size marked. A point
     is the weight its trials locate as best, +- 1 sd of that location from the seeds' spread
-    (recommender.task_curve); a task with one seed per weight has no bar."""
+    (recommender.task_curve); a task with one seed per weight has no bar. Points from another
+    regime than the one answered for are hollow."""
     import math
 
     import numpy as np
 
-    from studies.plots import pyplot, regime_text, save, train_size_text
+    from studies.plots import pyplot, regime_text, train_size_text
 
     plt = pyplot()
     sizes = [p.train_size for p in evidence]
@@ -98,17 +109,20 @@ def plot_recommendation(evidence: list[EvidencePoint], rec: Recommendation | Non
     ax.fill_between(xs, [c.interval[0] for c in curve], [c.interval[1] for c in curve],
                     alpha=0.2, label="80% range of a new task's best weight")
     ax.plot(xs, [c.central_weight for c in curve], label="recommended weight")
-    groups = sorted({_source_label(p) for p in evidence})
-    for label, marker in zip(groups, "osD^v<>p*h", strict=False):
-        pts = [p for p in evidence if _source_label(p) == label]
+    # Evidence from another regime than the one answered for counts with a discount: hollow.
+    discounted = {(e["study"], e["task"]) for e in (rec.evidence if rec else [])
+                  if e.get("discounted")}
+    groups = sorted({(_source_label(p), (p.study, p.task) in discounted) for p in evidence})
+    for (label, other), marker in zip(groups, "osD^v<>p*h", strict=False):
+        pts = [p for p in evidence if _source_label(p) == label
+               and ((p.study, p.task) in discounted) == other]
         bars = [math.sqrt(p.variance) if p.n_seeds > 1 else 0.0 for p in pts]
         spread = "± 1 sd over seeds" if any(bars) else "(one seed: no bar)"
         ax.errorbar([p.train_size for p in pts], [p.location for p in pts], yerr=bars,
                     fmt=marker, capsize=2, markersize=4, zorder=3,
-                    label=f"a task's located best weight {spread}, {label}")
-        for p in pts:
-            ax.annotate(p.task, (p.train_size, p.location), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
+                    **({"mfc": "none"} if other else {}),
+                    label=f"a task's located best weight {spread}, {label}"
+                    + (" (another regime: discounted)" if other else ""))
     if rec is not None:
         ax.errorbar([rec.train_size], [rec.central_weight], color="red", capsize=4,
                     yerr=[[rec.central_weight - rec.interval[0]],
@@ -117,6 +131,8 @@ def plot_recommendation(evidence: list[EvidencePoint], rec: Recommendation | Non
                     label=f"this task ({train_size_text(rec.train_size)}), 80% range")
     ax.set_xscale("log")
     ax.set_ylim(0, 16)
+    ax.set_xlim(lo_x, hi_x)  # fixed before the labels are placed in display coordinates
+    _label_points(ax, [(p.task, p.train_size, p.location) for p in evidence])
     ax.set_xlabel("training examples of the central task (count, log scale)")
     ax.set_ylabel("central-task loss weight (×)")
     regime = rec.regime if rec is not None else {}
@@ -124,7 +140,40 @@ def plot_recommendation(evidence: list[EvidencePoint], rec: Recommendation | Non
         [regime.get("encoder", encoder)], [regime.get("stage", stage)]))
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    return save(fig, path)
+    return fig
+
+
+def _label_points(ax, points: list[tuple[str, float, float]]) -> None:
+    """Name each point beside it, at the first of a few offsets where its label overlaps no
+    label placed before (else where it overlaps least): tasks of similar size and weight
+    otherwise print over one another."""
+    from matplotlib.transforms import Bbox
+
+    renderer = ax.figure.canvas.get_renderer()
+    offsets = [((3, 3), "left"), ((3, -9), "left"), ((-3, 3), "right"), ((-3, -9), "right"),
+               ((3, 11), "left"), ((-3, 11), "right"), ((3, -17), "left"), ((-3, -17), "right")]
+    placed: list = []
+
+    def covered(box) -> float:  # the area it shares with the labels placed so far
+        shared = (Bbox.intersection(box, b) for b in placed)
+        return sum(c.width * c.height for c in shared if c is not None)
+
+    for name, x, y in sorted(points, key=lambda p: (p[1], p[2])):
+        best = None
+        for offset, align in offsets:
+            text = ax.annotate(name, (x, y), fontsize=7, xytext=offset, ha=align,
+                               textcoords="offset points")
+            box = text.get_window_extent(renderer)
+            overlap = covered(box)
+            if best is None or overlap < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (overlap, text, box)
+            else:
+                text.remove()
+            if overlap == 0:
+                break
+        placed.append(best[2])
 
 
 def _source_label(p) -> str:

@@ -69,6 +69,7 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
     nrows = -(-len(studies) // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 2.8 * nrows), squeeze=False)
     seeds = sorted({c.n for s in studies for c in s.curve})
+    several = len({s.study for s in studies}) > 1  # panels then say which study they show
     for ax, s in zip(axes.flat, studies, strict=False):
         w = [c.weight for c in s.curve]
         sd = [c.sd or 0.0 for c in s.curve]
@@ -90,7 +91,8 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
                        label="highest mean, not separated from the others")
             ax.text(0.02, 0.02, verdict.reason, transform=ax.transAxes, fontsize=6,
                     color="0.4", va="bottom")
-        ax.set_title(f"{s.central_task} ({train_size_text(s.train_size)})")
+        ax.set_title(f"{s.name if several else s.central_task} "
+                     f"({train_size_text(s.train_size)})")
         ax.set_xlabel(WEIGHT_LABEL)
         ax.set_ylabel(metric_label(s.primary_metric, values))
         ax.set_xticks(w)

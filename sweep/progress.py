@@ -130,11 +130,18 @@ class Progress:
                           _duration(now - run.started))
         return Group(self.status(), table)
 
-    def eta(self, pending: int) -> float | None:
-        """Mean trial time times the waves still to run; None before the first trial ends."""
-        if not self.durations:
-            return None
-        mean = sum(self.durations) / len(self.durations)
+    def eta(self, pending: int, now: float | None = None) -> float | None:
+        """Mean trial time times the waves still to run. Before the first trial ends, a trial's
+        time is estimated from the running trials' epochs so far (None before any epoch)."""
+        if self.durations:
+            mean = sum(self.durations) / len(self.durations)
+        else:
+            now = time.time() if now is None else now
+            guesses = [(now - r.started) / r.epoch * r.epochs for r in self.running.values()
+                       if r.epoch > 0]
+            if not guesses:
+                return None
+            mean = sum(guesses) / len(guesses)
         return mean * (pending + len(self.running)) / self.concurrency
 
 

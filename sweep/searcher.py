@@ -261,6 +261,9 @@ class CellSearcher(Searcher):
         self.progress.started(trial_id, plan.central, space.label(point), unit.seed,
                               self.spec.epochs if unit.budget is None else unit.budget)
         return {
+            # the point's settings as their own config keys too, as Tune users read them
+            # (`config/weighting.central_weight`), beside the JSON the searcher reads back
+            **{path: list(v) if isinstance(v, tuple) else v for path, v in point.items()},
             "central_task": plan.central, "seed": unit.seed, "cell": cell,
             "point": json.dumps(point, default=list), "attempt": attempt,
             "trial_number": trial.number, "budget": unit.budget, "base_dir": base,
@@ -291,7 +294,8 @@ class CellSearcher(Searcher):
     def _absorb(self, live: _Live, result: dict[str, Any]) -> None:
         if SUMMARY_JSON in result:
             live.summary = json.loads(result[SUMMARY_JSON])
-            return
+            if METRICS_JSON not in result:  # a summary alone: its objective is no epoch's
+                return
         if EPOCH not in result or OBJECTIVE not in result:
             return
         epoch, value = int(result[EPOCH]), float(result[OBJECTIVE])

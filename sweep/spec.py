@@ -291,6 +291,9 @@ class StudySpec:
         raw["output_dir"] = output_dir
         # A cell's score lands in the study; its model is kept only when the study asks.
         raw.setdefault("checkpoints", TRIAL_CHECKPOINTS)
+        tracking = raw.get("tracking")
+        if isinstance(tracking, dict) and tracking.get("mlflow"):  # trials nest under the study
+            raw["tracking"] = {"mlflow_parent": self.study, **tracking}
         return raw
 
     def for_cell(self, central: str, point: Mapping[str, Any], seed: int,

@@ -34,6 +34,8 @@ EPOCH = "epoch"  # ASHA's time attribute
 METRICS_JSON = "metrics_json"  # {task: {metric: value}} of this epoch
 SUMMARY_JSON = "summary_json"  # only in the last report: the trainer's RunResult, as JSON
 STINT_END = "stint_end"  # 1 in the report of the epoch a budgeted stint stops at
+VALUE = "value"  # only in the last report: the trial's value in the study (the scored stage's best)
+DONE = "done"  # Tune's own key: true in a trial's last report, as its result files expect
 # Keys of the trial config the searcher hands over.
 RUN_CONFIG = "run_config"
 
@@ -67,20 +69,28 @@ def run_cell(config: dict[str, Any]) -> None:
     metric = config["metric"]
     budget = config.get("budget")
 
+    held: dict[str, Any] = {}  # the last epoch's report, sent with the run's summary
+
     def report(epoch_report: Any) -> None:
         if epoch_report.stage != "multitask":
             return  # fine-tuning epochs count from 1 again; their scores arrive in the summary
         end = budget is not None and epoch_report.epoch >= budget
-        tune.report({
+        row = {
             EPOCH: int(epoch_report.epoch),
             OBJECTIVE: float(epoch_report.metrics[central][metric]),
             METRICS_JSON: json.dumps(epoch_report.metrics),
+            **flat_metrics(epoch_report.metrics),
             "train_loss": _finite(epoch_report.train_loss),
             "elapsed_s": float(epoch_report.elapsed_s),
             STINT_END: int(end),
-        })
+        }
         if end:
+            tune.report({**row, DONE: True})
             raise _BudgetReached
+        if epoch_report.epoch == cfg.epochs and cfg.finetune is None:
+            held.update(row)  # one Tune iteration per epoch: the summary rides on the last
+            return
+        tune.report(row)
 
     try:
         result = trainer.train(cfg, report=report, resume=True, quiet=True)
@@ -89,10 +99,10 @@ def run_cell(config: dict[str, Any]) -> None:
         return
     drop_earlier_checkpoints(config["base_dir"], int(config.get("attempt", 0)))
     last = max((h["epoch"] for h in result.history), default=0)
+    value = float(result.stage_best(stage)[central][metric])
     tune.report({
-        EPOCH: int(last),
-        OBJECTIVE: float(result.stage_best(stage)[central][metric]),
-        SUMMARY_JSON: json.dumps(result.to_dict(), default=str),
+        EPOCH: int(last), OBJECTIVE: value, **held,
+        VALUE: value, SUMMARY_JSON: json.dumps(result.to_dict(), default=str), DONE: True,
     })
 
 
@@ -129,6 +139,13 @@ def drop_earlier_checkpoints(base: str, attempt: int) -> None:
     for earlier in range(attempt):
         shutil.rmtree(os.path.join(attempt_folder(base, earlier), "checkpoints"),
                       ignore_errors=True)
+
+
+def flat_metrics(metrics: dict[str, dict[str, float]]) -> dict[str, float | None]:
+    """Every task's metrics as scalars named "<task>/<metric>", as Tune users read them
+    (`ExperimentAnalysis.get_best_trial("rte/accuracy", "max")`)."""
+    return {f"{task}/{name}": _finite(v) for task, values in metrics.items()
+            for name, v in values.items() if isinstance(v, int | float)}
 
 
 def _finite(value: float) -> float | None:

@@ -139,3 +139,14 @@ def test_every_cell_is_counted_and_retried_attempts_are_superseded(tmp_path):
     counts = read_central(storage, "g/rte").counts
     assert (counts["complete"], counts["failed"], counts["superseded"],
             counts["not_started"]) == (2, 1, 1, 3)  # 6 cells: 3 reached, 3 not
+
+
+def test_panels_of_several_studies_say_which_study_they_show(url, tmp_path, capsys):
+    """Both studies have an rte panel: each title names its study, not just "rte"."""
+    svg = tmp_path / "all.svg"
+    assert main(["inspect", "--storage", url, "--plot", str(svg)]) == 0
+    text = svg.read_text()
+    assert "seeded/rte (train n=2,490)" in text and "siwlm-paper/rte (train n=2,490)" in text
+    one = tmp_path / "one.svg"
+    assert main(["inspect", "seeded", "--storage", url, "--plot", str(one)]) == 0
+    assert "rte (train n=2,490)" in one.read_text() and "seeded/rte" not in one.read_text()

@@ -17,3 +17,18 @@ def test_the_live_line_names_the_top_trial_not_a_best_weight():
     p.finished("b", "COMPLETE", 3.0, 0.49)
     line = p.status()
     assert "top trial rte w=1 (0.5200)" in line and "best" not in line
+
+
+def test_an_eta_is_given_from_the_first_epoch_not_only_after_the_first_trial():
+    out = io.StringIO()
+    p = Progress("s", 6, 2, stream=out, metric="accuracy", live=False)
+    p.started("a", "rte", "w=1", 1, 3)
+    p.started("b", "rte", "w=9", 1, 3)
+    assert p.eta(4) is None  # nothing measured yet
+    p.running["a"].started -= 20.0  # its first epoch took 20 s, so a trial takes about 60 s
+    p.epoch("a", 1, 0.5)
+    assert "ETA" in out.getvalue().splitlines()[-1]
+    now = p.running["a"].started + 20.0
+    assert p.eta(4, now=now) == 60.0 * (4 + 2) / 2  # three waves of two trials
+    p.finished("a", "COMPLETE", 30.0, 0.5)  # measured trial times take over
+    assert p.eta(4) == 30.0 * (4 + 1) / 2

@@ -213,3 +213,33 @@ def test_unasked_the_regime_is_the_users_own_else_the_default_encoders() -> None
     # Asked for, another regime is answered for as before.
     paper = recommend_from([*builtin, *own], 3000, encoder="bert-base-uncased")
     assert paper.regime["encoder"] == "bert-base-uncased"
+
+
+def test_the_recommendation_plot_marks_discounted_points_and_keeps_labels_apart() -> None:
+    """Every task is named without two names printed over one another, and points of another
+    regime than the one answered for are hollow (and say so in the legend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.transforms import Bbox
+
+    from recommender.recommend import builtin_evidence
+    from recommender.report import recommendation_figure
+
+    evidence = builtin_evidence()
+    rec = recommend_from(evidence, 3000)  # MiniLM: the paper's BERT-base rows are discounted
+    fig = recommendation_figure(evidence, rec)
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    names = [t for t in ax.texts if t.get_text() in {p.task for p in evidence}]
+    assert sorted(t.get_text() for t in names) == sorted(p.task for p in evidence)
+    boxes = [t.get_window_extent(renderer) for t in names]
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            shared = Bbox.intersection(a, b)
+            assert shared is None or shared.width * shared.height < 1.0
+    labels = ax.get_legend_handles_labels()[1]
+    assert any("SIWLM paper (another regime: discounted)" in label for label in labels)
+    assert any("sst2-ladder" in label and "discounted" not in label for label in labels)
+    hollow = [line for line in ax.lines if line.get_markerfacecolor() == "none"]
+    assert len(hollow[0].get_xdata()) == sum(e["discounted"] for e in rec.evidence)

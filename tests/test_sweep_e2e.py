@@ -88,6 +88,12 @@ def test_study_runs_every_cell_exactly_once(
         frame = ExperimentAnalysis(str(experiments[0])).dataframe()
         assert len(frame) == 4 and set(frame["config/central_task"]) == {"rte", "stsb"}
         assert frame["objective"].notna().all()
+        # Tune's conventions: one iteration per epoch, the last one done, every metric its own
+        # column, the searched setting its own config key, the trial's study value alone.
+        assert (frame["training_iteration"] == 1).all() and frame["done"].all()
+        assert {"rte/accuracy", "mrpc/f1", "stsb/corr"} <= set(frame.columns)
+        assert sorted(frame["config/weighting.central_weight"]) == [1.0, 1.0, 9.0, 9.0]
+        assert frame["value"].notna().all()
         assert list(experiments[0].glob("*/events.out.tfevents.*"))  # TensorBoard reads it
 
         # Every trial is one MLflow run in the file store, with its cell's settings and
@@ -98,8 +104,14 @@ def test_study_runs_every_cell_exactly_once(
         client = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
         runs = client.search_runs([client.get_experiment_by_name("weightsearch").experiment_id])
         cells = sorted((r.data.params["central_task"],
-                        float(r.data.params["weighting.central_weight"])) for r in runs)
+                        float(r.data.params["weighting.central_weight"])) for r in runs
+                       if "central_task" in r.data.params)
         assert cells == [("rte", 1.0), ("rte", 9.0), ("stsb", 1.0), ("stsb", 9.0)]
+        # The trials are the children of one parent run named after the study.
+        parents = [r for r in runs if r.data.tags.get("weightsearch.parent") == "e2e"]
+        assert len(parents) == 1 and parents[0].info.run_name == "e2e"
+        runs = [r for r in runs if r not in parents]
+        assert {r.data.tags.get("mlflow.parentRunId") for r in runs} == {parents[0].info.run_id}
         for r in runs:
             assert r.info.status == "FINISHED"
             central = r.data.params["central_task"]

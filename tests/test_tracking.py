@@ -3,6 +3,7 @@ reader and MLflow's client on a local file store."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -112,8 +113,10 @@ def test_a_resumed_run_continues_the_same_records(sample_data_dir, tiny_encoder,
 def test_tracking_settings_are_checked_up_front(sample_data_dir, tmp_path):
     base = {"data_dir": str(sample_data_dir), "tasks": ["rte"]}
     with pytest.raises(ConfigError) as caught:
-        load_config({**base, "tracking": {"tensorboard": "yes", "mlflow": "", "wandb": True}})
+        load_config({**base, "tracking": {"tensorboard": "yes", "mlflow": "", "wandb": True,
+                                          "mlflow_parent": "x' OR '1'='1"}})
     problems = caught.value.problems
+    assert any(p.startswith("tracking.mlflow_parent: expected a run name") for p in problems)
     assert any(p.startswith("tracking.tensorboard: expected true or false") for p in problems)
     assert any(p.startswith("tracking.mlflow: expected a tracking URI") for p in problems)
     assert any(p.startswith("tracking.wandb: unknown setting") for p in problems)
@@ -148,3 +151,27 @@ def test_a_uri_mlflow_cannot_store_runs_at_is_refused_before_a_study_starts(
     err = capsys.readouterr().err
     assert "MLflow cannot store runs at 'ftp://host/runs'" in err and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_runs_naming_one_parent_nest_under_one_parent_run(sample_data_dir, tiny_encoder,
+                                                          tmp_path):
+    from trainer.tracking import _parent_run
+
+    mlruns = tmp_path / "mlruns"
+    for name in ("a", "b"):
+        cfg = _config(sample_data_dir, tiny_encoder, tmp_path / name, mlruns)
+        train(dataclasses.replace(cfg, tracking=dataclasses.replace(
+            cfg.tracking, mlflow_parent="study-1")), quiet=True)
+    client = MlflowClient(tracking_uri=mlruns.as_uri())
+    experiment = client.get_experiment_by_name("weightsearch").experiment_id
+    runs = client.search_runs([experiment])
+    parents = [r for r in runs if r.data.tags.get("weightsearch.parent") == "study-1"]
+    assert len(parents) == 1 and parents[0].info.run_name == "study-1"
+    children = sorted(r.info.run_name for r in runs
+                      if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id)
+    assert children == ["a", "b"]
+    # Two creators racing without a lock: each keeps the older parent, the newer one goes.
+    late = client.create_run(experiment, run_name="study-1",
+                             tags={"weightsearch.parent": "study-1"})
+    assert _parent_run(client, experiment, "study-1") == parents[0].info.run_id
+    client.delete_run(late.info.run_id)

@@ -11,6 +11,10 @@ package must be installed); MLflow logs one run per output folder into the exper
 `tracking` extra installs them, and a config that asks for a missing one is refused up front.
 A resumed run appends to the same TensorBoard folder (dropping updates after its checkpoint) and
 the same MLflow run (its id is kept in `<output_dir>/mlflow_run.json`).
+
+`mlflow_parent: NAME` nests the run under a parent run of that name in the same experiment,
+found or created by the first run that names it: a study sets it to its name, so that its
+trials are the children of one run per study, as MLflow shows a sweep.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -33,7 +38,9 @@ from weightsearch.errors import ConfigError
 EXTRA = "pip install 'weightsearch[tracking]'"
 TENSORBOARD_DIR = "tensorboard"
 MLFLOW_RUN = "mlflow_run.json"
-_KEYS = ("tensorboard", "mlflow", "mlflow_experiment")
+_KEYS = ("tensorboard", "mlflow", "mlflow_experiment", "mlflow_parent")
+_PARENT_TAG = "weightsearch.parent"
+_PARENT_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._/ -]{0,249}")
 # Where MLflow's client can keep runs: a file store, a tracking server, a SQL database (with an
 # optional driver, e.g. postgresql+psycopg) or Databricks. Checked up front: a study would
 # otherwise fail every trial on a URI such as ftp://host.
@@ -46,6 +53,7 @@ class TrackingSettings:
     tensorboard: bool = False
     mlflow: str | None = None  # a tracking URI: file:///path, sqlite:///mlflow.db, http://host
     mlflow_experiment: str = "weightsearch"
+    mlflow_parent: str | None = None  # the name of the parent run (a study's name)
 
     @property
     def enabled(self) -> bool:
@@ -87,9 +95,14 @@ def parse_tracking(raw: Any, problems: list[str], base: Path | None = None) -> T
     experiment = raw.get("mlflow_experiment", "weightsearch")
     if not isinstance(experiment, str) or not experiment.strip():
         problems.append(f"tracking.mlflow_experiment: expected a name, got {experiment!r}")
+    parent = raw.get("mlflow_parent")
+    if parent is not None and not (isinstance(parent, str) and _PARENT_NAME.fullmatch(parent)):
+        problems.append(f"tracking.mlflow_parent: expected a run name of letters, digits and "
+                        f"- _ . / (up to 250), got {parent!r}")
     if len(problems) > before:
         return TrackingSettings()
-    return TrackingSettings(tensorboard=tensorboard, mlflow=mlflow, mlflow_experiment=experiment)
+    return TrackingSettings(tensorboard=tensorboard, mlflow=mlflow, mlflow_experiment=experiment,
+                            mlflow_parent=parent)
 
 
 def _as_uri(value: str, base: Path | None) -> str:
@@ -206,10 +219,14 @@ class _MLflow(Tracker):
             else:
                 with _creation_lock(self.uri):
                     experiment = _experiment_id(self.client, settings.mlflow_experiment)
+                    parent = None if settings.mlflow_parent is None else \
+                        _parent_run(self.client, experiment, settings.mlflow_parent)
                 name = output_dir.name if stage == "multitask" else \
                     f"{output_dir.parents[1].name}-{stage}-{output_dir.name}"
-                run = self.client.create_run(experiment, run_name=name, tags={
-                    "weightsearch.stage": stage, "weightsearch.output_dir": str(output_dir)})
+                tags = {"weightsearch.stage": stage, "weightsearch.output_dir": str(output_dir)}
+                if parent is not None:
+                    tags["mlflow.parentRunId"] = parent
+                run = self.client.create_run(experiment, run_name=name, tags=tags)
                 self.run_id = run.info.run_id
                 self.client.log_batch(self.run_id, params=[
                     Param(k, str(v)[:6000]) for k, v in params.items()])
@@ -290,6 +307,26 @@ def _experiment_id(client: Any, name: str) -> str:
         return client.create_experiment(name)
     except MlflowException:  # another trial created it meanwhile
         return client.get_experiment_by_name(name).experiment_id
+
+
+def _parent_run(client: Any, experiment: str, name: str) -> str:
+    """The id of the parent run `name`, created when none exists. Without a file lock (servers,
+    databases) two trials may create one each: both then keep the older one, and the newer
+    one's creator deletes it; a run searching in between saw only the older one."""
+    def found() -> list[Any]:
+        runs = client.search_runs([experiment], f"tags.`{_PARENT_TAG}` = '{name}'",
+                                  max_results=50)
+        return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
+
+    existing = found()
+    if existing:
+        return existing[0].info.run_id
+    run = client.create_run(experiment, run_name=name, tags={_PARENT_TAG: name})
+    client.set_terminated(run.info.run_id, "FINISHED")  # a container: it trains nothing itself
+    oldest = found()[0].info.run_id
+    if oldest != run.info.run_id:
+        client.delete_run(run.info.run_id)
+    return oldest
 
 
 def run_params(cfg: Any) -> dict[str, Any]:
