@@ -52,6 +52,13 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
     if require_token and not token:
         raise ConfigError(f"the service requires a bearer token but ${token_env} is not set; "
                           f"export {token_env}=<secret>")
+    if token and not (token.isascii() and token.isprintable() and token == token.strip()
+                      and " " not in token):
+        # A client's header value is ASCII and stripped: such a token could never match.
+        raise ConfigError(f"${token_env} must be printable ASCII without spaces (a client "
+                          "sends it in an HTTP header, where it could never match); set it "
+                          "to e.g. the output of `python -c 'import secrets; "
+                          "print(secrets.token_urlsafe())'`")
     database = StudyDatabase(storage_url, refresh_s)
     threading.Thread(target=warm_up, args=(database,), daemon=True).start()
     app = FastAPI(title="weightsearch", version=__version__,

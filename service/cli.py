@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from studies.cli import STORAGE_HELP, storage_url
@@ -9,6 +10,16 @@ from weightsearch.errors import ConfigError
 from weightsearch.extras import require_extra
 
 TOKEN_ENV = "WEIGHTSEARCH_TOKEN"
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is no TCP port; give one from 1 to 65535")
+    return port
 
 
 def register(subparsers) -> None:
@@ -20,7 +31,7 @@ def register(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1); anything but localhost or a "
                    f"loopback address needs ${TOKEN_ENV}")
-    p.add_argument("--port", type=int, default=8000, help="TCP port (default 8000)")
+    p.add_argument("--port", type=_port, default=8000, help="TCP port, 1-65535 (default 8000)")
     p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="a Host name to answer besides localhost and loopback addresses, e.g. "
                    "the name of a reverse proxy in front of a loopback server (repeatable); a "

@@ -279,8 +279,8 @@ def import_file(path: str | Path, study: str, storage_url: str) -> list[str]:
 
     from studies.reading import open_quiet, study_names
 
-    if not study or schema.SEPARATOR in study:
-        raise DataError(f"--study {study!r} must be a non-empty name without {schema.SEPARATOR!r}")
+    if (problem := schema.study_name_problem(study, "--study")) is not None:
+        raise DataError(problem)
     rows = parse_rows(path)
     storage = open_quiet(storage_url)
     existing = [n for n in study_names(storage) if schema.split_study_name(n)[0] == study]

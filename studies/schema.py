@@ -7,6 +7,21 @@ stored as study or trial user attributes and read back through Optuna's public A
 from __future__ import annotations
 
 SEPARATOR = "/"
+# What a study name may be, for every way a study is made or named (launch, import, HTTP):
+# it names a folder and is part of every trial folder's path, so no separators, no newline.
+STUDY_NAME_MAX = 100
+STUDY_NAME_PATTERN = rf"(?!\.)[A-Za-z0-9._-]{{1,{STUDY_NAME_MAX}}}"
+STUDY_NAME_FIX = (f"use up to {STUDY_NAME_MAX} letters, digits, '-', '_' and '.', not starting "
+                  "with '.'")
+
+
+def study_name_problem(name: object, where: str) -> str | None:
+    """What is wrong with `name` as a study name (matched whole: "a\n" is not "a"), or None."""
+    import re
+
+    if isinstance(name, str) and re.fullmatch(STUDY_NAME_PATTERN, name):
+        return None
+    return f"{where}: {name!r} is not a study name; {STUDY_NAME_FIX}"
 PARAM = "central_weight"  # the one Optuna param of every trial
 WEIGHT_LOW, WEIGHT_HIGH = 1.0, 15.0  # the SIWLM paper's range for the central weight
 DEFAULT_GRID = (1.0, 3.0, 6.0, 9.0, 12.0, 15.0)  # the paper's grid (Son et al. 2021, sec. 4.2.2)

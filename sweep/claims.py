@@ -25,6 +25,7 @@ The table lives beside Optuna's own; Optuna and optuna-dashboard ignore it.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import threading
@@ -37,6 +38,7 @@ from studies.storage import dialect as backend
 
 ENV_TTL = "WEIGHTSEARCH_CLAIM_TTL"
 DEFAULT_TTL_S = 120.0  # a lease lives this long unless renewed; renewed every TTL / 6
+MAX_TTL_S = 86400.0  # a day: a dead driver's cells wait at most this long for another
 _TABLE = "weightsearch_claims"
 
 
@@ -48,11 +50,12 @@ def claim_ttl() -> float:
     try:
         value = float(text)
     except ValueError:
-        value = -1.0
-    if value < 1:
+        value = math.nan
+    if not (1 <= value <= MAX_TTL_S):  # also false for nan, which compares false to everything
         from weightsearch.errors import ConfigError
 
-        raise ConfigError([f"${ENV_TTL}={text!r}: give the claim lease in seconds (>= 1)"])
+        raise ConfigError([f"${ENV_TTL}={text!r}: give the claim lease in seconds, from 1 to "
+                           f"{MAX_TTL_S:.0f}"])
     return value
 
 

@@ -43,7 +43,7 @@ from typing import Any
 
 import yaml
 
-from studies.schema import DEFAULT_GRID, STAGES
+from studies.schema import DEFAULT_GRID, STAGES, STUDY_NAME_FIX, STUDY_NAME_PATTERN
 from studies.storage import default_storage_url
 from sweep.space import (
     CENTRAL_WEIGHT,
@@ -61,6 +61,7 @@ from trainer.config_paths import anchor_paths
 from trainer.weighting import has_central_weight
 from weightsearch.errors import ConfigError
 from weightsearch.fields import (
+    MAX_SEED,
     Choice,
     Number,
     Text,
@@ -85,7 +86,6 @@ SPEC_VERSION = 3
 
 SCHEDULERS = ("fifo", "asha")
 DEFAULT_WORKDIR = "./weightsearch_runs"
-_NAME_MAX = 100  # the name is a folder name (and part of every trial folder's path)
 
 
 @dataclass(frozen=True)
@@ -147,9 +147,8 @@ class StudyFile:
     version: int = setting(SPEC_VERSION, Number(integer=True, low=1, high=SPEC_VERSION),
                            doc="the file's format; leave it out for the current one")
     study: str = setting("", Text(
-        "a study name", pattern=rf"(?!\.)[A-Za-z0-9._-]{{1,{_NAME_MAX}}}",
-        fix=f"use up to {_NAME_MAX} letters, digits, '-', '_' and '.', not starting with '.'",
-        noun="name"),
+        "a study name", pattern=STUDY_NAME_PATTERN, fix=STUDY_NAME_FIX, noun="name",
+        strip=False),
         doc="the study's name; each central task's study is <study>/<central task>")
     storage: str | None = setting(None, doc="SQLAlchemy URL of the study database")
     train: Any = setting(None, doc="the run config every trial starts from")
@@ -183,7 +182,7 @@ def study_file_schema() -> dict[str, Any]:
     train = json_schema(RunConfig, keys=[*(f.name for f in dataclasses.fields(RunConfig)),
                                          "preset"],
                         parts={"tasks": tasks_schema(), "preset": {"type": "string"}})
-    whole = {"type": "integer", "minimum": 0}
+    whole = {"type": "integer", "minimum": 0, "maximum": MAX_SEED}
     return json_schema(StudyFile, required=["study"], parts={
         "train": train,
         "central_tasks": {"anyOf": [{"type": "string"},
@@ -670,8 +669,9 @@ def _parse_seeds(raw: Any, problems: list[str]) -> tuple[int, ...]:
         return ()
     out: list[int] = []
     for i, seed in enumerate(raw):
-        if not is_int(seed) or seed < 0:
-            problems.append(f"seeds[{i}]: expected a whole number >= 0, got {seed!r}")
+        if not is_int(seed) or not 0 <= seed <= MAX_SEED:
+            problems.append(f"seeds[{i}]: expected a whole number from 0 to {MAX_SEED}, "
+                            f"got {seed!r}")
         elif seed in out:
             problems.append(f"seeds[{i}]: {seed!r} is listed twice")
         else:

@@ -30,7 +30,15 @@ from trainer.tasks import TaskSpec, parse_tasks, preset_key
 from trainer.tracking import TrackingSettings, parse_tracking
 from trainer.weighting import parse_weighting, scheme_problems
 from weightsearch.errors import ConfigError
-from weightsearch.fields import Choice, Flag, Number, check_fields, setting, unknown_keys
+from weightsearch.fields import (
+    MAX_SEED,
+    Choice,
+    Flag,
+    Number,
+    check_fields,
+    setting,
+    unknown_keys,
+)
 from weightsearch.yamlio import load_yaml, read_yaml_file
 
 CHECKPOINT_POLICIES = ("all", "last", "final", "none")  # trainer/checkpoint.py says what each keeps
@@ -92,10 +100,10 @@ class RunConfig:
     # varies), nested (at random, and with one subsample_seed a smaller sample is a subset of
     # a larger one: a ladder of sizes) or the first ones.
     subsample: str = setting("random", Choice(SUBSAMPLES))
-    subsample_seed: int = setting(0, Number(integer=True, low=0))
+    subsample_seed: int = setting(0, Number(integer=True, low=0, high=MAX_SEED))
     max_eval_examples: int | None = setting(
         None, Number(integer=True, low=1, optional=True))
-    seed: int = setting(1, Number(integer=True, low=0))
+    seed: int = setting(1, Number(integer=True, low=0, high=MAX_SEED))
     output_dir: str = "runs/run"
     device: str = setting("auto", Choice(DEVICES))
     # bf16 autocast where the hardware has native bf16, else fp32
@@ -114,6 +122,9 @@ class RunConfig:
     keep_checkpoints: int = setting(1, Number(integer=True, low=1))
     # updates between flushes of steps.jsonl (losses stay on device between)
     log_every: int = setting(50, Number(integer=True, low=1))
+    # Stop as soon as a training loss (read at each flush) or a dev metric is NaN or infinite,
+    # instead of training on and reporting a meaningless model's scores.
+    stop_on_divergence: bool = setting(True, Flag())
     # torch.compile the encoder (dynamic shapes, since batches are padded to their own length);
     # pays off on GPUs for long runs, costs a warm-up compile.
     compile: bool = setting(False, Flag())

@@ -9,6 +9,7 @@ business of `trainer.pipeline`.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import time
@@ -47,7 +48,7 @@ from trainer.sampling import build_sampler
 from trainer.smart import smart_loss
 from trainer.tracking import Tracker, open_tracker, run_params
 from trainer.weighting import Scheme, build_scheme
-from weightsearch.errors import ConfigError
+from weightsearch.errors import ConfigError, TrainingDiverged
 
 STEPS, METRICS, RESULT, CONFIG, DATA_REPORT = (
     "steps.jsonl",
@@ -261,8 +262,10 @@ def _train_epoch(run: StageRun, epoch: int, progress: Progress, tracker: Tracker
             progress.examples_seen += len(indices)
             bar.update(1)
             if len(pending) >= run.cfg.log_every or step == len(plan) - 1:
-                last = _flush_steps(pending, steps_log, tracker)
-                bar.set_postfix(epoch=epoch, loss=f"{last:.4f}")
+                rows = _flush_steps(pending, steps_log, tracker)
+                if run.cfg.stop_on_divergence:
+                    _check_losses(rows)
+                bar.set_postfix(epoch=epoch, loss=f"{rows[-1]['loss']:.4f}")
                 pending = []
     if run.runtime.device.type == "cuda":
         torch.cuda.synchronize()
@@ -320,6 +323,8 @@ def _end_epoch(run: StageRun, epoch: int, train_loss: float, progress: Progress,
     cfg, out = run.cfg, run.out
     metrics = evaluate(run.model, run.data, run.runtime, cfg.eval_batch_size, run.pad_id, out,
                        epoch)
+    if cfg.stop_on_divergence:
+        _check_metrics(metrics, epoch)
     primary = {t.name: metrics[t.name][t.primary_metric] for t in cfg.tasks}
     progress.history.append(
         {"epoch": epoch, "metrics": metrics, "primary": primary, "train_loss": train_loss}
@@ -453,14 +458,36 @@ def _to_device(batch: dict[str, torch.Tensor], runtime: Runtime) -> dict[str, to
 
 
 def _flush_steps(pending: list[tuple[dict[str, Any], torch.Tensor]], log: Any,
-                 tracker: Tracker) -> float:
+                 tracker: Tracker) -> list[dict[str, Any]]:
     losses = torch.stack([loss for _, loss in pending]).float().cpu().tolist()
     rows = [{**record, "loss": value} for (record, _), value in zip(pending, losses, strict=True)]
     for row in rows:
         log.write(json.dumps(row) + "\n")
     log.flush()
     tracker.steps(rows)
-    return losses[-1]
+    return rows
+
+
+_DIVERGED_FIX = ("lower lr or the loss weights, or set stop_on_divergence: false to train on "
+                 "regardless")
+
+
+def _check_losses(rows: list[dict[str, Any]]) -> None:
+    bad = next((r for r in rows if not math.isfinite(r["loss"])), None)
+    if bad is not None:
+        raise TrainingDiverged(
+            f"training diverged: the {bad['task']} loss is {bad['loss']} at update "
+            f"{bad['global_step']} (epoch {bad['epoch']}, loss weight {bad['weight']:g}, lr "
+            f"{bad['lr']:.3g}); {_DIVERGED_FIX}")
+
+
+def _check_metrics(metrics: Metrics, epoch: int) -> None:
+    bad = [f"{task} {name}={value}" for task, values in metrics.items()
+           for name, value in values.items()
+           if isinstance(value, float) and not math.isfinite(value)]
+    if bad:
+        raise TrainingDiverged(f"training diverged: epoch {epoch}'s dev metrics are not finite "
+                               f"({', '.join(bad)}); {_DIVERGED_FIX}")
 
 
 def _check_positions(cfg: RunConfig, encoder_path: str) -> None:

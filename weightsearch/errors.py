@@ -45,3 +45,10 @@ class StorageError(WeightsearchError):
 
 class ClusterError(WeightsearchError):
     """Ray cannot be started or the given cluster address does not answer."""
+
+
+class TrainingDiverged(WeightsearchError):
+    """A run's loss or dev metrics stopped being finite numbers: its results would mean
+    nothing, so it stops instead of reporting them (exit 1: the input was valid)."""
+
+    exit_code = 1

@@ -21,6 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+# Seeds reach numpy (which takes 0 to 2**32 - 1) offset by an epoch or a worker: keep headroom.
+MAX_SEED = 2**31 - 1
+
 RULE = "rule"  # the metadata key of a field's rule
 DOC = "doc"  # the metadata key of a field's one-line description (the schema's)
 
@@ -133,15 +136,17 @@ class Text:
     fix: str = ""
     noun: str = "value"
     optional: bool = False
+    strip: bool = True  # False: surrounding whitespace is part of the value (and so refused)
 
     def check(self, key: str, value: Any) -> tuple[Any, str | None]:
         if value is None and self.optional:
             return None, None
         if not isinstance(value, str) or not value.strip():
             return None, f"{key}: expected {self.what}, got {value!r}"
-        if self.pattern is not None and not re.fullmatch(self.pattern, value.strip()):
-            return None, f"{key}: {value.strip()[:40]!r} is not a valid {self.noun}; {self.fix}"
-        return value.strip(), None
+        text = value.strip() if self.strip else value
+        if self.pattern is not None and not re.fullmatch(self.pattern, text):
+            return None, f"{key}: {text[:40]!r} is not a valid {self.noun}; {self.fix}"
+        return text, None
 
     def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": "string", "minLength": 1}

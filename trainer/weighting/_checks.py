@@ -12,10 +12,17 @@ PREFIX = "weighting"
 
 
 
+# The largest loss weight taken: far beyond the paper's 1-15, and far below where a weighted
+# loss overflows (a weight of 1e39 turned every update after the first into NaN).
+MAX_WEIGHT = 1000.0
+
+
 def check_weight(value: object, field: str, problems: list[str]) -> None:
-    """A loss weight: finite and >= 0. Zero is a real weight (it switches the task's loss off)."""
-    if not is_real(value) or float(value) < 0:  # type: ignore[arg-type]
-        problems.append(f"{PREFIX}.{field}: must be a finite number >= 0, got {value!r}")
+    """A loss weight: finite, from 0 to MAX_WEIGHT. Zero is a real weight (it switches the
+    task's loss off)."""
+    if not is_real(value) or not 0 <= float(value) <= MAX_WEIGHT:  # type: ignore[arg-type]
+        problems.append(f"{PREFIX}.{field}: must be a number from 0 to {MAX_WEIGHT:g} (the "
+                        f"paper sweeps 1-15), got {value!r}")
 
 
 def check_weight_map(value: object, field: str, problems: list[str]) -> None:

@@ -1,0 +1,106 @@
+"""Bounds: every setting is checked for finiteness and range up front, and a run whose numbers
+stop being finite stops with that reason instead of reporting a meaningless model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.helpers import run_config
+from weightsearch.cli import main
+from weightsearch.errors import ConfigError, TrainingDiverged
+
+
+@pytest.mark.parametrize(("setting", "value", "words"), [
+    ("weighting", {"scheme": "siwlm", "central_weight": 1e39},
+     "weighting.central_weight: must be a number from 0 to 1000"),
+    ("weighting", {"scheme": "siwlm", "central_weight": 9, "aux_weight": 1e308},
+     "weighting.aux_weight: must be a number from 0 to 1000"),
+    ("weighting", {"scheme": "siwlm", "central_weight": math.nan},
+     "weighting.central_weight: must be a number"),
+    ("seed", 4294967296, "seed"),
+    ("subsample_seed", -1, "subsample_seed"),
+])
+def test_out_of_range_settings_are_refused_up_front(setting, value, words, sample_data_dir,
+                                                    tiny_encoder, tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        run_config(sample_data_dir, tiny_encoder, tmp_path / "run", **{setting: value})
+    assert any(words in p for p in caught.value.problems), caught.value.problems
+    assert not (tmp_path / "run").exists()
+
+
+def test_study_seeds_beyond_what_the_rngs_take_are_refused():
+    from sweep.spec import load_study_spec
+
+    with pytest.raises(ConfigError, match=r"seeds\[0\]: expected a whole number from 0 to "
+                                          r"2147483647, got 4294967296"):
+        load_study_spec({"study": "s", "train": {"tasks": ["rte", "mrpc"]},
+                         "seeds": [4294967296]})
+
+
+@pytest.mark.parametrize("name", ["abc\n", " abc", "a/b", "..", "a b", "ü", ".hidden", ""])
+def test_one_definition_of_a_study_name_for_launch_and_import(name, tmp_path, capsys):
+    from studies.importer import import_file
+    from sweep.spec import load_study_spec
+    from tests.helpers import TABLE2
+    from weightsearch.errors import DataError
+
+    with pytest.raises(ConfigError, match="study"):
+        load_study_spec({"study": name, "train": {"tasks": ["rte", "mrpc"]}})
+    url = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    with pytest.raises(DataError, match="is not a study name"):
+        import_file(TABLE2, name, url)
+    assert not (tmp_path / "db.sqlite").exists()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "1e9", "soon"])
+def test_a_claim_ttl_that_is_no_lease_is_refused(value, monkeypatch):
+    from sweep.claims import ENV_TTL, claim_ttl
+
+    monkeypatch.setenv(ENV_TTL, value)
+    with pytest.raises(ConfigError, match=r"WEIGHTSEARCH_CLAIM_TTL.*from 1 to 86400"):
+        claim_ttl()
+
+
+@pytest.mark.parametrize("port", ["70000", "0", "-1", "http"])
+def test_serve_refuses_a_port_that_does_not_exist(port, capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["serve", "--port", port])
+    assert caught.value.code == 2
+    assert "no TCP port; give one from 1 to 65535" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("token", [" secret", "secret\n", "sécret", "two words"])
+def test_a_token_no_client_could_send_is_refused_at_start(token, monkeypatch, capsys):
+    monkeypatch.setenv("WEIGHTSEARCH_TOKEN", token)
+    assert main(["serve", "--port", "1"]) == 2
+    assert "WEIGHTSEARCH_TOKEN must be printable ASCII" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_diverging_run_stops_with_the_reason(sample_data_dir, tiny_encoder, tmp_path,
+                                               capsys):
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", lr=1e6, log_every=1,
+                     weighting={"scheme": "siwlm", "central_weight": 1000})
+    from trainer import train
+
+    with pytest.raises(TrainingDiverged, match=r"training diverged: the \w+ loss is nan at "
+                                               r"update \d+ .*lower lr or the loss weights"):
+        train(cfg, quiet=True)
+    assert not (tmp_path / "run" / "result.json").exists()
+    # Through the CLI: one message, exit 1, no traceback.
+    config = tmp_path / "run.yaml"
+    import yaml
+
+    raw = {**yaml.safe_load((tmp_path / "run" / "config.yaml").read_text()),
+           "output_dir": str(tmp_path / "again")}
+    config.write_text(yaml.safe_dump(raw))
+    assert main(["train", "--config", str(config), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "training diverged" in err and "Traceback" not in err
+    # Asked to, it trains on regardless and reports what it got.
+    off = run_config(sample_data_dir, tiny_encoder, tmp_path / "off", lr=1e6, epochs=1,
+                     stop_on_divergence=False,
+                     weighting={"scheme": "siwlm", "central_weight": 1000})
+    assert train(off, quiet=True).history
