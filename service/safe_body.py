@@ -37,9 +37,27 @@ def parse_body(text: str, content_type: str) -> Any:
                       "application/yaml")
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all distinct: `{"study": "x", "study": "y"}` would read
+    last-wins, past any check made on the first (YAML refuses duplicates the same way)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def _parse_json(text: str) -> Any:
     try:
-        value = json.loads(text)
+        value = json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise ConfigError(f"the JSON body gives the key {exc.args[0]!r} twice in one object; "
+                          "give each key once") from None
     except RecursionError:
         raise ConfigError(f"the JSON body nests deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:

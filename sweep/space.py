@@ -38,6 +38,9 @@ from trainer.sampling import keep_tasks as keep_sampling_tasks
 from weightsearch.fields import Flag, Number, check_fields, setting, unknown_keys
 
 CENTRAL_WEIGHT = "weighting.central_weight"
+# A listed dimension's cap, checked before anything lists it (a step of 1e-9 over 1-15 would
+# be 1.4e10 values); a whole search's cap is sweep.spec's MAX_CELLS.
+MAX_DIMENSION_VALUES = 10_000
 GROUP = S.T_GROUP_PATH  # "tasks": the run-config key a task group sets
 EXHAUSTIVE_GROUP_MAX = 5  # candidates up to which every subset is trained (2^5 = 32 groups)
 # Keys of the run config that the sweep sets per cell; a space may not vary them.
@@ -85,13 +88,21 @@ class Dimension:
         if self.step is None and not self.integer:
             return None
         step = self.step or 1
-        n = math.floor((self.high - self.low) / step + 1e-9) + 1
+        n = _steps(self.low, self.high, step)
+        if n > MAX_DIMENSION_VALUES:  # parse_space refuses these; never enumerate one
+            raise ValueError(f"{self.path}: {n} values exceed {MAX_DIMENSION_VALUES}")
         out = [self.low + i * step for i in range(n)]
         return [round(v) for v in out] if self.integer else [_tidy(v) for v in out]
 
     def size(self, central: str) -> float:
-        found = self.options(central)
-        return math.inf if found is None else len(found)
+        """How many values the dimension takes, counted without listing them."""
+        if self.kind == "group":
+            return 2.0 ** len(self.group_candidates(central))
+        if self.kind == "values":
+            return len(self.values)
+        if self.step is None and not self.integer:
+            return math.inf
+        return _steps(self.low, self.high, self.step or 1)
 
     def contains(self, value: Any, central: str) -> bool:
         if self.kind == "range":
@@ -313,6 +324,10 @@ def _short(path: str) -> str:
     return path
 
 
+def _steps(low: float, high: float, step: float) -> int:
+    return math.floor((high - low) / step + 1e-9) + 1
+
+
 def _tidy(value: float) -> float:
     """0.30000000000000004 -> 0.3: grid values built by steps, as the user would write them."""
     return float(f"{value:.12g}")
@@ -518,6 +533,13 @@ def _parse_range(path: str, spec: Mapping[str, Any], problems: list[str],
     if problem is not None:
         problems.append(f"{where}{problem}")
         return None
+    if r.step is not None or r.int:
+        n = _steps(r.low, r.high, r.step or 1)
+        if n > MAX_DIMENSION_VALUES:
+            problems.append(f"{where}: {n:,} values from low to high in steps of "
+                            f"{r.step or 1:g}; at most {MAX_DIMENSION_VALUES:,} are taken: use "
+                            "a larger step, or no step and strategy: guided")
+            return None
     whole = int if r.int else float
     return Dimension(path, low=whole(r.low), high=whole(r.high),
                      step=None if r.step is None else whole(r.step), log=r.log, integer=r.int)

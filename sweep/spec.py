@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +76,7 @@ from weightsearch.fields import (
 )
 from weightsearch.yamlio import load_yaml, read_yaml_file, yaml_problem
 
+MAX_CELLS = 50_000  # per study: every cell is a trial the drivers and readers go through
 TRIAL_CHECKPOINTS = "none"  # a trial's checkpoint policy unless train.checkpoints says otherwise
 
 # The study file's format. A study's stored spec and digest are in the format of the release
@@ -404,7 +406,12 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
                         "stops trials on their multi-task epoch scores before any fine-tuned "
                         f"score exists; use scheduler: fifo and the {_or(whole)} strategy")
     epochs = 5
-    if train:
+    cells = sum(search.space.size(c) for c in central or tasks[:1]) * max(1, len(seeds))
+    if math.isfinite(cells) and cells > MAX_CELLS:
+        problems.append(f"search: {cells:,.0f} cells (points x seeds x central tasks) exceed "
+                        f"the cap of {MAX_CELLS:,} per study; use fewer values, or no step and "
+                        "strategy: guided")
+    elif train:
         epochs = _check_points(train, tasks, central or tasks[:1], search,
                                seeds, str(workdir), problems)
     STRATEGIES[search.strategy].check(search.settings, search.space, central, problems,

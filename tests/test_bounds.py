@@ -104,3 +104,22 @@ def test_a_diverging_run_stops_with_the_reason(sample_data_dir, tiny_encoder, tm
                      stop_on_divergence=False,
                      weighting={"scheme": "siwlm", "central_weight": 1000})
     assert train(off, quiet=True).history
+
+
+def test_a_search_space_too_large_to_list_is_refused_before_anything_lists_it():
+    import time
+
+    from sweep.spec import load_study_spec
+
+    train = {"tasks": ["rte", "mrpc"]}
+    started = time.perf_counter()
+    with pytest.raises(ConfigError, match=r"14,000,000,001 values from low to high in steps of "
+                                          r"1e-09; at most 10,000"):
+        load_study_spec({"study": "s", "train": train, "search": {"space": {
+            "weighting.central_weight": {"low": 1, "high": 15, "step": 1e-9}}}})
+    grid = {"weighting.central_weight": [round(1 + 0.1 * i, 1) for i in range(100)],
+            "lr": [1e-5 * i for i in range(1, 101)], "batch_size": list(range(8, 108))}
+    with pytest.raises(ConfigError, match=r"1,000,000 cells .* exceed the cap of 50,000"):
+        load_study_spec({"study": "s", "train": train, "central_tasks": ["rte"],
+                         "search": {"space": grid}})
+    assert time.perf_counter() - started < 5  # refused by counting, not by listing

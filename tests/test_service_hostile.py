@@ -124,6 +124,15 @@ def test_deep_json_and_deep_yaml_get_400_not_500(server):
     _health_answers(server)
 
 
+def test_json_with_a_key_given_twice_is_refused_like_yaml(server):
+    text = '{"study": "../../etc", "train": {"tasks": ["rte", "mrpc"]}, "study": "ok"}'
+    code, _, body = _post(server, text, "application/json")
+    assert code == 400 and "gives the key 'study' twice" in body["detail"], body
+    nested = '{"study": "ok", "train": {"tasks": ["rte"], "tasks": ["rte", "mrpc"]}}'
+    code, _, body = _post(server, nested, "application/json")
+    assert code == 400 and "'tasks' twice" in body["detail"], body
+
+
 def test_huge_body_is_refused_before_it_is_read(server):
     head = (b"POST /studies HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             b"Authorization: Bearer " + TOKEN.encode() +
