@@ -98,9 +98,11 @@ class JobTable:
         self.grace_s = grace_s
         self.keep_finished = keep_finished
 
-    def start(self, kind: str, study: str, argv: list[str], log: Path) -> Job:
-        with open(log, "w") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+    def start(self, kind: str, study: str, argv: list[str], log: Path,
+              env: dict[str, str] | None = None) -> Job:
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the owner's alone
+        with os.fdopen(fd, "w") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         with self._lock:
             job = Job(next(self._ids), kind, study, log, proc)

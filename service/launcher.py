@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from service.jobs import Job, JobTable
 from studies import schema
+from studies.storage import ENV_STORAGE
 
 if TYPE_CHECKING:  # only for the hint: sweep.spec loads in the background, after start-up
     from sweep.spec import StudySpec
@@ -21,6 +23,16 @@ if TYPE_CHECKING:  # only for the hint: sweep.spec loads in the background, afte
 # Study files read at once (each within milliseconds: YAML bodies are capped at 16 KiB); more
 # get 429 with Retry-After, so a burst of bodies cannot hold the interpreter while /health waits.
 PARSE_SLOTS = 1
+
+
+MAX_JOBS = 4  # launches and resumes running at once; each starts its own Ray and trains
+RETRY_AFTER_S = 60
+
+
+class TooManyJobs(Exception):
+    def __init__(self, running: int) -> None:
+        super().__init__(f"{running} jobs are running, the most this server starts at once; "
+                         "retry when one has finished (GET /jobs lists them)")
 
 
 class AlreadyLaunching(Exception):
@@ -34,11 +46,13 @@ class Launcher:
     """Runs `program launch|resume ... --storage <storage_url>` as jobs of `jobs`; the study
     files it launches and the jobs' logs go to `runs`."""
 
-    def __init__(self, storage_url: str, program: list[str], runs: Path, jobs: JobTable) -> None:
+    def __init__(self, storage_url: str, program: list[str], runs: Path, jobs: JobTable,
+                 max_jobs: int = MAX_JOBS) -> None:
         self.storage_url = storage_url
         self.program = program
         self.runs = runs
         self.jobs = jobs
+        self.max_jobs = max_jobs
         self.parse_slots = threading.BoundedSemaphore(PARSE_SLOTS)
         self._launching = threading.Lock()
 
@@ -51,28 +65,50 @@ class Launcher:
     def launch(self, spec: StudySpec) -> dict:
         """Writes the validated study file where the job can read it, and launches it; raises
         AlreadyLaunching when a launch of the same study name is running."""
-        with self._launching:  # the check and the start as one step: exactly once per name
+        with self._launching:  # the checks and the start as one step: exactly once per name
             running = self.launching(spec.study)
             if running is not None:
                 raise AlreadyLaunching(spec.study, running.id)
+            self._check_capacity()
             return self._launch(spec)
 
     def _launch(self, spec: StudySpec) -> dict:
-        self.runs.mkdir(parents=True, exist_ok=True)
-        spec_file = self.runs / f"{spec.study}-{dt.datetime.now():%Y%m%d-%H%M%S-%f}.json"
-        spec_file.write_text(json.dumps(spec.to_dict(), indent=2))
-        started = self._spawn(["launch", str(spec_file), "--storage", self.storage_url],
-                              spec.study, spec.study)
+        folder = self._folder()
+        spec_file = folder / f"{spec.study}-{dt.datetime.now():%Y%m%d-%H%M%S-%f}.json"
+        _write_private(spec_file, json.dumps(spec.to_dict(), indent=2))
+        started = self._spawn(["launch", str(spec_file)], spec.study, spec.study)
         return {"study": spec.study, **started}
 
     def resume(self, name: str) -> dict:
-        started = self._spawn(["resume", name, "--storage", self.storage_url],
-                              name.replace(schema.SEPARATOR, "_"), name)
+        with self._launching:
+            self._check_capacity()
+            started = self._spawn(["resume", name], name.replace(schema.SEPARATOR, "_"), name)
         return {"study": name, **started}
 
+    def _check_capacity(self) -> None:
+        running = sum(1 for j in self.jobs.all() if j.proc.poll() is None)
+        if running >= self.max_jobs:
+            raise TooManyJobs(running)
+
+    def _folder(self) -> Path:
+        """The folder of the jobs' study files and logs: only this user may read it (a log
+        can name the storage, a study file the data)."""
+        self.runs.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.runs.stat().st_uid == os.getuid():
+            self.runs.chmod(0o700)
+        return self.runs
+
     def _spawn(self, argv: list[str], label: str, study: str) -> dict:
-        self.runs.mkdir(parents=True, exist_ok=True)
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-        log_path = self.runs / f"{label}-{stamp}.log"
-        job = self.jobs.start(argv[0], study, [*self.program, *argv], log_path)
+        log_path = self._folder() / f"{label}-{stamp}.log"
+        # The storage URL (and its password) reaches the child through its environment, not
+        # its argv, which every user of the machine can list.
+        job = self.jobs.start(argv[0], study, [*self.program, *argv], log_path,
+                              env={**os.environ, ENV_STORAGE: self.storage_url})
         return {"job": job.id, "pid": job.proc.pid, "log": str(log_path)}
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from studies import schema
 from studies.reading import CentralStudy, read_central, resolve
+from studies.storage import shown_url
 from weightsearch.errors import ConfigError, DataError
 
 FORMATS = {".csv": ",", ".tsv": "\t"}
@@ -78,7 +79,8 @@ def export_study(storage_url: str, study: str, output: str | Path) -> int:
     members = [read_central(storage, n) for n in resolve(storage, storage_url, study)]
     rows = export_rows(members)
     if not rows:
-        raise DataError(f"study {study!r} in {storage_url} has no finished trial to export")
+        raise DataError(f"study {study!r} in {shown_url(storage_url)} has no finished trial to "
+                        f"export")
     frame = pd.DataFrame(rows)
     frame = frame[[*COLUMNS, *sorted(set(frame.columns) - set(COLUMNS))]]
     try:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from studies import schema
+from studies.storage import shown_url
 from trainer import task_types  # NAMES is read when a row is checked: the registry is live
 from weightsearch.errors import DataError, StorageError
 from weightsearch.fields import Text, check_fields, setting
@@ -286,9 +287,10 @@ def import_file(path: str | Path, study: str, storage_url: str) -> list[str]:
     existing = [n for n in study_names(storage) if schema.split_study_name(n)[0] == study]
     if existing:
         raise StorageError(
-            f"study {study!r} already exists in {storage_url} ({', '.join(existing)}); import "
+            f"study {study!r} already exists in {shown_url(storage_url)} "
+            f"({', '.join(existing)}); import "
             f"under another --study name, or delete it first with `optuna delete-study "
-            f"--study-name NAME --storage {storage_url}` for each name listed"
+            f"--study-name NAME --storage {shown_url(storage_url)}` for each name listed"
         )
     by_task: dict[str, list[ImportRow]] = {}
     for r in rows:
@@ -313,7 +315,8 @@ def import_file(path: str | Path, study: str, storage_url: str) -> list[str]:
         if isinstance(exc, StorageError) or not isinstance(exc, Exception):
             raise
         raise StorageError(
-            f"import into {storage_url} failed ({type(exc).__name__}: {exc}); the studies it had "
+            f"import into {shown_url(storage_url)} failed ({type(exc).__name__}: {exc}); the "
+            f"studies it had "
             "created were removed, fix the cause and run it again"
         ) from exc
     return created

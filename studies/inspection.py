@@ -7,6 +7,7 @@ from pathlib import Path
 
 from studies import schema
 from studies.reading import CentralStudy, read_all, read_central, resolve
+from studies.storage import shown_url
 from weightsearch.errors import ConfigError, StorageError
 
 FORMATS = ("table", "csv", "json")
@@ -231,7 +232,7 @@ def inspect(storage_url: str, name: str | None = None, fmt: str = "table",
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if sqlite_file_missing(storage_url):
         raise StorageError(
-            f"no study database at {storage_url}; pass --storage URL (or set "
+            f"no study database at {shown_url(storage_url)}; pass --storage URL (or set "
             "$WEIGHTSEARCH_STORAGE), or create one with `weightsearch launch` or "
             "`weightsearch import`"
         )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from studies import schema
-from studies.storage import url_dialect
+from studies.storage import shown_url, url_dialect
 from studies.verdict import Verdict, by_seed, judge
 from weightsearch.errors import StorageError
 
@@ -363,6 +363,7 @@ def resolve(storage, url: str, name: str) -> list[str]:
     matches = [n for n in names if schema.split_study_name(n)[0] == name]
     if not matches:
         raise StorageError(
-            f"no study named {name!r} in {url}; `weightsearch inspect --storage {url}` lists them"
+            f"no study named {name!r} in {shown_url(url)}; `weightsearch inspect --storage "
+            f"{shown_url(url)}` lists them"
         )
     return matches

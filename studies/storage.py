@@ -7,6 +7,7 @@ import copy
 import functools
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,15 @@ from weightsearch.errors import StorageError
 
 DEFAULT_STORAGE = "sqlite:///weightsearch.db"
 ENV_STORAGE = "WEIGHTSEARCH_STORAGE"
+
+
+_PASSWORD = re.compile(r"(?<=://)([^:/@\s]*):[^@/\s]*@")
+
+
+def shown_url(url: str) -> str:
+    """The URL as printed or stored anywhere (messages, logs, follow-up commands): its password
+    replaced by ***, the rest as given."""
+    return _PASSWORD.sub(r"\1:***@", str(url))
 
 
 def default_storage_url() -> str:
@@ -91,7 +101,7 @@ def check_url(url: str) -> None:
         parsed = make_url(url)
     except ArgumentError as exc:
         raise StorageError(
-            f"storage URL {url!r} is not a SQLAlchemy URL ({exc}); "
+            f"storage URL {shown_url(url)!r} is not a SQLAlchemy URL ({exc}); "
             "use e.g. sqlite:///weightsearch.db or postgresql+psycopg://user@host/db"
         ) from None
     from sqlalchemy.exc import NoSuchModuleError
@@ -100,7 +110,8 @@ def check_url(url: str) -> None:
         parsed.get_dialect().import_dbapi()
     except (ImportError, NoSuchModuleError) as exc:
         raise StorageError(
-            f"storage URL {url!r}: the Python driver for {parsed.drivername!r} is not installed "
+            f"storage URL {shown_url(url)!r}: the Python driver for {parsed.drivername!r} is "
+            f"not installed "
             f"({exc}); install it into this environment (e.g. `pip install pymysql` and a "
             "mysql+pymysql:// URL, or `pip install psycopg` for postgresql+psycopg://)"
         ) from None
@@ -108,7 +119,8 @@ def check_url(url: str) -> None:
         folder = Path(parsed.database).expanduser().resolve().parent
         if not folder.is_dir():
             raise StorageError(
-                f"storage URL {url!r}: folder {folder} does not exist; create it or point "
+                f"storage URL {shown_url(url)!r}: folder {folder} does not exist; create it or "
+                f"point "
                 "--storage at an existing folder"
             )
 
@@ -137,14 +149,15 @@ def open_storage(url: str | None = None):
             )
     except ImportError as exc:
         raise StorageError(
-            f"cannot open study storage {url!r}: its database driver is not installed "
+            f"cannot open study storage {shown_url(url)!r}: its database driver is not installed "
             f"({exc}); install it (e.g. pip install pymysql and use mysql+pymysql://), or use "
             "sqlite:/// or postgresql+psycopg://"
         ) from None
     except (sqlalchemy.exc.SQLAlchemyError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(
-            f"cannot open study storage {url!r}: {first}. Check that the database server is "
+            f"cannot open study storage {shown_url(url)!r}: {first}. Check that the database "
+            f"server is "
             "running and the URL (driver, host, port, database name) is right"
         ) from None
     if dialect(storage.engine.dialect.name).file and (ours or _in_wal(storage)):

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from studies.storage import default_storage_url
+from studies.storage import default_storage_url, shown_url
 
 if TYPE_CHECKING:
     from sweep.summary import SweepSummary
@@ -65,10 +65,11 @@ def _resume(args: argparse.Namespace) -> int:
 def _report(summary: SweepSummary) -> int:
     for line in summary.lines():
         print(line)
-    print(f"details: weightsearch inspect {summary.study} --storage {summary.storage_url}")
+    print(f"details: weightsearch inspect {summary.study} --storage "
+          f"{shown_url(summary.storage_url)}")
     if not summary.finished:
         print(f"{summary.total - summary.complete} cells did not finish; "
-              f"`weightsearch resume {summary.study} --storage {summary.storage_url}` "
+              f"`weightsearch resume {summary.study} --storage {shown_url(summary.storage_url)}` "
               "runs them again", file=sys.stderr)
         return 1
     return 0

@@ -13,6 +13,7 @@ from typing import Any
 
 from recommender.regime import encoder_size
 from studies import schema as S
+from studies.storage import shown_url
 from sweep.extension import extension_problem
 from sweep.space import CENTRAL_WEIGHT, Space
 from sweep.spec import SPEC_VERSION, StudySpec, load_study_spec
@@ -83,7 +84,8 @@ def stored_spec(study_name: str, storage: Any, url: str) -> dict[str, Any]:
              if S.split_study_name(n)[0] == study_name]
     if not names:
         raise StorageError(
-            f"no study named {study_name!r} in {url}; `weightsearch inspect --storage {url}` "
+            f"no study named {study_name!r} in {shown_url(url)}; `weightsearch inspect "
+            f"--storage {shown_url(url)}` "
             "lists the studies"
         )
     for name in sorted(names):
@@ -91,7 +93,8 @@ def stored_spec(study_name: str, storage: Any, url: str) -> dict[str, Any]:
         if isinstance(attrs.get(S.A_SPEC), dict):
             return attrs[S.A_SPEC]
     raise StorageError(
-        f"study {study_name!r} in {url} holds no study file (it was imported, not launched), "
+        f"study {study_name!r} in {shown_url(url)} holds no study file (it was imported, not "
+        f"launched), "
         "so there is nothing to resume; launch a study file instead"
     )
 
@@ -123,11 +126,13 @@ def _mismatch(spec: StudySpec, study: Any, url: str) -> str | None:
     name = study.study_name
     attrs = _settled_attrs(study)
     if attrs is None:
-        return (f"study {name!r} in {url} holds no weightsearch settings: another launch is "
+        return (f"study {name!r} in {shown_url(url)} holds no weightsearch settings: another "
+                f"launch is "
                 "still creating it (run the command again in a moment to join it), or another "
                 "tool made it (choose another study name)")
     if attrs.get(S.A_SOURCE) != S.SOURCE_SWEEP:
-        return f"study {name!r} in {url} was imported, not launched; choose another study name"
+        return (f"study {name!r} in {shown_url(url)} was imported, not launched; choose "
+                "another study name")
     old, new = _stored_and_new(spec, attrs)
     if old == new:
         return None
@@ -135,10 +140,10 @@ def _mismatch(spec: StudySpec, study: Any, url: str) -> str | None:
     why = _why_not_extended(old, spec, attrs.get(S.A_CENTRAL) or S.split_study_name(name)[1])
     if why is None:
         return None
-    return (f"study {name!r} in {url} was launched with a different configuration "
+    return (f"study {name!r} in {shown_url(url)} was launched with a different configuration "
             f"(changed: {', '.join(changed) or 'unknown'}) that does not extend it: {why}; "
             f"choose another study name, or `weightsearch resume {spec.study} --storage "
-            f"{url}` to continue it as it was")
+            f"{shown_url(url)}` to continue it as it was")
 
 
 def _stored_and_new(spec: StudySpec, attrs: dict[str, Any]) -> tuple[dict, dict]:

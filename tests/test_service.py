@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -21,7 +22,9 @@ from weightsearch.cli import main
 RTE_AT_3 = "central_task,task_type,train_size,central_weight,seed,metric\n" + "".join(
     f"rte,classification,2490,{w},1,{m}\n" for w, m in ((1, 60), (3, 70), (15, 61)))
 # Stands in for `weightsearch launch|resume` so the tests start no sweep: it logs its arguments.
-ECHO = [sys.executable, "-c", "import sys; print('ARGS', *sys.argv[1:])"]
+# What a job is started with: its argv, and the storage it gets through its environment.
+ECHO = [sys.executable, "-c", "import os, sys; print('STORAGE', os.environ.get("
+        "'WEIGHTSEARCH_STORAGE')); print('ARGS', *sys.argv[1:])"]
 YAML = {"Content-Type": "application/yaml"}
 SPEC = """
 study: {name}
@@ -114,7 +117,8 @@ def test_launch_validates_then_starts_a_subprocess(client, tmp_path):
     body = started.json()
     assert body["study"] == "fresh-study"
     args = _wait_for_log(body["log"])
-    assert "ARGS launch" in args and "--storage sqlite:///" in args
+    # The storage URL reaches the job through its environment, never its argv.
+    assert "ARGS launch" in args and "--storage" not in args and "STORAGE sqlite:///" in args
 
 
 SLOW = [sys.executable, "-c",
@@ -168,7 +172,8 @@ def test_resume_route(client):
     assert client.post("/studies/nope/resume").status_code == 404
     r = client.post("/studies/siwlm-paper/resume")
     assert r.status_code == 202
-    assert "ARGS resume siwlm-paper --storage" in _wait_for_log(r.json()["log"])
+    log = _wait_for_log(r.json()["log"])
+    assert "ARGS resume siwlm-paper\n" in log and "STORAGE sqlite:///" in log
 
 
 @pytest.mark.parametrize("exposed", [True, False])
@@ -319,3 +324,58 @@ def test_every_error_has_one_shape(client):
     documented = schema["paths"]["/recommend"]["get"]["responses"]["422"]
     assert documented["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
     assert "HTTPValidationError" not in schema["components"]["schemas"]
+
+
+def test_jobs_are_capped_private_and_behind_the_token(url, tmp_path, monkeypatch):
+    """Beyond MAX_JOBS running jobs a launch or resume gets 429 with Retry-After; the jobs'
+    folder and logs are the service user's alone; reading jobs takes the token as writing
+    does."""
+    import stat
+
+    from service.launcher import MAX_JOBS
+
+    monkeypatch.setenv("WS_TEST_TOKEN", "s3cret")
+    folder = tmp_path / "jobs"
+    client = TestClient(create_app(url, log_dir=folder, command=SLOW,
+                                   token_env="WS_TEST_TOKEN"))
+    auth = {"Authorization": "Bearer s3cret"}
+    started = [client.post("/studies/siwlm-paper/resume", headers=auth) for _ in range(MAX_JOBS)]
+    assert [r.status_code for r in started] == [202] * MAX_JOBS
+    try:
+        over = client.post("/studies/siwlm-paper/resume", headers=auth)
+        assert over.status_code == 429 and over.headers["Retry-After"] == "60"
+        assert f"{MAX_JOBS} jobs are running" in over.json()["detail"]
+        launch = client.post("/studies", content=SPEC.format(name="one-more"),
+                             headers={**YAML, **auth})
+        assert launch.status_code == 429
+        for path in ("/jobs", f"/jobs/{started[0].json()['job']}",
+                     f"/jobs/{started[0].json()['job']}/log"):
+            assert client.get(path).status_code == 401, path
+            assert client.get(path, headers={"Authorization": "Bearer nope"}).status_code == 403
+            assert client.get(path, headers=auth).status_code == 200, path
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        for log in folder.glob("*.log"):
+            assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    finally:
+        for r in started:
+            client.delete(f"/jobs/{r.json()['job']}", headers=auth)
+
+
+@pytest.mark.postgres
+def test_a_storage_password_is_never_printed_or_passed_on_argv(postgres_url, tmp_path, capsys):
+    """PostgreSQL here trusts every password, so a URL with one is a working URL."""
+    from studies.storage import shown_url
+
+    secret = postgres_url.replace("://postgres@", "://postgres:pw-s3cret@")
+    assert "pw-s3cret" in secret and shown_url(secret) == postgres_url.replace(
+        "://postgres@", "://postgres:***@")
+    assert main(["inspect", "no-such-study", "--storage", secret]) == 2
+    err = capsys.readouterr().err
+    assert "postgres:***@" in err and "pw-s3cret" not in err
+    client = TestClient(create_app(secret, log_dir=tmp_path, command=ECHO))
+    assert client.get("/health").status_code == 200
+    import_file(TABLE2, "pw-paper", secret)
+    log = _wait_for_log(client.post("/studies/pw-paper/resume").json()["log"])
+    args = next(line for line in log.splitlines() if line.startswith("ARGS"))
+    assert "pw-s3cret" not in args  # the job got the URL through its environment
+    assert "pw-s3cret" not in json.dumps(client.get("/jobs").json())

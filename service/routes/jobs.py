@@ -17,17 +17,21 @@ def _find(jobs: JobTable, job_id: int) -> Job:
     return job
 
 
-@router.get("/jobs", response_model=JobList)
+# A job's log names its study's data and settings: reading jobs takes the token as writing does.
+@router.get("/jobs", response_model=JobList, dependencies=[Depends(authorized)],
+            responses=errors(401, 403))
 def list_jobs(jobs: Jobs) -> dict:
     return {"jobs": [j.to_dict() for j in jobs.all()]}
 
 
-@router.get("/jobs/{job_id}", response_model=JobInfo, responses=errors(404, 422))
+@router.get("/jobs/{job_id}", response_model=JobInfo, dependencies=[Depends(authorized)],
+            responses=errors(401, 403, 404, 422))
 def get_job(job_id: int, jobs: Jobs) -> dict:
     return _find(jobs, job_id).to_dict()
 
 
-@router.get("/jobs/{job_id}/log", response_class=PlainTextResponse, responses=errors(404, 422))
+@router.get("/jobs/{job_id}/log", response_class=PlainTextResponse,
+            dependencies=[Depends(authorized)], responses=errors(401, 403, 404, 422))
 def job_log(job_id: int, jobs: Jobs) -> str:
     """The last 64 KiB of the job's log."""
     return _find(jobs, job_id).tail()

@@ -6,7 +6,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.database import StudyDatabase
 from service.deps import Database, Launching, authorized
-from service.launcher import AlreadyLaunching, Launcher
+from service.launcher import RETRY_AFTER_S, AlreadyLaunching, Launcher, TooManyJobs
 from service.models import STUDY_FILE_BODY, Started, errors
 from service.safe_body import parse_body
 from weightsearch.errors import ConfigError
@@ -58,6 +58,8 @@ def _read_and_start(text: str, content_type: str, database: StudyDatabase,
         return launcher.launch(spec)
     except AlreadyLaunching as exc:
         raise HTTPException(409, str(exc)) from None
+    except TooManyJobs as exc:
+        raise HTTPException(429, str(exc), headers={"Retry-After": str(RETRY_AFTER_S)}) from None
 
 
 def _with_path_hint(exc: ConfigError) -> ConfigError:
@@ -71,8 +73,11 @@ def _with_path_hint(exc: ConfigError) -> ConfigError:
 
 
 @router.post("/studies/{name:path}/resume", status_code=202, dependencies=[Depends(authorized)],
-             response_model=Started, responses=errors(401, 403, 404, 422, 503))
+             response_model=Started, responses=errors(401, 403, 404, 422, 429, 503))
 def resume(name: str, database: Database, launcher: Launching) -> dict:
     if not database.exists(name):
         raise HTTPException(404, f"no study named {name!r}; GET /studies lists them")
-    return launcher.resume(name)
+    try:
+        return launcher.resume(name)
+    except TooManyJobs as exc:
+        raise HTTPException(429, str(exc), headers={"Retry-After": str(RETRY_AFTER_S)}) from None
