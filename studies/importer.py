@@ -140,6 +140,7 @@ def _line_offset(path: Path) -> int:
 def _read(path: Path):
     """The file as a table of text cells, with every required column and a row at least."""
     from studies.tables import read_table
+    from trainer.readers import bom_note
 
     df = read_table(path, as_text=True)
     missing = [c for c in REQUIRED if c not in df.columns]
@@ -147,6 +148,7 @@ def _read(path: Path):
         raise DataError(
             f"{path}: missing column(s) {', '.join(missing)}; an import file needs the columns "
             f"{', '.join(REQUIRED)} (optional: metric_name, and further metric columns)"
+            + bom_note(df.columns)
         )
     if df.empty:
         raise DataError(f"{path}: no data rows")

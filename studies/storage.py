@@ -111,17 +111,15 @@ def check_url(url: str) -> None:
     except (ImportError, NoSuchModuleError) as exc:
         raise StorageError(
             f"storage URL {shown_url(url)!r}: the Python driver for {parsed.drivername!r} is "
-            f"not installed "
-            f"({exc}); install it into this environment (e.g. `pip install pymysql` and a "
-            "mysql+pymysql:// URL, or `pip install psycopg` for postgresql+psycopg://)"
+            f"not installed ({exc}); install it into this environment (e.g. `pip install "
+            "pymysql` and a mysql+pymysql:// URL, or `pip install psycopg` for postgresql+psycopg://)"
         ) from None
     if dialect(parsed.get_backend_name()).file and parsed.database not in (None, "", ":memory:"):
-        folder = Path(parsed.database).expanduser().resolve().parent
+        folder = Path(os.path.realpath(Path(parsed.database).expanduser())).parent
         if not folder.is_dir():
             raise StorageError(
                 f"storage URL {shown_url(url)!r}: folder {folder} does not exist; create it or "
-                f"point "
-                "--storage at an existing folder"
+                "point --storage at an existing folder"
             )
 
 

@@ -15,7 +15,7 @@ import warnings
 from typing import Any
 
 from studies import schema as S
-from studies.storage import default_storage_url, open_storage
+from studies.storage import check_url, default_storage_url, open_storage
 from sweep import study_db, tuning
 from sweep.claims import Claims
 from sweep.progress import Progress, say
@@ -41,12 +41,14 @@ def launch(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = storage_url or spec.storage or default_storage_url()
-    storage = _open(url)
+    check_url(url)
     if ray_address:
         tuning.check_ray_address(ray_address)
 
-    # plan: everything checked, nothing written yet
+    # plan: everything checked (the data before the storage is opened, which creates a new
+    # SQLite file), nothing written yet
     centrals = [study_db.describe(spec, c) for c in spec.central_tasks]
+    storage = _open(url)
     existing = study_db.existing_studies(spec, storage, url, centrals)
     first = first_points(spec, centrals, url, existing)  # before the studies record it
     pending = _pending(spec, centrals, existing, first)

@@ -58,7 +58,7 @@ from sweep.space import (
     task_names_in,
 )
 from sweep.strategies import STRATEGIES, Strategy
-from trainer.config_paths import anchor_paths
+from trainer.config_paths import anchor_paths, writable_folder_problem
 from trainer.weighting import has_central_weight
 from weightsearch.errors import ConfigError
 from weightsearch.fields import (
@@ -341,7 +341,7 @@ def _read(source: str | os.PathLike | Mapping[str, Any]) -> tuple[str | None, An
     )
     if not text_given:
         path = Path(source)
-        base = path.expanduser().resolve().parent
+        base = Path(os.path.realpath(path.expanduser())).parent  # no RuntimeError on a loop
         return str(path), read_yaml_file(path, noun="study file"), base
     try:
         return None, load_yaml(str(source)) or {}, Path.cwd()
@@ -393,6 +393,8 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
     max_concurrent = plain.get("max_concurrent")
     max_failures = plain.get("max_failures", 1)
     workdir = _absolute(plain.get("workdir", DEFAULT_WORKDIR), where("workdir"))
+    if (problem := writable_folder_problem(workdir, "workdir")) is not None:
+        problems.append(problem)
 
     warm, warm_recommend = _parse_warm(raw.get("warm_start"), search, central, problems)
     objective = _parse_objective(raw.get("objective"), train, central, problems)
@@ -572,7 +574,7 @@ def _check_points(train: Mapping[str, Any], tasks: tuple[str, ...], central: tup
 
 # --- train -------------------------------------------------------------------------------
 def _absolute(path: str, base: Path) -> str:
-    return str((base / Path(path).expanduser()).resolve())
+    return os.path.realpath(base / Path(path).expanduser())  # a symlink loop stays a path
 
 
 def _parse_train(raw: Any, space: Space, problems: list[str], where: Any) -> dict[str, Any]:

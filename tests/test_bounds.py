@@ -123,3 +123,67 @@ def test_a_search_space_too_large_to_list_is_refused_before_anything_lists_it():
         load_study_spec({"study": "s", "train": train, "central_tasks": ["rte"],
                          "search": {"space": grid}})
     assert time.perf_counter() - started < 5  # refused by counting, not by listing
+
+
+def test_a_byte_order_mark_on_a_header_is_named(tmp_path, capsys):
+    """A file saved twice with a BOM keeps one after the reader drops the first: 'sentence'
+    reads as '\\ufeffsentence', and the message says why the column is not found."""
+    glue = tmp_path / "glue" / "SST-2"
+    glue.mkdir(parents=True)
+    (glue / "train.tsv").write_bytes(("\ufeff\ufeffsentence\tlabel\nfine\t1\n").encode())
+    (glue / "dev.tsv").write_text("sentence\tlabel\nfine\t1\n")
+    config = tmp_path / "run.yaml"
+    config.write_text(f"data_dir: {tmp_path / 'glue'}\ntasks: [sst2]\nepochs: 1\n"
+                      f"output_dir: {tmp_path / 'run'}\n")
+    assert main(["train", "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "'sentence' holds a byte-order mark" in err and "Traceback" not in err
+
+
+@pytest.fixture
+def loop(tmp_path):
+    """Two symbolic links pointing at each other."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    return tmp_path / "a"
+
+
+@pytest.mark.parametrize(("setting", "value", "words"), [
+    ("num_threads", "100000", "num_threads: 100000 is out of range"),
+    ("output_dir", "/proc/weightsearch-x", "output_dir: cannot create folders in /proc"),
+    ("cache_dir", "/etc/hostname", "cache_dir: /etc/hostname is a file, not a folder"),
+    ("output_dir", "/etc/hostname/x", "output_dir: /etc/hostname is a file, so"),
+    ("output_dir", "LOOP/x", "is a symbolic link that leads nowhere"),
+    ("data_dir", "LOOP", "data_dir: folder"),
+    ("encoder", "LOOP", "encoder: folder"),
+])
+def test_unusable_paths_and_counts_are_field_errors(setting, value, words, loop, tmp_path,
+                                                    sample_data_dir, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"data_dir: {sample_data_dir}\ntasks: [rte]\nepochs: 1\n"
+                      f"output_dir: {tmp_path / 'run'}\ncache_dir: {tmp_path / 'cache'}\n")
+    value = value.replace("LOOP", str(loop))
+    assert main(["train", "--config", str(config), "--set", f"{setting}={value}"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_launch_with_bad_data_or_a_looping_workdir_writes_nothing(loop, tmp_path,
+                                                                   sample_data_dir, capsys):
+    import shutil
+
+    from tests.helpers import EXAMPLES
+
+    url = f"sqlite:///{tmp_path / 'new.db'}"
+    study = str(EXAMPLES / "study-sample.yaml")
+    assert main(["launch", study, "--storage", url, "--set", f"workdir={loop}"]) == 2
+    assert "symbolic link that leads nowhere" in capsys.readouterr().err
+    data = tmp_path / "glue"
+    shutil.copytree(sample_data_dir, data)
+    (data / "SST-2" / "train.tsv").write_text("sentence\tlabel\nfine\tmaybe\n")
+    assert main(["launch", study, "--storage", url, "--set", f"train.data_dir={data}",
+                 "--set", f"workdir={tmp_path / 'runs'}"]) == 2
+    assert "label 'maybe'" in capsys.readouterr().err
+    assert not (tmp_path / "new.db").exists()  # the storage is not created for a bad input
+    assert not (tmp_path / "runs").exists()

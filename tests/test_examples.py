@@ -27,7 +27,7 @@ def test_finetuned_study_example_loads():
     from sweep.spec import load_study_spec
 
     spec = load_study_spec(EXAMPLES / "study-finetuned-sample.yaml")
-    assert spec.objective.stage == "finetuned" and spec.central_tasks == ("rte", "mrpc")
+    assert spec.objective.stage == "finetuned" and spec.central_tasks == ("sst2", "stsb")
 
 
 def test_ladder_study_example_trains_one_size_beside_the_auxiliaries(sample_data_dir):

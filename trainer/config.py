@@ -114,7 +114,7 @@ class RunConfig:
     eval_batch_size: int = setting(128, Number(integer=True, low=1))
     # torch intra-op threads; None = torch's default
     num_threads: int | None = setting(
-        None, Number(integer=True, low=1, optional=True))
+        None, Number(integer=True, low=1, high=1024, optional=True))
     # What a finished run keeps (trainer/checkpoint.py): all epochs, the last full checkpoint,
     # the final weights only, or none (study trials default to none: their scores are stored).
     checkpoints: str = setting("final", Choice(CHECKPOINT_POLICIES))

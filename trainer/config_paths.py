@@ -90,3 +90,30 @@ def _anchor_mlflow(tracking: Any, one: Callable[[Any], Any]) -> Any:
     if not isinstance(uri, str) or not uri.strip() or len(urlsplit(uri).scheme) > 1:
         return tracking
     return {**tracking, "mlflow": one(uri)}
+
+
+def writable_folder_problem(path: str | os.PathLike, key: str) -> str | None:
+    """Why `path` cannot be a folder this run writes (None when it can): it is a file, lies
+    under a file, or its nearest existing folder refuses a new entry. Probed with a temporary
+    folder that is removed at once, so nothing is left when another setting is refused."""
+    target = Path(path).expanduser()
+    if target.exists() and not target.is_dir():
+        return f"{key}: {target} is a file, not a folder; choose a folder path"
+    existing = target
+    while not existing.exists():
+        if existing.is_symlink():  # it does not resolve: dangling, or a loop of links
+            return (f"{key}: {existing} is a symbolic link that leads nowhere (a dangling link "
+                    "or a loop of links); point it at a folder or choose another path")
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{key}: {existing} is a file, so {target} cannot be a folder; choose another path"
+    import tempfile
+
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".weightsearch-probe-", dir=existing))
+    except OSError as exc:
+        return (f"{key}: cannot create folders in {existing} ({exc.strerror or exc}); choose a "
+                "folder you can write")
+    return None

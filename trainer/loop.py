@@ -34,6 +34,7 @@ from trainer.checkpoint import (
     save_checkpoint,
 )
 from trainer.config import DEFAULT_ENCODER, RunConfig
+from trainer.config_paths import writable_folder_problem
 from trainer.data import TaskData, batch_plan, eval_batches, token_limits
 from trainer.device import Runtime, select_runtime
 from trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
@@ -110,6 +111,10 @@ def set_up(cfg: RunConfig, resume: bool = False, stage: str = "multitask",
     """Check every input and load what the stage trains; raises ConfigError before `output_dir`
     is touched. `resume=True` picks up the newest epoch checkpoint there (none: a fresh run)."""
     started = time.perf_counter()
+    folders = [writable_folder_problem(cfg.output_dir, "output_dir"),
+               writable_folder_problem(cfg.cache_dir, "cache_dir")]
+    if any(folders):
+        raise ConfigError([p for p in folders if p])
     runtime = select_runtime(cfg.device, cfg.precision, cfg.num_threads)
     out = Path(cfg.output_dir)
     ckpt, held = _checkpoint_to_resume(cfg, out, resume, runtime)

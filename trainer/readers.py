@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,8 +144,19 @@ def read_task_table(spec: TaskSpec, path: Path) -> Table:
                 if not spec.header else "set the task's text_a/text_b/label/group/choices to "
                                         "these names")
         raise DataError(f"{path}: column(s) {', '.join(map(repr, missing))} not found for task "
-                        f"'{spec.name}'; the file has {found} ({hint})")
+                        f"'{spec.name}'; the file has {found} ({hint}){bom_note(table.columns)}")
     return table
+
+
+def bom_note(columns: Iterable[object]) -> str:
+    """What to say when a header name holds a byte-order mark (U+FEFF): invisible in editors,
+    it makes 'label' read as '\ufefflabel'. Empty when none does."""
+    marked = [str(c) for c in columns if "\ufeff" in str(c)]
+    if not marked:
+        return ""
+    return (f"; the header name {marked[0].replace(chr(0xFEFF), '')!r} holds a byte-order mark "
+            "(U+FEFF, e.g. a file saved twice with a BOM): re-save the file as UTF-8 without "
+            "a BOM")
 
 
 def count_examples(spec: TaskSpec, path: Path) -> int:

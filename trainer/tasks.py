@@ -11,6 +11,7 @@ the user fixes the whole list in one go.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -448,7 +449,7 @@ def _move_files(values: dict[str, Any], data_dir: object, where: str,
         problems.append(f"{where}.data_dir: folder {data_dir!r} does not exist; point it at the "
                         "folder that holds this task's files, or remove it to use the run's")
         return
-    folder = folder.resolve()
+    folder = Path(os.path.realpath(folder))
 
     def moved(path: str) -> str:
         return path if Path(path).expanduser().is_absolute() else str(folder / path)
