@@ -29,6 +29,7 @@ class StudyDatabase:
         self._evidence = None
         self._checked = 0.0
         self._refreshing = False
+        self._failure: BaseException = RuntimeError("the study database was not read yet")
 
     def storage(self):
         """The Optuna storage, or None while a SQLite file does not exist yet."""
@@ -69,6 +70,8 @@ class StudyDatabase:
     def evidence(self):
         if self._evidence is None:
             self.refresh()
+            if self._evidence is None:  # never read: answering from the built-in evidence
+                raise self._failure     # alone would ignore the user's studies unsaid
         elif time.monotonic() - self._checked > self.refresh_s and not self._refreshing:
             self._refreshing = True
             threading.Thread(target=self.refresh, daemon=True).start()
@@ -77,10 +80,12 @@ class StudyDatabase:
     def refresh(self) -> None:
         try:
             self.studies()
-        except Exception:  # keep serving the last good evidence; the log says why
-            log.exception("refreshing the recommender's evidence from %s failed", self.url)
-            if self._evidence is None:
-                self._evidence = load_evidence(None)
+        except Exception as exc:  # keep serving the last good evidence; the log says why
+            from studies.storage import storage_failure
+
+            self._failure = storage_failure(exc, self.url) or exc
+            log.warning("refreshing the recommender's evidence from %s failed: %s",
+                        redacted(self.url), self._failure)
         finally:
             self._checked = time.monotonic()
             self._refreshing = False

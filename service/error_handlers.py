@@ -61,6 +61,12 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    from studies.storage import storage_failure
+
+    failure = storage_failure(exc, request.app.state.database.url)
+    if failure is not None:  # the study database failed: the service is unavailable, not buggy
+        log.warning("%s %s: %s", request.method, request.url.path, failure)
+        return error_response(503, str(failure))
     log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
     return error_response(500, "internal error; the server's log has the details")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from studies import schema
 from studies.reading import CentralStudy, read_all, read_central, resolve
 from studies.storage import shown_url
+from studies.verdict import by_seed, judge
 from weightsearch.errors import ConfigError, StorageError
 
 FORMATS = ("table", "csv", "json")
@@ -98,10 +99,15 @@ def point_rows(studies: list[CentralStudy]) -> list[dict]:
         sign = 1.0 if s.maximize else -1.0
         best = max(values, key=lambda k: sign * statistics.fmean(values[k]))
         mean = statistics.fmean(values[best])
+        scores, paired = by_seed([(_point_text(c.point), c.seed, c.value) for c in s.cells
+                                  if c.point and c.state == "complete" and c.value is not None])
+        verdict = judge(scores, paired, maximize=s.maximize, kind="point")
         row = {"central_task": s.central_task, "primary_metric": s.primary_metric,
                "best": _point_text(points[best]), "mean": mean,
                "sd": statistics.stdev(values[best]) if len(values[best]) > 1 else None,
-               "seeds": len(values[best]), "points_done": len(values)}
+               "seeds": len(values[best]), "points_done": len(values),
+               "clear": "yes" if verdict.clear else "no",
+               "verdict": verdict.text(s.primary_metric or "score")}
         group = schema.T_GROUP_PATH
         if group in points[best]:
             alone = {**points[best], group: []}
@@ -200,13 +206,16 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str) -> str:
                      + "".join(f"\n{s.central_task}: {_verdict_text(s)}"
                                for s in studies if s.curve))
     if points:
-        parts.append("best point per central task (mean over seeds, COMPLETE trials):\n"
-                     + _table(points))
+        parts.append("best point per central task (mean over seeds, COMPLETE trials; clear: "
+                     "separated from every other point, 95% t-interval):\n"
+                     + _table([{k: v for k, v in r.items() if k != "verdict"} for r in points])
+                     + "".join(f"\n{r['central_task']}: {r['verdict']}" for r in points))
     for r in points:
         if "best_group" in r:
             gain = (f", {r['gain']:+.4f} over {r['central_task']} alone" if "gain" in r
                     else "")
-            parts.append(f"best group for {r['central_task']}: {r['best_group']} "
+            word = "best group" if r["clear"] == "yes" else "highest-scoring group (not separated)"
+            parts.append(f"{word} for {r['central_task']}: {r['best_group']} "
                          f"({r['primary_metric']} {r['mean']:.4f}{gain})")
     return "\n\n".join(parts)
 

@@ -152,11 +152,13 @@ def open_storage(url: str | None = None):
             "sqlite:/// or postgresql+psycopg://"
         ) from None
     except (sqlalchemy.exc.SQLAlchemyError, ValueError) as exc:
+        failure = storage_failure(exc, url)
+        if failure is not None and "failed (" not in str(failure):  # a kind it names
+            raise failure from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise StorageError(
             f"cannot open study storage {shown_url(url)!r}: {first}. Check that the database "
-            f"server is "
-            "running and the URL (driver, host, port, database name) is right"
+            "server is running and the URL (driver, host, port, database name) is right"
         ) from None
     if dialect(storage.engine.dialect.name).file and (ours or _in_wal(storage)):
         # A database file another tool made keeps its journal mode: WAL adds -wal/-shm files
@@ -346,3 +348,57 @@ def _use_sqlite_wal(storage) -> None:
     event.listen(storage.engine, "connect", _set_wal)
     # Connections opened while Optuna created the tables predate the listener: drop them.
     storage.engine.dispose()
+
+
+# What a storage failure is, by the words its driver uses, and what to do about it.
+_FAILURES = (
+    (("malformed", "not a database", "corrupt"),
+     "is damaged ({cause})",
+     "check it with `sqlite3 FILE 'PRAGMA integrity_check'` and restore it from a backup, or "
+     "recover it into a new file with `sqlite3 FILE .recover | sqlite3 NEW`"),
+    (("database or disk is full", "no space left", "disk full"),
+     "cannot be written: its disk is full ({cause})",
+     "free space on that disk, then run the command again (`weightsearch resume` continues a "
+     "study)"),
+    (("readonly", "read-only", "permission denied"),
+     "cannot be written ({cause})",
+     "make the file and its folder writable for this user, then run the command again"),
+    (("locked", "busy"),
+     "is locked by another process ({cause})",
+     "wait for it to finish or stop it, then run the command again"),
+    (("could not connect", "connection refused", "server closed", "timeout expired",
+      "connection to server", "terminating connection", "name or service not known"),
+     "cannot be reached ({cause})",
+     "check that the database server runs and answers at that address, then run the "
+     "command again"),
+)
+
+
+def storage_failure(exc: BaseException, url: str | None) -> StorageError | None:
+    """The one message for a failure of the study database anywhere in `exc`'s chain (a
+    damaged file, a full disk, a lock held too long, a server gone), or None when `exc` is no
+    storage failure."""
+    import sqlite3
+
+    import sqlalchemy.exc
+    from optuna.exceptions import StorageInternalError
+
+    kinds = (sqlite3.DatabaseError, sqlalchemy.exc.DatabaseError,
+             sqlalchemy.exc.OperationalError, StorageInternalError)
+    chain, seen = [], set()
+    item: BaseException | None = exc
+    while item is not None and id(item) not in seen:
+        seen.add(id(item))
+        chain.append(item)
+        item = item.__cause__ or item.__context__
+    if not any(isinstance(e, kinds) for e in chain):
+        return None
+    root = next((e for e in reversed(chain) if isinstance(e, sqlite3.Error | OSError)),
+                chain[-1])
+    cause = (str(getattr(root, "orig", None) or root).strip().splitlines() or [""])[0][:200]
+    where = f"the study database {shown_url(url)}" if url else "the study database"
+    words = " ".join(str(e).lower() for e in chain)
+    for needles, what, fix in _FAILURES:
+        if any(n in words for n in needles):
+            return StorageError(f"{where} {what.format(cause=cause)}; {fix}")
+    return StorageError(f"{where} failed ({cause}); check it and run the command again")

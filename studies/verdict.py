@@ -1,4 +1,5 @@
-"""Whether a study's trials separate one central weight from the others, and the words for it.
+"""Whether a study's trials separate one central weight (or search point) from the others, and
+the words for it.
 
 A best weight is the weight with the highest mean score. It is *clear* only when the trials
 separate it from every other weight: for each other weight, the 95% Student-t interval of the
@@ -16,39 +17,47 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from typing import Any
 
 LEVEL = 0.95
 
 
 @dataclass(frozen=True)
 class Verdict:
-    best: float | None  # the weight with the highest mean (smallest weight on a tie)
+    best: Any  # the weight (or point label) with the highest mean (the smallest on a tie)
     clear: bool  # separated from every other weight at LEVEL
-    rival: float | None = None  # the other weight it is least separated from
+    rival: Any = None  # the other weight it is least separated from
     lead: float | None = None  # best mean minus the rival's (the metric's units)
     interval: tuple[float, float] | None = None  # LEVEL interval of that difference
     seeds: int = 0  # fewest seeds at any weight
     paired: bool = False
     reason: str = ""  # why it is not clear ("" when it is)
+    kind: str = "weight"  # what is compared: central weights, or search points (their labels)
 
     def text(self, metric: str = "score") -> str:
+        kind, best, rival = self.kind, _show(self.best), _show(self.rival)
         if self.best is None:
             return "no finished trial yet"
         if self.rival is None:
-            return f"one weight finished ({self.best:g}); nothing to compare it with"
+            return f"one {kind} finished ({best}); nothing to compare it with"
         how = (f"{self.seeds} paired seed{'s' * (self.seeds != 1)}" if self.paired
-               else f"{self.seeds} seed{'s' * (self.seeds != 1)} per weight")
-        gap = f"{self.best:g} leads {self.rival:g} by {self.lead:.4f} {metric}"
+               else f"{self.seeds} seed{'s' * (self.seeds != 1)} per {kind}")
+        gap = f"{best} leads {rival} by {self.lead:.4f} {metric}"
         if self.interval is not None:
             gap += f", {LEVEL:.0%} interval [{self.interval[0]:+.4f}, {self.interval[1]:+.4f}]"
         if self.clear:
-            return f"best central weight {self.best:g} ({gap}, {how})"
-        return f"no weight is clearly better ({self.reason}: {gap}, {how})"
+            what = "central weight" if kind == "weight" else kind
+            return f"best {what} {best} ({gap}, {how})"
+        return f"no {kind} is clearly better ({self.reason}: {gap}, {how})"
 
     def to_dict(self) -> dict:
         return {"best_weight": self.best, "clear": self.clear, "rival": self.rival,
                 "lead": self.lead, "interval": list(self.interval) if self.interval else None,
                 "seeds": self.seeds, "paired": self.paired, "verdict": self.text()}
+
+
+def _show(key: Any) -> str:
+    return f"{key:g}" if isinstance(key, float | int) else str(key)
 
 
 def by_seed(scores: list[tuple[float, int | None, float]]) -> tuple[dict[float, list[float]],
@@ -68,18 +77,19 @@ def by_seed(scores: list[tuple[float, int | None, float]]) -> tuple[dict[float, 
     return {w: [x for s in v.values() for x in s] for w, v in cells.items()}, False
 
 
-def judge(values: dict[float, list[float]], paired: bool = False,
-          maximize: bool = True) -> Verdict:
-    """`values`: each weight's scores (with `paired`, each list in one seed order)."""
+def judge(values: dict[Any, list[float]], paired: bool = False,
+          maximize: bool = True, kind: str = "weight") -> Verdict:
+    """`values`: each weight's (or point's) scores (with `paired`, each list in one seed
+    order)."""
     values = {w: v for w, v in values.items() if v}
     if not values:
-        return Verdict(None, False)
+        return Verdict(None, False, kind=kind)
     sign = 1.0 if maximize else -1.0
     means = {w: statistics.fmean(v) for w, v in values.items()}
     best = min(means, key=lambda w: (-sign * means[w], w))
     seeds = min(len(v) for v in values.values())
     if len(values) == 1:
-        return Verdict(best, False, seeds=seeds, reason="one weight")
+        return Verdict(best, False, seeds=seeds, reason=f"one {kind}", kind=kind)
     intervals = {w: _interval(values[best], values[w], paired, sign)
                  for w in values if w != best}
     # The rival: the weight whose interval reaches lowest (the least separated one).
@@ -92,15 +102,15 @@ def judge(values: dict[float, list[float]], paired: bool = False,
     elif lead == 0:
         reason = "a tie"
     elif seeds < 2:
-        reason = ("one seed per weight" if max(len(v) for v in values.values()) < 2
-                  else "a weight with a single seed") + ", so seed noise is unknown"
+        reason = (f"one seed per {kind}" if max(len(v) for v in values.values()) < 2
+                  else f"a {kind} with a single seed") + ", so seed noise is unknown"
     elif interval is not None and interval[0] == interval[1]:
         reason = "no spread between seeds, so seed noise is unknown"
     elif interval is None or not interval[0] > 0:
         reason = "within seed noise"
     else:
         reason = ""
-    return Verdict(best, not reason, rival, lead, interval, seeds, paired, reason)
+    return Verdict(best, not reason, rival, lead, interval, seeds, paired, reason, kind)
 
 
 def _interval(a: list[float], b: list[float], paired: bool,

@@ -116,6 +116,15 @@ def existing_studies(spec: StudySpec, storage: Any, url: str,
             problems.append(problem)
         else:
             found[c.name] = study
+    # A study is one configuration, whichever central tasks a launch names: the studies of the
+    # other central tasks under this name must have been launched with this file too (or one
+    # it only grows).
+    ours = {S.study_name(spec.study, c.name) for c in centrals}
+    for name in sorted(names - ours):
+        if S.split_study_name(name)[0] == spec.study:
+            problem = _mismatch(spec, optuna.load_study(study_name=name, storage=storage), url)
+            if problem:
+                problems.append(problem)
     if problems:
         raise ConfigError(problems)
     return found

@@ -24,7 +24,7 @@ class CentralResult:
     best_value: float | None  # mean over the best point's seeds
     best_label: str | None = None  # the best point, e.g. "w=9" or "group=mrpc+stsb"
     gain: float | None = None  # task grouping: best group's mean minus the central task alone
-    verdict: Verdict | None = None  # the central weight alone: is the best one separated?
+    verdict: Verdict | None = None  # is the best weight (or point) separated from the others?
 
 
 @dataclass
@@ -49,9 +49,11 @@ class SweepSummary:
         for c in self.centrals:
             if c.best_value is None:
                 out.append(f"  {c.central}: no finished trial yet")
-            elif self.classic and c.verdict is not None:
+            elif c.verdict is not None and (self.classic or not c.verdict.clear):
+                gain = (f"; {c.best_label}: {c.gain:+.4f} over {c.central} alone"
+                        if c.gain is not None else "")
                 out.append(f"  {c.central}: {c.verdict.text(c.primary_metric)} "
-                           f"({c.complete} trials)")
+                           f"({c.complete} trials{gain})")
             else:
                 gain = (f", {c.gain:+.4f} over {c.central} alone" if c.gain is not None
                         else "")
@@ -111,9 +113,18 @@ def best_point(central: str, metric: str, space: Space, records: Sequence[Any]
         if alone:
             gain = statistics.fmean(by_point[best]) - statistics.fmean(by_point[alone[0]])
     weight = point.get(CENTRAL_WEIGHT)
-    verdict = _weight_verdict(records) if space.central_weight_only else None
+    verdict = _weight_verdict(records) if space.central_weight_only else \
+        _point_verdict(records, space)
     return CentralResult(central, metric, complete, None if weight is None else float(weight),
                          statistics.fmean(by_point[best]), space.label(point), gain, verdict)
+
+
+def _point_verdict(records: Sequence[Any], space: Space) -> Verdict:
+    """Whether the COMPLETE trials separate the best search point from every other."""
+    values, paired = by_seed([(space.label(r.point), r.seed, r.value) for r in records
+                              if r.state == "complete" and r.point is not None
+                              and r.value is not None])
+    return judge(values, paired, kind="point")
 
 
 def _weight_verdict(records: Sequence[Any]) -> Verdict:

@@ -187,3 +187,49 @@ def test_a_launch_with_bad_data_or_a_looping_workdir_writes_nothing(loop, tmp_pa
     assert "label 'maybe'" in capsys.readouterr().err
     assert not (tmp_path / "new.db").exists()  # the storage is not created for a bad input
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.fixture
+def damaged_db(tmp_path):
+    """A study database whose pages after the first two are overwritten: SQLite reads its
+    schema, then finds the tables' pages malformed."""
+    import random
+
+    from studies.importer import import_file
+    from tests.helpers import TABLE2
+
+    path = tmp_path / "damaged.db"
+    import_file(TABLE2, "paper", f"sqlite:///{path}")
+    data = bytearray(path.read_bytes())
+    noise = random.Random(7)
+    for i in range(8192, len(data)):
+        data[i] = noise.randrange(256)
+    path.write_bytes(bytes(data))
+    return f"sqlite:///{path}"
+
+
+@pytest.mark.parametrize("argv", [["inspect", "paper"], ["inspect"], ["resume", "paper"],
+                                  ["recommend", "--train-size", "3000"],
+                                  ["export", "paper", "-o", "OUT"]])
+def test_a_damaged_study_database_is_one_message_not_a_traceback(argv, damaged_db, tmp_path,
+                                                                 capsys):
+    argv = [a.replace("OUT", str(tmp_path / "out.csv")) for a in argv]
+    assert main([*argv, "--storage", damaged_db]) == 2
+    err = capsys.readouterr().err
+    assert "is damaged" in err or "failed" in err, err
+    assert "Traceback" not in err and "exceeding max length" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_the_service_answers_503_for_a_damaged_study_database(damaged_db):
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    client = TestClient(create_app(damaged_db), raise_server_exceptions=False)
+    for path in ("/studies", "/studies/paper", "/recommend?train_size=3000"):
+        answer = client.get(path)
+        assert answer.status_code == 503, (path, answer.status_code, answer.text)
+        assert "study database" in answer.json()["detail"]
+    assert client.get("/health").status_code in (200, 503)

@@ -134,6 +134,12 @@ def test_study_runs_every_cell_exactly_once(
         changed["train"]["epochs"] = 2
         with pytest.raises(ConfigError, match="different configuration"):
             launch(load_study_spec(changed), progress=False)
+        # ... whatever central tasks it names: a study is one configuration.
+        other = study_dict("e2e", tiny_encoder, sample_data_dir, tmp_path)
+        other["central_tasks"] = ["mrpc"]
+        with pytest.raises(ConfigError, match=r"study 'e2e/rte' .*different configuration"):
+            launch(load_study_spec(other), progress=False)
+        assert "e2e/mrpc" not in optuna.get_all_study_names(url)
     finally:
         ray.shutdown()
 

@@ -74,11 +74,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"weightsearch {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a failing study database is the user's to fix: one message
+        failure = _storage_failure(exc, args)
+        if failure is None:
+            raise
+        print(f"weightsearch {args.command}: error: {failure}", file=sys.stderr)
+        return failure.exit_code
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, as Unix tools do, and keep Python
         # from complaining again when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+
+
+def _storage_failure(exc: Exception, args: argparse.Namespace) -> WeightsearchError | None:
+    try:
+        from studies.storage import ENV_STORAGE, storage_failure
+    except ImportError:  # an install without the study database's libraries
+        return None
+    url = getattr(args, "storage", None) or os.environ.get(ENV_STORAGE)
+    return storage_failure(exc, url)
 
 
 if __name__ == "__main__":
