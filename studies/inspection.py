@@ -96,12 +96,12 @@ def point_rows(studies: list[CentralStudy]) -> list[dict]:
                 points[key] = c.point
         if not values:
             continue
-        sign = 1.0 if s.maximize else -1.0
-        best = max(values, key=lambda k: sign * statistics.fmean(values[k]))
-        mean = statistics.fmean(values[best])
         scores, paired = by_seed([(_point_text(c.point), c.seed, c.value) for c in s.cells
                                   if c.point and c.state == "complete" and c.value is not None])
         verdict = judge(scores, paired, maximize=s.maximize, kind="point")
+        # The verdict's best (its tie-break too), so that every line names the same point.
+        best = next(k for k in values if _point_text(points[k]) == verdict.best)
+        mean = statistics.fmean(values[best])
         row = {"central_task": s.central_task, "primary_metric": s.primary_metric,
                "best": _point_text(points[best]), "mean": mean,
                "sd": statistics.stdev(values[best]) if len(values[best]) > 1 else None,

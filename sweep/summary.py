@@ -103,7 +103,11 @@ def best_point(central: str, metric: str, space: Space, records: Sequence[Any]
     complete = sum(len(v) for v in by_point.values())
     if not by_point:
         return CentralResult(central, metric, 0, None, None)
-    best = max(by_point, key=lambda k: statistics.fmean(by_point[k]))
+    verdict = _weight_verdict(records) if space.central_weight_only else \
+        _point_verdict(records, space)
+    # The verdict's best (ties broken as it breaks them), so that the lines agree.
+    best = next((k for k in by_point if _key_of(points[k], space) == verdict.best),
+                max(by_point, key=lambda k: statistics.fmean(by_point[k])))
     point = points[best]
     gain = None
     group = space.group
@@ -113,10 +117,13 @@ def best_point(central: str, metric: str, space: Space, records: Sequence[Any]
         if alone:
             gain = statistics.fmean(by_point[best]) - statistics.fmean(by_point[alone[0]])
     weight = point.get(CENTRAL_WEIGHT)
-    verdict = _weight_verdict(records) if space.central_weight_only else \
-        _point_verdict(records, space)
     return CentralResult(central, metric, complete, None if weight is None else float(weight),
                          statistics.fmean(by_point[best]), space.label(point), gain, verdict)
+
+
+def _key_of(point: dict, space: Space) -> Any:
+    """What a verdict calls a point: its central weight, or its label."""
+    return float(point[CENTRAL_WEIGHT]) if space.central_weight_only else space.label(point)
 
 
 def _point_verdict(records: Sequence[Any], space: Space) -> Verdict:
