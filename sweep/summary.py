@@ -111,7 +111,7 @@ def best_point(central: str, metric: str, space: Space, records: Sequence[Any]
     point = points[best]
     gain = None
     group = space.group
-    if group is not None:
+    if group is not None and point[group.path] != ():
         alone = [k for k, p in points.items() if p[group.path] == ()
                  and all(p[d.path] == point[d.path] for d in space.dims if d is not group)]
         if alone:
