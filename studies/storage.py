@@ -397,8 +397,53 @@ def storage_failure(exc: BaseException, url: str | None) -> StorageError | None:
                 chain[-1])
     cause = (str(getattr(root, "orig", None) or root).strip().splitlines() or [""])[0][:200]
     where = f"the study database {shown_url(url)}" if url else "the study database"
+    path = _sqlite_path(url) if url else None
+    if path is not None and not os.path.exists(path):  # SQLite then says "readonly"
+        return StorageError(f"{where} was deleted while this command ran ({cause}); restore "
+                            "the file (the trials finished before are in it)")
     words = " ".join(str(e).lower() for e in chain)
     for needles, what, fix in _FAILURES:
         if any(n in words for n in needles):
             return StorageError(f"{where} {what.format(cause=cause)}; {fix}")
     return StorageError(f"{where} failed ({cause}); check it and run the command again")
+
+
+def file_identity(url: str) -> tuple[int, int] | None:
+    """(device, inode) of a SQLite study file, None for a server database or a missing file:
+    what `check_same_file` compares against."""
+    path = _sqlite_path(url)
+    try:
+        found = os.stat(path) if path else None
+    except OSError:
+        return None
+    return None if found is None else (found.st_dev, found.st_ino)
+
+
+def check_same_file(url: str, identity: tuple[int, int] | None) -> None:
+    """Raise StorageError when the SQLite file opened as `identity` is no longer the file at
+    its path: deleted, or replaced. A process keeps writing to an unlinked file without an
+    error, so its results would exist nowhere."""
+    path = _sqlite_path(url)
+    if identity is None or path is None:
+        return
+    try:
+        found = os.stat(path)
+    except FileNotFoundError:
+        now = "was deleted"
+    else:
+        if (found.st_dev, found.st_ino) == identity:
+            return
+        now = "was replaced by another file"
+    raise StorageError(f"the study database {shown_url(url)} {now} while this command ran, "
+                       "so it stopped: no result is written where nobody can read it. Restore "
+                       "the file (the trials finished before are in it), then `weightsearch "
+                       "resume` the study")
+
+
+def _sqlite_path(url: str) -> str | None:
+    if not url_dialect(url).file:
+        return None
+    from sqlalchemy.engine import make_url
+
+    database = make_url(url).database
+    return None if database in (None, "", ":memory:") else os.path.expanduser(database)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from studies.storage import default_storage_url, shown_url
+from studies.storage import default_storage_url, shown_url, storage_failure
+from weightsearch.errors import StorageError
 
 if TYPE_CHECKING:
     from sweep.summary import SweepSummary
@@ -49,17 +52,34 @@ def _launch(args: argparse.Namespace) -> int:
     from sweep.spec import load_study_spec
 
     spec = load_study_spec(args.study_file, overrides=args.overrides)
-    summary = launch(spec, storage_url=args.storage, ray_address=args.ray_address,
-                     progress=not args.quiet)
+    url = args.storage or spec.storage or default_storage_url()
+    with _storage_named(url, spec.study):
+        summary = launch(spec, storage_url=url, ray_address=args.ray_address,
+                         progress=not args.quiet)
     return _report(summary)
 
 
 def _resume(args: argparse.Namespace) -> int:
     from sweep.launch import resume
 
-    summary = resume(args.study, storage_url=args.storage, ray_address=args.ray_address,
-                     progress=not args.quiet)
+    url = args.storage or default_storage_url()
+    with _storage_named(url, args.study):
+        summary = resume(args.study, storage_url=url, ray_address=args.ray_address,
+                         progress=not args.quiet)
     return _report(summary)
+
+
+@contextlib.contextmanager
+def _storage_named(url: str, study: str) -> Iterator[None]:
+    """A failure of the study database mid-study: one message naming it, and how to go on."""
+    try:
+        yield
+    except Exception as exc:
+        failure = storage_failure(exc, url)
+        if failure is None:
+            raise
+        raise StorageError(f"{failure}; then `weightsearch resume {study} --storage "
+                           f"{shown_url(url)}` continues the study") from None
 
 
 def _report(summary: SweepSummary) -> int:

@@ -35,6 +35,7 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from studies import schema as S
+from studies.storage import check_same_file, file_identity
 from sweep import study_db
 from sweep.claims import Claims
 from sweep.progress import Progress
@@ -106,6 +107,10 @@ class CellSearcher(Searcher):
         self.stopped = stopped_by_scheduler  # filled by the scheduler wrapper
         self.claims = claims
         self.tune_trials: dict[str, Any] = {}  # trial_id -> ray Trial, filled by a callback
+        # The SQLite file this driver writes, checked before each write (deleted or replaced
+        # under a running launch, its results would land in an unlinked file).
+        self.url = claims.engine.url.render_as_string(hide_password=False)
+        self.identity = file_identity(self.url)
         self.ran = 0
         self._live: dict[str, _Live] = {}
         self._turn = 0
@@ -249,6 +254,7 @@ class CellSearcher(Searcher):
 
     def _start(self, trial_id: str, plan: CentralPlan, unit: Unit, point: Point,
                keys: list[str], records: list[Record]) -> dict[str, Any]:
+        check_same_file(self.url, self.identity)
         space = plan.strategy.space
         cell = space.cell_key(point, unit.seed)
         _fail_stale(plan.study, unit, records)
@@ -277,6 +283,7 @@ class CellSearcher(Searcher):
     # --- results ----------------------------------------------------------------------
     def _record(self, trial_id: str, live: _Live, error: bool, elapsed: float
                 ) -> tuple[str, float | None, str | None]:
+        check_same_file(self.url, self.identity)
         trial, plan = live.trial, live.plan
         if not error and live.summary is not None:
             return "COMPLETE", self._complete(live), None

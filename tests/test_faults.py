@@ -483,3 +483,27 @@ def test_postgres_restart_mid_study_loses_nothing(
           f"{len(done_before)} cells done and trials running; the driver retried its writes "
           f"and the study completed, every cell once, {len(trials)} trials. Lost training: "
           f"0s.\n{text.strip()}")
+
+
+def test_a_study_file_deleted_mid_launch_stops_the_driver(cluster: Cluster, tiny_encoder: str,
+                                                          sample_data_dir: Path, tmp_path: Path):
+    """A process keeps writing to an unlinked SQLite file without an error: the driver checks
+    before each write that its file is still the one at the path, and stops saying so."""
+    db = tmp_path / "gone.db"
+    url = f"sqlite:///{db}"
+    study = _study_file(tmp_path, "gone", url, tiny_encoder, sample_data_dir, [1, 9, 15],
+                        concurrent=1, epochs=1, examples=32)
+    proc, log = _driver(cluster, tmp_path, "launch", str(study))
+    _poll(lambda: _complete(url, "gone"), 300, "the first trial to complete", proc)
+    for path in tmp_path.glob("gone.db*"):  # the file and its WAL companions
+        path.unlink()
+    try:
+        proc.wait(timeout=DRIVER_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"driver still running:\n{log.read_text()[-3000:]}") from None
+    text = log.read_text()
+    assert proc.returncode == 2, text[-3000:]
+    last = [ln for ln in text.splitlines() if ln.startswith("weightsearch launch:")]
+    assert last and "was deleted while this command ran" in last[-1], text[-3000:]
+    assert "cells done" not in text  # no summary of results that exist nowhere
