@@ -233,3 +233,37 @@ def test_the_service_answers_503_for_a_damaged_study_database(damaged_db):
         assert answer.status_code == 503, (path, answer.status_code, answer.text)
         assert "study database" in answer.json()["detail"]
     assert client.get("/health").status_code in (200, 503)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MB file system of its own (tmpfs): a disk that fills up for real."""
+    import subprocess
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}); needs root")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_said_as_such(small_disk, sample_data_dir, tiny_encoder, tmp_path,
+                                     capsys):
+    """The tiny encoder's weights (about 4 MB) do not fit: the checkpoint write fails, and the
+    run says the disk is full instead of torch's "unexpected pos"."""
+    import yaml
+
+    raw = {"encoder": tiny_encoder, "data_dir": str(sample_data_dir), "tasks": ["rte"],
+           "epochs": 1, "max_train_examples": 16, "max_eval_examples": 16, "batch_size": 8,
+           "output_dir": str(small_disk / "run"), "cache_dir": str(tmp_path / "cache")}
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    assert main(["train", "--config", str(config), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert f"no space left on the disk of {small_disk / 'run' / 'checkpoints'}" in err, err
+    assert "Traceback" not in err and "unexpected pos" not in err
+    assert not list((small_disk / "run" / "checkpoints").glob(".epoch-*"))  # no half-write

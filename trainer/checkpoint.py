@@ -18,6 +18,7 @@ checkpoint is not mistaken for damage, and a finished run resumed again is recog
 
 from __future__ import annotations
 
+import errno
 import json
 import random
 import shutil
@@ -31,7 +32,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_model
 
-from weightsearch.errors import ConfigError
+from weightsearch.errors import ConfigError, DiskFull
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"
@@ -94,22 +95,50 @@ def save_checkpoint(
     final = root / f"epoch-{epoch:03d}"
     tmp = root / f".epoch-{epoch:03d}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_model(model, str(tmp / WEIGHTS))
-    torch.save(
-        {
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "rng": rng_state(),
-        },
-        tmp / STATE,
-    )
-    (tmp / META).write_text(json.dumps({"epoch": epoch, **meta}, indent=1))
+    try:
+        tmp.mkdir()
+        save_model(model, str(tmp / WEIGHTS))
+        torch.save(
+            {
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "rng": rng_state(),
+            },
+            tmp / STATE,
+        )
+        (tmp / META).write_text(json.dumps({"epoch": epoch, **meta}, indent=1))
+    except Exception as exc:  # torch and safetensors raise their own types for a failed write
+        shutil.rmtree(tmp, ignore_errors=True)
+        if out_of_space(exc, root):  # torch says "unexpected pos", not "No space left"
+            raise DiskFull(
+                f"no space left on the disk of {root}: epoch {epoch}'s checkpoint could not be "
+                f"written ({shutil.disk_usage(root).free / 1e6:.0f} MB free); free space there, "
+                "or keep less (checkpoints: none or final, keep_checkpoints: 1), then resume"
+            ) from None
+        raise
     shutil.rmtree(final, ignore_errors=True)
     tmp.rename(final)
     if keep is not None:
         _drop_older(root, keep)
     return final
+
+
+LOW_SPACE = 64 << 20  # bytes: below this a failed write is taken for a full disk
+
+
+def out_of_space(exc: BaseException, folder: Path) -> bool:
+    """Whether a failed write failed for want of space: ENOSPC in the chain, or a disk that
+    has almost nothing left (torch's zip writer reports a short write as "unexpected pos")."""
+    item: BaseException | None = exc
+    while item is not None:
+        if (isinstance(item, OSError) and item.errno == errno.ENOSPC) \
+                or "no space left" in str(item).lower():
+            return True
+        item = item.__cause__ or item.__context__
+    try:
+        return shutil.disk_usage(folder).free < LOW_SPACE
+    except OSError:
+        return False
 
 
 def finish_checkpoints(output_dir: Path, policy: str, keep: int = 1) -> None:

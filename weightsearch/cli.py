@@ -8,11 +8,12 @@ imports torch.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import sys
 from collections.abc import Sequence
 
-from weightsearch.errors import WeightsearchError
+from weightsearch.errors import DiskFull, WeightsearchError
 
 DESCRIPTION = ("Find the loss weight a task should get in multi-task NLU training: train MT-DNN "
                "runs, search central weights with Ray Tune into an Optuna study database, "
@@ -74,20 +75,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"weightsearch {args.command}: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # a failing study database is the user's to fix: one message
-        failure = _storage_failure(exc, args)
-        if failure is None:
-            raise
-        print(f"weightsearch {args.command}: error: {failure}", file=sys.stderr)
-        return failure.exit_code
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, as Unix tools do, and keep Python
         # from complaining again when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except Exception as exc:  # a full disk or a failing study database: one message
+        failure = _environment_failure(exc, args)
+        if failure is None:
+            raise
+        print(f"weightsearch {args.command}: error: {failure}", file=sys.stderr)
+        return failure.exit_code
 
 
-def _storage_failure(exc: Exception, args: argparse.Namespace) -> WeightsearchError | None:
+def _environment_failure(exc: Exception, args: argparse.Namespace) -> WeightsearchError | None:
+    """What the user must fix about the machine, not the input: a full disk, a failing study
+    database. None for anything else (a bug: its traceback is wanted)."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return DiskFull(f"no space left on the disk of {exc.filename or 'a file it writes'}; "
+                        "free space there and run it again")
     try:
         from studies.storage import ENV_STORAGE, storage_failure
     except ImportError:  # an install without the study database's libraries

@@ -52,3 +52,9 @@ class TrainingDiverged(WeightsearchError):
     nothing, so it stops instead of reporting them (exit 1: the input was valid)."""
 
     exit_code = 1
+
+
+class DiskFull(WeightsearchError):
+    """A file could not be written because its disk is full (exit 1: the input was valid)."""
+
+    exit_code = 1
