@@ -1,19 +1,29 @@
-"""Answers oversized request heads with 414/431 instead of uvicorn's bare 400.
+"""uvicorn's h11 protocol with bounds on what a client can hold: request heads and connections.
 
-h11 refuses a request head longer than its buffer limit; uvicorn then answers 400 and closes
-the socket at once, which resets the connection while the client is still sending (a 1 MB URL
-looks like a network error). This protocol names the problem and reads the rest of the request
-into nothing for a moment before closing, so the client receives the answer.
+- An oversized request head gets 414/431 instead of uvicorn's bare 400. h11 refuses a head
+  longer than its buffer limit; uvicorn then answers 400 and closes the socket at once, which
+  resets the connection while the client is still sending (a 1 MB URL looks like a network
+  error). This protocol names the problem and reads the rest of the request into nothing for a
+  moment before closing, so the client receives the answer.
+- A request head must arrive whole within HEAD_TIMEOUT_S of the connection (or of the previous
+  response, on a kept-alive connection); else 408 and the connection closes. A slow client can
+  otherwise hold a connection, and a file descriptor, forever.
+- At most MAX_CONNECTIONS connections are open; a new one beyond that closes the one that has
+  waited longest for its request head (or, with none waiting, is itself refused), so stalled
+  clients cannot lock others out and the server never runs out of file descriptors.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 DRAIN_S = 1.0  # how long a refused connection keeps swallowing what the client still sends
+HEAD_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 256  # well below the usual 1024 open files
 
 
 def refused_head_status(buffered: bytes, limit: int) -> int:
@@ -32,21 +42,76 @@ _REASONS = {400: b"Bad Request", 414: b"URI Too Long", 431: b"Request Header Fie
 
 
 class LimitedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with 414/431 for request heads beyond the h11 buffer limit."""
+    """uvicorn's h11 protocol with 414/431 for oversized heads, a head timeout and a cap on
+    connections (see the module docstring)."""
 
     _draining = False
+    _head_timer: asyncio.TimerHandle | None = None
+    _waiting_since = 0.0
+    _cycle_seen: object = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > MAX_CONNECTIONS and not self._evict_a_stalled_one():
+            self.connections.discard(self)
+            transport.close()
+            return
+        self._wait_for_head()
 
     def data_received(self, data: bytes) -> None:
         if self._draining:
             return
         super().data_received(data)
+        if self.cycle is not self._cycle_seen:  # a whole request head arrived
+            self._cycle_seen = self.cycle
+            self._stop_waiting()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.cycle is self._cycle_seen:
+            self._wait_for_head()  # the next request's head, on a kept-alive connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_waiting()
+        super().connection_lost(exc)
+
+    def _wait_for_head(self) -> None:
+        self._stop_waiting()
+        self._waiting_since = self.loop.time()
+        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_too_late)
+
+    def _stop_waiting(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_too_late(self) -> None:
+        self._head_timer = None
+        if not self.transport.is_closing():
+            self._refuse(408, b"Request Timeout",
+                         f"the request head did not arrive within {HEAD_TIMEOUT_S:.0f} s")
+
+    def _evict_a_stalled_one(self) -> bool:
+        stalled = [c for c in self.connections if c is not self
+                   and isinstance(c, LimitedH11Protocol) and c._head_timer is not None]
+        if not stalled:
+            return False
+        oldest = min(stalled, key=lambda c: c._waiting_since)
+        oldest._stop_waiting()
+        oldest.transport.close()
+        oldest.connections.discard(oldest)
+        return True
+
+    def _refuse(self, status: int, reason: bytes, detail: str) -> None:
+        body = json.dumps({"detail": detail, "problems": []}).encode()
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (status, reason, len(body), body))
+        self._draining = True
+        self.loop.call_later(DRAIN_S, self.transport.close)
 
     def send_400_response(self, msg: str) -> None:
         limit = self.config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
         status = refused_head_status(self.conn.trailing_data[0], limit)
-        body = json.dumps({"detail": _MESSAGES[status], "problems": []}).encode()
-        self.transport.write(
-            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
-            b"connection: close\r\n\r\n%s" % (status, _REASONS[status], len(body), body))
-        self._draining = True
-        self.loop.call_later(DRAIN_S, self.transport.close)
+        self._stop_waiting()
+        self._refuse(status, _REASONS[status], _MESSAGES[status])

@@ -255,3 +255,46 @@ def test_serve_refuses_a_loopback_lookalike_without_a_token(monkeypatch, capsys)
     monkeypatch.delenv("WEIGHTSEARCH_TOKEN", raising=False)
     assert main(["serve", "--host", "127.attacker.example", "--port", "1"]) == 2
     assert "WEIGHTSEARCH_TOKEN" in capsys.readouterr().err
+
+
+def _closed(s: socket.socket) -> bool:
+    """Whether the server closed this connection (it answered 408 or dropped it)."""
+    s.setblocking(False)
+    try:
+        data = s.recv(65536)
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+    return data == b"" or data.startswith(b"HTTP/1.1 408")
+
+
+def test_slow_clients_cannot_hold_the_server(server):
+    """300 connections that never finish their request head: the server keeps at most
+    MAX_CONNECTIONS, dropping the longest-stalled to admit new ones, so /health answers at once
+    and the server keeps its file descriptors; a stalled head alone gets 408 in time."""
+    from service.http_limits import HEAD_TIMEOUT_S, MAX_CONNECTIONS
+
+    stalled = []
+    try:
+        for _ in range(300):
+            s = socket.create_connection(("127.0.0.1", server))
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # no blank line: unfinished
+            stalled.append(s)
+        start = time.monotonic()
+        answer = httpx.get(f"http://127.0.0.1:{server}/health", timeout=5)
+        assert answer.status_code == 200 and time.monotonic() - start < 2
+        time.sleep(0.5)
+        dropped = sum(_closed(s) for s in stalled)
+        assert dropped >= 300 - MAX_CONNECTIONS, dropped
+        assert not any(_closed(s) for s in stalled[-20:])  # the newest are still held
+    finally:
+        for s in stalled:
+            s.close()
+    with socket.create_connection(("127.0.0.1", server)) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\n")
+        s.settimeout(HEAD_TIMEOUT_S + 10)
+        start = time.monotonic()
+        head = s.recv(4096)
+        assert head.startswith(b"HTTP/1.1 408"), head
+        assert HEAD_TIMEOUT_S - 1 < time.monotonic() - start < HEAD_TIMEOUT_S + 5
