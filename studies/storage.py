@@ -272,13 +272,17 @@ def _is_transient(exc: BaseException) -> bool:
 
 def call_retrying(what: str, fn, *args, **kwargs):
     """`fn(*args, **kwargs)`, retried with backoff while the database is briefly unreachable
-    (or, for SQLite, locked) for up to RETRY_DEADLINE_S; any other error is raised at once."""
-    deadline = time.monotonic() + RETRY_DEADLINE_S
+    (or, for SQLite, locked) for up to RETRY_DEADLINE_S after the first failure; any other
+    error is raised at once. The deadline starts at the failure, not at the call: a first try
+    that waited out SQLite's busy timeout (120 s) would otherwise leave no retry at all."""
+    deadline: float | None = None
     delay = 0.5
     while True:
         try:
             return fn(*args, **kwargs)
         except Exception as exc:
+            if deadline is None:
+                deadline = time.monotonic() + RETRY_DEADLINE_S
             if not _is_transient(exc) or time.monotonic() + delay > deadline:
                 raise
             cause = exc.__cause__ or exc

@@ -267,3 +267,26 @@ def test_a_full_disk_is_said_as_such(small_disk, sample_data_dir, tiny_encoder, 
     assert f"no space left on the disk of {small_disk / 'run' / 'checkpoints'}" in err, err
     assert "Traceback" not in err and "unexpected pos" not in err
     assert not list((small_disk / "run" / "checkpoints").glob(".epoch-*"))  # no half-write
+
+
+def test_retries_start_counting_at_the_first_failure_not_the_first_try(monkeypatch):
+    """SQLite's busy timeout (120 s) outlasts the retry deadline (90 s): a deadline counted
+    from the first try left a locked database no retry at all."""
+    import time
+
+    import sqlalchemy.exc
+
+    from studies import storage
+
+    monkeypatch.setattr(storage, "RETRY_DEADLINE_S", 1.0)
+    calls = []
+
+    def write():
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            time.sleep(1.2)  # the first try waits out a lock held by another process
+            raise sqlalchemy.exc.OperationalError("UPDATE trials", {},
+                                                  Exception("server closed the connection"))
+        return "written"
+
+    assert storage.call_retrying("tell", write) == "written" and len(calls) == 2
