@@ -53,6 +53,15 @@ def test_paper_table_imports_as_one_study_per_central_task(url):
     assert nine.user_attrs[schema.T_METRICS]["stsb"]["spearman"] == pytest.approx(88.20)
     cola = read_central(storage, "siwlm-paper/cola")
     assert cola.best.weight == 12 and cola.best.mean == pytest.approx(53.64)
+    # The shipped table imports with its regime: the recommender sees the paper's evidence as
+    # the paper's (BERT-base, fine-tuned), in place of its built-in copy, not beside it.
+    assert (cola.encoder, cola.stage) == ("bert-base-uncased", "finetuned")
+    from recommender.recommend import load_evidence
+
+    evidence = load_evidence(url)
+    rte = [p for p in evidence if p.task == "rte"]
+    assert len(rte) == 1 and rte[0].source == "studies"
+    assert (rte[0].encoder, rte[0].stage) == ("bert-base-uncased", "finetuned")
 
 
 def test_importing_into_an_existing_study_name_is_refused(url, tmp_path):
