@@ -70,6 +70,15 @@ class Progress:
         self._event(f"epoch {epoch}/{run.epochs} {run.central} {run.label} seed={run.seed} "
                     f"{self.metric}={value:.4f}")
 
+    def finetune(self, trial_id: str, task: str, epoch: int, value: float | None) -> None:
+        """An epoch of the trial's fine-tuning stage (its multi-task epochs are done)."""
+        run = self.running.get(trial_id)
+        if run is None:
+            return
+        shown = "" if value is None else f" {value:.4f}"
+        self._event(f"fine-tuning {task} epoch {epoch} ({run.central} {run.label} "
+                    f"seed={run.seed}){shown}")
+
     def finished(self, trial_id: str, state: str, elapsed: float, value: float | None,
                  reason: str | None = None) -> None:
         run = self.running.pop(trial_id, None)

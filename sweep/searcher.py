@@ -45,6 +45,9 @@ from sweep.strategies import Record, Strategy, Unit
 from sweep.strategies.base import done_units, taken_cells
 from sweep.trainable import (
     EPOCH,
+    FINETUNE_EPOCH,
+    FINETUNE_TASK,
+    FINETUNE_VALUE,
     METRICS_JSON,
     OBJECTIVE,
     RUN_CONFIG,
@@ -143,6 +146,10 @@ class CellSearcher(Searcher):
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         live = self._live.get(trial_id)
         if live is None or self.should_stop(trial_id):
+            return
+        if FINETUNE_EPOCH in result:
+            self.progress.finetune(trial_id, str(result[FINETUNE_TASK]),
+                                   int(result[FINETUNE_EPOCH]), result.get(FINETUNE_VALUE))
             return
         try:
             self._absorb(live, result)

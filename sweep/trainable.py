@@ -35,6 +35,9 @@ METRICS_JSON = "metrics_json"  # {task: {metric: value}} of this epoch
 SUMMARY_JSON = "summary_json"  # only in the last report: the trainer's RunResult, as JSON
 STINT_END = "stint_end"  # 1 in the report of the epoch a budgeted stint stops at
 VALUE = "value"  # only in the last report: the trial's value in the study (the scored stage's best)
+FINETUNE_TASK = "finetune_task"  # a fine-tuning epoch's report: the task it fine-tunes,
+FINETUNE_EPOCH = "finetune_epoch"  # its epoch of fine-tuning,
+FINETUNE_VALUE = "finetune_value"  # and that task's primary metric
 DONE = "done"  # Tune's own key: true in a trial's last report, as its result files expect
 # Keys of the trial config the searcher hands over.
 RUN_CONFIG = "run_config"
@@ -70,14 +73,26 @@ def run_cell(config: dict[str, Any]) -> None:
     budget = config.get("budget")
 
     held: dict[str, Any] = {}  # the last epoch's report, sent with the run's summary
+    last: dict[str, float] = {OBJECTIVE: math.nan}  # the latest objective reported
 
     def report(epoch_report: Any) -> None:
         if epoch_report.stage != "multitask":
-            return  # fine-tuning epochs count from 1 again; their scores arrive in the summary
+            # Fine-tuning epochs count from 1 again and their scores arrive in the summary;
+            # this report only tells the driver's progress lines that the trial lives on.
+            # (Early stopping, which would read it, is refused with a fine-tuned objective.)
+            # Tune wants its metric in every report: the fine-tuned central task's score, or
+            # the last multi-task one while another task fine-tunes.
+            task, value = next(iter(epoch_report.primary.items()))
+            if task == central:
+                last[OBJECTIVE] = float(epoch_report.metrics[central][metric])
+            tune.report({EPOCH: int(cfg.epochs), **last, FINETUNE_TASK: task,
+                         FINETUNE_EPOCH: int(epoch_report.epoch), FINETUNE_VALUE: _finite(value)})
+            return
         end = budget is not None and epoch_report.epoch >= budget
+        last[OBJECTIVE] = float(epoch_report.metrics[central][metric])
         row = {
             EPOCH: int(epoch_report.epoch),
-            OBJECTIVE: float(epoch_report.metrics[central][metric]),
+            OBJECTIVE: last[OBJECTIVE],
             METRICS_JSON: json.dumps(epoch_report.metrics),
             **flat_metrics(epoch_report.metrics),
             "train_loss": _finite(epoch_report.train_loss),

@@ -145,7 +145,7 @@ def test_study_runs_every_cell_exactly_once(
 
 
 def test_study_scored_on_the_finetuned_stage(
-    tiny_encoder: str, sample_data_dir: Path, tmp_path: Path
+    tiny_encoder: str, sample_data_dir: Path, tmp_path: Path, capfd: pytest.CaptureFixture
 ) -> None:
     import optuna
     import ray
@@ -163,10 +163,12 @@ def test_study_scored_on_the_finetuned_stage(
     spec = load_study_spec(raw)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        summary = launch(spec, progress=False)
+        summary = launch(spec, progress=True)
         assert summary.finished and summary.failed == 0
     finally:
         ray.shutdown()
+    # No silence while a trial fine-tunes: its epochs reach the progress lines.
+    assert "[ft] fine-tuning stsb epoch 1 (stsb w=" in capfd.readouterr().err
     study = optuna.load_study(study_name="ft/stsb", storage=spec.storage)
     assert study.user_attrs[S.A_STAGE] == "finetuned"
     for t in study.get_trials():
