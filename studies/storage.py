@@ -373,8 +373,8 @@ _FAILURES = (
     (("could not connect", "connection refused", "server closed", "timeout expired",
       "connection to server", "terminating connection", "name or service not known"),
      "cannot be reached ({cause})",
-     "check that the database server runs and answers at that address, then run the "
-     "command again"),
+     "check that the database server is running and answers at that address, then run "
+     "the command again"),
 )
 
 
