@@ -257,7 +257,8 @@ def test_parse_reports_every_problem_at_once():
         ({"central_weight": 9}, "weighting.scheme: required; choose one of equal, siwlm, static"),
         ({"scheme": "siwml"}, "unknown scheme 'siwml'; choose one of equal, siwlm, static"),
         ({"scheme": "siwlm"}, "weighting.central_weight: required for scheme 'siwlm'"),
-        ({"scheme": "siwlm", "central_weight": "9"}, "weighting.central_weight: must be a number from 0 to 1000"),
+        ({"scheme": "siwlm", "central_weight": "9"},
+         "weighting.central_weight: must be a number from 0 to 1000"),
         ({"scheme": "siwlm", "central_weight": 9, "focus_span": 0}, "weighting.focus_span"),
         ({"scheme": "siwlm", "central_weight": 9, "focus_span": True}, "weighting.focus_span"),
         ({"scheme": "siwlm", "central_weight": 9, "aux_weights": [1]}, "weighting.aux_weights:"),
@@ -290,7 +291,8 @@ def test_build_scheme_checks_tasks():
     with pytest.raises(ConfigError, match="central_task: 'qnli' is not one of the tasks"):
         build_scheme(SiwlmSettings(central_weight=9), SHORT_TASKS, "qnli")
     # Settings built in code (e.g. by a sweep) are checked as thoroughly as parsed ones.
-    with pytest.raises(ConfigError, match=r"weighting\.central_weight: must be a number from 0 to 1000"):
+    with pytest.raises(ConfigError,
+                       match=r"weighting\.central_weight: must be a number from 0 to 1000"):
         build_scheme(SiwlmSettings(central_weight=-3), SHORT_TASKS, "rte")
     with pytest.raises(ConfigError, match="names must be unique"):
         build_scheme(EqualSettings(), ("rte", "rte"), None)
