@@ -376,9 +376,12 @@ def test_killed_driver_then_resume_runs_every_cell_once(
     assert orphans and all(t.state == TrialState.FAIL for t in orphans)
     after = {t.user_attrs[S.T_CELL] for t in trials if t.state == TrialState.COMPLETE}
     assert done_before < after
-    # The orphans' checkpoints were reused by the rerun, not rewritten: it resumed them.
+    # The orphans' checkpoints were reused by the rerun, not rewritten: it resumed from its
+    # copy of them (copied with their times), and the originals went once it had trained.
     for folder, ckpts in kept.items():
-        assert all(_checkpoints(folder)[e] == mtime for e, mtime in ckpts.items()), folder
+        rerun = Path(f"{folder}-attempt1")
+        assert all(_checkpoints(rerun)[e] == mtime for e, mtime in ckpts.items()), rerun
+        assert not (Path(folder) / "checkpoints").exists(), folder
     print(f"\nFAULT driver kill: SIGKILLed the driver with {len(done_before)} of "
           f"{len(weights)} cells done and {len(running)} trials RUNNING; `weightsearch resume` "
           f"marked those FAIL and ran the {len(weights) - len(done_before)} missing cells "

@@ -180,3 +180,15 @@ def test_existing_run_needs_resume(sample_data_dir, tiny_encoder, tmp_path, tiny
         train(cfg, quiet=True)
     again = train(cfg, resume=True, quiet=True)  # complete already: nothing more to train
     assert len(read_jsonl(tmp_path / "run" / "steps.jsonl")) == 12 and again.history
+
+
+@pytest.mark.slow
+def test_a_runs_thread_count_is_its_own(sample_data_dir, tiny_encoder, tmp_path):
+    """num_threads sets torch's global thread count for the run only: a notebook's (or a test
+    session's) next run computes with the count it had, so its results do not change."""
+    import torch
+
+    before = torch.get_num_threads()
+    train(run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1,
+                     num_threads=max(1, before - 1) if before > 1 else 2), quiet=True)
+    assert torch.get_num_threads() == before

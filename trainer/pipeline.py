@@ -17,6 +17,7 @@ import os
 import shutil
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
 from trainer.checkpoint import CHECKPOINTS, finish_checkpoints
@@ -46,6 +47,15 @@ def train(
     cfg = config if isinstance(config, RunConfig) else load_config(config)
     if quiet:
         _silence_libraries()
+    threads = torch.get_num_threads()
+    try:
+        return _train(cfg, report, resume, stage, quiet)
+    finally:  # num_threads is this run's: a notebook's next run keeps its own thread count
+        torch.set_num_threads(threads)
+
+
+def _train(cfg: RunConfig, report: Report | None, resume: bool, stage: str,
+           quiet: bool) -> RunResult:
     out = Path(cfg.output_dir)
     if cfg.finetune is not None and not holds_run(out) and (out / FINETUNE_DIR).exists():
         raise ConfigError([f"output_dir: {out / FINETUNE_DIR} exists, but {out} holds no run; "
