@@ -124,7 +124,8 @@ def test_ranking_groups_stay_in_one_batch(tmp_path: Path, tokenizer: Any) -> Non
         label = "entailment" if i % 3 == 0 else "not_entailment"
         lines.append(f"{i}\t{q}\t{'word ' * int(rng.integers(1, 20))}\t{label}")
     (tmp_path / "q.tsv").write_text("\n".join(lines) + "\n")
-    spec = dataclasses.replace(PRESETS["qnli"], train_file="q.tsv", dev_files=(("dev", "q.tsv"),))
+    spec = dataclasses.replace(PRESETS["qnlirank"], train_file="q.tsv",
+                               dev_files=(("dev", "q.tsv"),))
     task = load_task_data(spec, tmp_path, tokenizer, 128, tmp_path / "cache")
     groups = np.asarray(task.train["group"])
     for batches in ([idx for _, idx in batch_plan({"q": task}, 8, 1, 1)],

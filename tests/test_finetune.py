@@ -250,11 +250,11 @@ def test_siwlm_paper_preset_shapes_the_tasks_as_the_reference_code(sample_data_d
     cfg = load_config({"preset": "siwlm-paper", "data_dir": str(sample_data_dir),
                        "weighting": {"central_weight": 9},
                        "tasks": ["stsb", "qnli", "rte", {"preset": "mrpc", "head": "linear"},
-                                 "cola", {"preset": "qnli", "name": "qnli_rank"}]})
+                                 "cola", {"preset": "qnli", "name": "qnli_b"}]})
     # The first listed task stays central; the others follow the published script's order
     # (mrpc, rte, cola, mnli, qnli, qqp, sst, stsb), a renamed preset after them.
     assert cfg.central_task == "stsb"
-    assert cfg.task_names == ("stsb", "mrpc", "rte", "cola", "qnli", "qnli_rank")
+    assert cfg.task_names == ("stsb", "mrpc", "rte", "cola", "qnli", "qnli_b")
     heads = {t.name: (t.type, t.head, t.group) for t in cfg.tasks}
     assert heads == {
         "stsb": ("regression", "linear", None),
@@ -262,13 +262,15 @@ def test_siwlm_paper_preset_shapes_the_tasks_as_the_reference_code(sample_data_d
         "rte": ("classification", "san", None),
         "cola": ("classification", "linear", None),
         "qnli": ("classification", "san", None),  # QNLI as plain classification, with SAN
-        "qnli_rank": ("classification", "san", None),
+        "qnli_b": ("classification", "san", None),
     }
     # A task that sets its own type keeps all its own settings.
     own = load_config({"preset": "siwlm-paper", "data_dir": str(sample_data_dir),
                        "weighting": {"central_weight": 9},
-                       "tasks": ["rte", {"preset": "qnli", "type": "ranking"}]})
-    assert (own.task("qnli").type, own.task("qnli").group) == ("ranking", "question")
+                       "tasks": ["rte", {"preset": "qnli", "type": "ranking",
+                                         "group": "question"}]})
+    qnli = own.task("qnli")
+    assert (qnli.type, qnli.group, qnli.head) == ("ranking", "question", "linear")
     # No tasks listed: the script's eight, MRPC (its first) central.
     every = load_config({"preset": "siwlm-paper", "data_dir": str(sample_data_dir),
                          "weighting": {"central_weight": 9}})
