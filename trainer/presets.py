@@ -40,6 +40,9 @@ SIWLM_PAPER: dict[str, Any] = {
     "pooling": "pooler",
     "precision": "fp32",
     "length_bucketing": False,
+    # MultiTaskBatchSampler: each task's batches cut once from consecutive rows, kept in one
+    # shuffled order every epoch; only the interleaving of tasks is dealt anew.
+    "batches": "fixed",
     "finetune": {
         "tasks": "central",
         "epochs": 5,
