@@ -188,8 +188,8 @@ def test_fixed_batches_are_cut_once_from_consecutive_rows_as_the_reference_does(
     epochs = [batch_plan(sample_tasks, size, seed=3, epoch=e, length_bucketing=False,
                          fixed=True) for e in (1, 2, 3)]
     first = per_task(epochs[0])
-    for task, data in sample_tasks.items():
-        n = len(data.train)
+    for task, rows in sample_tasks.items():
+        n = len(rows.train)
         consecutive = sorted([list(range(i, min(i + size, n))) for i in range(0, n, size)])
         assert sorted(first[task]) == consecutive  # consecutive rows, each batch once
     for plan in epochs[1:]:
