@@ -319,9 +319,12 @@ def test_span_loss_is_the_mean_of_start_and_end_cross_entropy():
 
 # ---- MMoE ---------------------------------------------------------------------------------
 
-def test_mixture_gates_per_task_and_starts_close_to_the_encoder():
+def test_the_token_gate_with_a_residual_starts_close_to_the_encoder():
+    """The named departure (gate: token, residual: true): a gate per token, and the heads
+    read the encoder's states plus the mixture."""
     torch.manual_seed(0)
-    moe = MixtureOfExperts(MixtureSettings(experts=3, expert_hidden=16), HIDDEN, ["a", "b"])
+    moe = MixtureOfExperts(MixtureSettings(experts=3, expert_hidden=16, gate="token",
+                                           residual=True), HIDDEN, ["a", "b"])
     states = torch.randn(2, 4, HIDDEN)
     gate_a, gate_b = moe.gate("a", states), moe.gate("b", states)
     assert gate_a.shape == (2, 4, 3)
@@ -333,3 +336,26 @@ def test_mixture_gates_per_task_and_starts_close_to_the_encoder():
     # the mixture is the gate-weighted sum of the experts
     experts = torch.stack([e(states) for e in moe.experts], -1)
     torch.testing.assert_close(out, states + (experts * gate_a.unsqueeze(-2)).sum(-1))
+
+
+def test_the_default_mixture_is_ma_et_al_s_mmoe():
+    """Re-stated from Ma et al. (2018): task k's input to its head is
+    f^k(x) = sum_i g^k(x)_i f_i(x) with g^k(x) = softmax(W_gk x), one gate per example; here x
+    is the mean of the example's unmasked token states, and no residual is added."""
+    torch.manual_seed(1)
+    moe = MixtureOfExperts(MixtureSettings(experts=3, expert_hidden=16), HIDDEN, ["a", "b"])
+    states = torch.randn(2, 5, HIDDEN)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])
+    out = moe("a", states, mask)
+    for n in range(2):
+        x = states[n, mask[n].bool()].mean(0)
+        w, b = moe.gates["a"].weight, moe.gates["a"].bias
+        g = torch.softmax(w @ x + b, dim=0)
+        for t in range(5):
+            expected = sum(g[i] * moe.experts[i](states[n, t]) for i in range(3))
+            torch.testing.assert_close(out[n, t], expected, rtol=1e-5, atol=1e-6)
+    # Padding does not move the gate: the second example's gate ignores its masked tokens.
+    changed = states.clone()
+    changed[1, 2:] = 100.0
+    torch.testing.assert_close(moe.gate("a", changed, mask)[1], moe.gate("a", states, mask)[1])
+    assert not torch.allclose(moe.gate("a", states, mask), moe.gate("b", states, mask))

@@ -16,32 +16,40 @@ POOLINGS = ("pooler", "cls", "mean", "task-pooler")
 
 
 class MixtureOfExperts(nn.Module):
-    """MMoE: expert feed-forward networks on the token states, one softmax gate per task.
-
-    The gates are computed per token from the token's state; a task's states are the encoder's
-    plus its gated mixture of the experts (a residual: the experts start random while the
-    encoder is pretrained, and without it every head would first read noise).
-    """
+    """MMoE (trainer/mixture.py): expert feed-forward networks on the token states, and one
+    softmax gate per task, per example (Ma et al.) or per token."""
 
     def __init__(self, settings: MixtureSettings, hidden: int, tasks: list[str]) -> None:
         super().__init__()
         width = settings.expert_hidden or hidden
+        self.per_example = settings.gate == "example"
+        self.residual = settings.residual
         self.experts = nn.ModuleList(
             nn.Sequential(nn.Linear(hidden, width), nn.GELU(), nn.Linear(width, hidden))
             for _ in range(settings.experts))
         self.gates = nn.ModuleDict({t: nn.Linear(hidden, settings.experts) for t in tasks})
-        for expert in self.experts:  # small expert outputs at first: the residual dominates
-            nn.init.normal_(expert[2].weight, std=0.02 / math.sqrt(settings.experts))
-            nn.init.zeros_(expert[2].bias)
+        if self.residual:  # small expert outputs at first: the pretrained states dominate
+            for expert in self.experts:
+                nn.init.normal_(expert[2].weight, std=0.02 / math.sqrt(settings.experts))
+                nn.init.zeros_(expert[2].bias)
 
-    def gate(self, task: str, states: torch.Tensor) -> torch.Tensor:
-        """The task's weights of the experts per token: [N, T, experts], summing to 1."""
-        return self.gates[task](states).softmax(-1)
+    def gate(self, task: str, states: torch.Tensor,
+             mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The task's weights of the experts, summing to 1: [N, 1, experts] per example (from
+        the mean of its unmasked token states), [N, T, experts] per token."""
+        if not self.per_example:
+            return self.gates[task](states).softmax(-1)
+        weights = (torch.ones(states.shape[:2], device=states.device) if mask is None
+                   else mask).unsqueeze(-1).to(states.dtype)
+        summary = (states * weights).sum(1) / weights.sum(1).clamp(min=1)
+        return self.gates[task](summary).softmax(-1).unsqueeze(1)
 
-    def forward(self, task: str, states: torch.Tensor) -> torch.Tensor:
-        gate = self.gate(task, states)
+    def forward(self, task: str, states: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        gate = self.gate(task, states, mask)
         experts = torch.stack([expert(states) for expert in self.experts], dim=-1)
-        return states + (experts * gate.unsqueeze(-2)).sum(-1)
+        mixture = (experts * gate.unsqueeze(-2)).sum(-1)
+        return states + mixture if self.residual else mixture
 
 
 class MTDNN(nn.Module):
@@ -81,7 +89,7 @@ class MTDNN(nn.Module):
         )
         hidden = out.last_hidden_state
         if self.mixture is not None:
-            hidden = self.mixture(task, hidden)
+            hidden = self.mixture(task, hidden, batch["attention_mask"])
         pooler_output = out.pooler_output if self.mixture is None else None
         states = Encoded(hidden, batch["attention_mask"], partial(self._pool, task,
                                                                   pooler_output))
