@@ -230,13 +230,13 @@ def test_siwlm_paper_preset_resolves_value_by_value(sample_data_dir):
         "adamax", 5e-5, 32, 5, 0.1, 1.0)
     assert (cfg.weight_decay, cfg.overlong, cfg.eval_max_seq_len, cfg.pooling) == (
         0.01, "drop", 512, "pooler")
-    assert (cfg.precision, cfg.length_bucketing) == ("fp32", False)
+    assert (cfg.precision, cfg.length_bucketing, cfg.batches) == ("fp32", False, "fixed")
     w = cfg.weighting
     assert (w.scheme, w.variant, w.central_weight, w.focus_span, w.off_focus) == (
         "siwlm", "reference", 12, 20, 0.1)
     ft = cfg.finetune
     assert (ft.tasks, ft.epochs, ft.optimizer, ft.lr, ft.batch_size, ft.heads, ft.head) == (
-        "central", 5, "adamw", 2e-5, 32, "fresh", "linear")
+        "central", 5, "radam", 5e-5, 32, "fresh", "linear")  # SIWLM's run_mrpc.sh
     assert ft.adversarial.enabled and (ft.adversarial.epsilon, ft.adversarial.noise,
                                        ft.adversarial.step_size, ft.adversarial.weight) == (
         1e-5, 1e-5, 1e-3, 1.0)

@@ -46,8 +46,10 @@ SIWLM_PAPER: dict[str, Any] = {
     "finetune": {
         "tasks": "central",
         "epochs": 5,
-        "optimizer": "adamw",
-        "lr": 2e-5,
+        # SIWLM's fine-tuning script (scripts/run_mrpc.sh): RAdam at 5e-5, global gradient
+        # clipping at 1.0, SMART, a linear head.
+        "optimizer": "radam",
+        "lr": 5e-5,
         "batch_size": 32,
         "heads": "fresh",
         "head": "linear",
