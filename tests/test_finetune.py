@@ -126,18 +126,56 @@ def test_smart_term_is_zero_without_perturbation_and_positive_with_it(
     clean = model("rte", batch)
     still = AdversarialSettings(enabled=True, noise=0.0, step_size=0.0)
     assert smart_loss(model, "rte", batch, clean, still).item() == pytest.approx(0.0, abs=1e-10)
-    moved = AdversarialSettings(enabled=True, noise=1e-2, epsilon=1e-2)
+    moved = AdversarialSettings(enabled=True, noise=1e-2, step_size=1e-2)
     term = smart_loss(model, "rte", batch, clean, moved)
     assert term.item() > 0
     term.backward()  # reaches the encoder's weights
     assert model.encoder.embeddings.word_embeddings.weight.grad.abs().sum() > 0
-    # The ascent step makes the perturbation worse than the random start it began from.
-    random_only = AdversarialSettings(enabled=True, noise=1e-2, epsilon=1e-2, step_size=0.0)
-    torch.manual_seed(0)
-    base = smart_loss(model, "rte", batch, clean.detach(), random_only).item()
-    torch.manual_seed(0)
-    ascended = smart_loss(model, "rte", batch, clean.detach(), moved).item()
-    assert ascended > base
+
+
+def test_smart_is_the_reference_codes_perturbation(sample_data_dir, tiny_encoder):
+    """Re-stated from the reference's SmartPerturbation (one step): noise on the embedding
+    layer's output (padding zeroed), the gradient of KL(clean || perturbed) with respect to it,
+    the adversarial input x + eta * g / (max|g| + 1e-6) per token with the noise dropped and
+    nothing projected, and the symmetric KL between the clean and adversarial outputs."""
+    import torch.nn.functional as F
+
+    from trainer.data import collate, load_task_data
+    from trainer.encoders import load_tokenizer
+    from trainer.model import MTDNN, load_encoder
+    from trainer.smart import AdversarialSettings, smart_loss
+
+    cfg = run_config(sample_data_dir, tiny_encoder, "unused")
+    tokenizer = load_tokenizer(tiny_encoder)
+    data = load_task_data(cfg.task("rte"), cfg.data_dir, tokenizer, 64, None, 8)
+    batch = collate(data.train, list(range(8)), tokenizer.pad_token_id)
+    model = MTDNN(load_encoder(tiny_encoder, 1), cfg.tasks).eval()
+    clean = model("rte", batch).detach()
+    settings = AdversarialSettings(enabled=True, noise=1e-3, step_size=1e-2)
+    torch.manual_seed(5)
+    got = smart_loss(model, "rte", batch, clean, settings)
+
+    torch.manual_seed(5)
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    x = model.encoder.embeddings(input_ids=batch["input_ids"],
+                                 token_type_ids=batch["token_type_ids"]) * mask
+    d0 = (torch.randn_like(x) * 1e-3 * mask).requires_grad_()
+    perturbed = model("rte", batch, embedding_output=x.detach() + d0)
+    kl = F.kl_div(F.log_softmax(perturbed, -1), F.softmax(clean, -1), reduction="batchmean")
+    (g,) = torch.autograd.grad(kl, d0)
+    x_adv = (x + 1e-2 * g / (g.abs().max(dim=-1, keepdim=True).values + 1e-6)).detach()
+    adv = model("rte", batch, embedding_output=x_adv)
+    p, q = F.log_softmax(clean, -1), F.log_softmax(adv, -1)
+    expected = (F.kl_div(p, q, log_target=True, reduction="batchmean")
+                + F.kl_div(q, p, log_target=True, reduction="batchmean"))
+    torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-9)
+    assert (x_adv - x).abs().max() <= 1e-2 + 1e-9  # a step of eta, not a box of epsilon
+    assert (x_adv - x).abs().max() > 1e-3  # and no clipping to the noise scale either
+    # Under bf16 autocast the perturbed passes still run in fp32: the same term.
+    torch.manual_seed(5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        in_bf16 = smart_loss(model, "rte", batch, clean, settings)
+    torch.testing.assert_close(in_bf16, got, rtol=1e-4, atol=1e-9)
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from functools import partial
 
@@ -76,17 +77,35 @@ class MTDNN(nn.Module):
     def head(self, task: str) -> Head:
         return self.heads[task]  # type: ignore[return-value]
 
+    def embedding_output(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """What the encoder's embedding layer gives the batch (word, position and segment
+        embeddings, LayerNorm, dropout): the input SMART perturbs."""
+        layer = self.encoder.embeddings
+        inputs = {"input_ids": batch["input_ids"]}
+        if batch.get("token_type_ids") is not None and "token_type_ids" in \
+                inspect.signature(layer.forward).parameters:  # DistilBERT has no segments
+            inputs["token_type_ids"] = batch["token_type_ids"]
+        return layer(**inputs)
+
     def forward(
-        self, task: str, batch: dict[str, torch.Tensor], embeds: torch.Tensor | None = None
+        self, task: str, batch: dict[str, torch.Tensor],
+        embedding_output: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Head outputs for a batch; `embeds` replaces the word embeddings of its input ids
-        (adversarial training perturbs them)."""
-        out = self.encoder(
-            input_ids=None if embeds is not None else batch["input_ids"],
-            inputs_embeds=embeds,
-            attention_mask=batch["attention_mask"],
-            token_type_ids=batch.get("token_type_ids"),
-        )
+        """Head outputs for a batch; `embedding_output` replaces what the embedding layer gives
+        (adversarial training perturbs it)."""
+        hook = None
+        if embedding_output is not None:
+            hook = self.encoder.embeddings.register_forward_hook(
+                lambda _module, _args, _out: embedding_output)
+        try:
+            out = self.encoder(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                token_type_ids=batch.get("token_type_ids"),
+            )
+        finally:
+            if hook is not None:
+                hook.remove()
         hidden = out.last_hidden_state
         if self.mixture is not None:
             hidden = self.mixture(task, hidden, batch["attention_mask"])
