@@ -68,7 +68,7 @@ PRIOR: tuple[PriorTask, ...] = (
     PriorTask("mnli", "classification", 392702, "accuracy", _row(_MNLI_M),
               _others(accuracy_mismatched=_MNLI_MM)),
     PriorTask("qqp", "classification", 363846, "accuracy", _row(_QQP_ACC), _others(f1=_QQP_F1)),
-    PriorTask("qnli", "ranking", 104743, "accuracy", _row(_QNLI_ACC), _others()),
+    PriorTask("qnli", "classification", 104743, "accuracy", _row(_QNLI_ACC), _others()),
     PriorTask("sst2", "classification", 67349, "accuracy", _row(_SST2_ACC), _others()),
     PriorTask("cola", "classification", 8551, "mcc", _row(_COLA_MCC),
               _others(accuracy=_COLA_ACC)),

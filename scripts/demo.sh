@@ -10,6 +10,5 @@ python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"   # see scripts/test.sh 
 python -m pip install -q -c docker/constraints.txt -e ".[all]"
 export HF_HUB_OFFLINE=1
 weightsearch launch examples/study-sample.yaml
-weightsearch inspect sample --storage sqlite:///weightsearch.db
 weightsearch inspect sample --storage sqlite:///weightsearch.db --plot weightsearch-sample.png
 weightsearch recommend --train-size 2500 --storage sqlite:///weightsearch.db

@@ -62,8 +62,8 @@ def launch(
         studies = study_db.create_studies(spec, storage, url, centrals, existing)
         plans = [CentralPlan(c.name, studies[c.name], spec.strategy(c.name, first[c.name]),
                              c.attrs[S.A_PRIMARY], c.attrs[S.A_STAGE]) for c in centrals]
-        metric = "/".join(sorted({c.attrs[S.A_PRIMARY] for c in centrals}))
-        meter = Progress(spec.study, pending, parallel, enabled=progress, metric=metric)
+        metrics = {c.name: c.attrs[S.A_PRIMARY] for c in centrals}
+        meter = Progress(spec.study, pending, parallel, enabled=progress, metric=metrics)
         try:
             ran, failed = _rounds(spec, plans, parallel, meter, Claims(storage.engine))
         finally:

@@ -33,13 +33,15 @@ class _Running:
 
 class Progress:
     def __init__(self, study: str, total: int, concurrency: int, enabled: bool = True,
-                 stream: TextIO | None = None, metric: str = "metric",
+                 stream: TextIO | None = None, metric: str | dict[str, str] = "metric",
                  live: bool | None = None) -> None:
         self.study = study
         self.total = total
         self.concurrency = max(1, concurrency)
         self.enabled = enabled
         self.stream = stream  # None: sys.stderr at print time (Tune pickles the searcher)
+        # one metric name, or each central task's (a study may score rte by accuracy and
+        # stsb by correlation)
         self.metric = metric
         self.started_at = time.time()
         self.finished_count = 0
@@ -68,7 +70,7 @@ class Progress:
             return
         run.epoch, run.value = epoch, value
         self._event(f"epoch {epoch}/{run.epochs} {run.central} {run.label} seed={run.seed} "
-                    f"{self.metric}={value:.4f}")
+                    f"{self._metric(run.central)}={value:.4f}")
 
     def finetune(self, trial_id: str, task: str, epoch: int, value: float | None) -> None:
         """An epoch of the trial's fine-tuning stage (its multi-task epochs are done)."""
@@ -91,7 +93,8 @@ class Progress:
             best = self.best.get(run.central)
             if best is None or value > best[0]:
                 self.best[run.central] = (value, run.label)
-        shown = f" {self.metric}={value:.4f}" if value is not None else ""
+        shown = (f" {self._metric(run.central if run else '')}={value:.4f}"
+                 if value is not None else "")
         why = f" ({reason})" if reason else ""
         self._event(f"{state.lower()} {what}{shown} in {_duration(elapsed)}{why}")
 
@@ -99,6 +102,11 @@ class Progress:
         if self._live is not None:
             self._live.stop()
             self._live = None
+
+    def _metric(self, central: str) -> str:
+        if isinstance(self.metric, dict):
+            return self.metric.get(central, "score")
+        return self.metric
 
     # --- output ---------------------------------------------------------------------------
     def status(self) -> str:
@@ -130,7 +138,7 @@ class Progress:
         from rich.table import Table
 
         table = Table(box=None, header_style="bold", pad_edge=False)
-        for col in ("central", "point", "seed", "epoch", self.metric, "time"):
+        for col in ("central", "point", "seed", "epoch", "score", "time"):
             table.add_column(col, justify="right" if col not in ("central", "point") else "left")
         now = time.time()
         for run in self.running.values():

@@ -124,7 +124,8 @@ def test_ranking_groups_stay_in_one_batch(tmp_path: Path, tokenizer: Any) -> Non
         label = "entailment" if i % 3 == 0 else "not_entailment"
         lines.append(f"{i}\t{q}\t{'word ' * int(rng.integers(1, 20))}\t{label}")
     (tmp_path / "q.tsv").write_text("\n".join(lines) + "\n")
-    spec = dataclasses.replace(PRESETS["qnli"], train_file="q.tsv", dev_files=(("dev", "q.tsv"),))
+    spec = dataclasses.replace(PRESETS["qnlirank"], train_file="q.tsv",
+                               dev_files=(("dev", "q.tsv"),))
     task = load_task_data(spec, tmp_path, tokenizer, 128, tmp_path / "cache")
     groups = np.asarray(task.train["group"])
     for batches in ([idx for _, idx in batch_plan({"q": task}, 8, 1, 1)],
@@ -170,3 +171,31 @@ def test_count_train_examples(sample_data_dir: Path) -> None:
     assert data.count_train_examples(PRESETS["cola"], sample_data_dir) == 300
     spec: TaskSpec = dataclasses.replace(PRESETS["wnli"], train_file="WNLI/dev.tsv")
     assert data.count_train_examples(spec, sample_data_dir) == 71
+
+
+def test_fixed_batches_are_cut_once_from_consecutive_rows_as_the_reference_does(sample_tasks):
+    """The reference sampler (MultiTaskBatchSampler) cuts each task's rows [i, i + size) once,
+    shuffles that list once and iterates it in that order every epoch; only the sequence of
+    tasks is dealt anew. Re-stated here from that description, not from the trainer."""
+    size = 16
+
+    def per_task(plan):
+        out: dict[str, list[list[int]]] = {}
+        for task, idx in plan:
+            out.setdefault(task, []).append([int(i) for i in idx])
+        return out
+
+    epochs = [batch_plan(sample_tasks, size, seed=3, epoch=e, length_bucketing=False,
+                         fixed=True) for e in (1, 2, 3)]
+    first = per_task(epochs[0])
+    for task, rows in sample_tasks.items():
+        n = len(rows.train)
+        consecutive = sorted([list(range(i, min(i + size, n))) for i in range(0, n, size)])
+        assert sorted(first[task]) == consecutive  # consecutive rows, each batch once
+    for plan in epochs[1:]:
+        assert per_task(plan) == first  # the same batches, in the same order per task
+    sequences = [[task for task, _ in plan] for plan in epochs]
+    assert sequences[0] != sequences[1]  # which task comes next is dealt anew
+    reshuffled = per_task(batch_plan(sample_tasks, size, seed=3, epoch=2,
+                                     length_bucketing=False))
+    assert reshuffled != first  # the default cuts new batches every epoch

@@ -72,11 +72,12 @@ class BlockSampler(Sampler):
     name = "blocks"
     settings_type = BlockSettings
 
-    def order(self, batches: Batches, seed: int, epoch: int) -> Plan:
+    def order(self, batches: Batches, seed: int, epoch: int, keep_order: bool = False) -> Plan:
         tasks = sorted(batches, key=lambda t: t != self.settings.first)  # stable: config order
         plan: Plan = []
         for t, task in enumerate(tasks):
-            for i in rng(seed, epoch, 5, t).permutation(len(batches[task])):
+            n = len(batches[task])
+            for i in range(n) if keep_order else rng(seed, epoch, 5, t).permutation(n):
                 plan.append((task, batches[task][i]))
         return plan
 

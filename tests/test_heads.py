@@ -42,7 +42,7 @@ def test_registry_covers_every_task_type():
     assert set(HEADS) == set(TASK_TYPES)
     assert type(_head("mnli")) is ClassificationHead
     assert type(_head("stsb")) is RegressionHead
-    assert type(_head("qnli")) is RankingHead
+    assert type(_head("qnlirank")) is RankingHead
 
 
 def test_unknown_type_is_a_config_error():
@@ -58,7 +58,7 @@ def test_dropout_comes_from_the_spec():
 
 
 @pytest.mark.parametrize(("preset", "shape"), [("mnli", (5, 3)), ("rte", (5, 2)),
-                                               ("stsb", (5,)), ("qnli", (5,))])
+                                               ("stsb", (5,)), ("qnlirank", (5,))])
 def test_forward_shapes(preset, shape):
     assert _head(preset)(_pooled(torch.randn(5, HIDDEN)), {}).shape == shape
 
@@ -90,7 +90,7 @@ def _ranking_batch():
 
 def test_ranking_loss_by_hand():
     scores, batch = _ranking_batch()
-    loss = _head("qnli").loss(scores, batch)
+    loss = _head("qnlirank").loss(scores, batch)
     # List 10 with "no answer" (e^0 = 1): softmax of the positive = 3 / (1 + 2 + 3) -> ln 2.
     # List 20 has no positive, so "no answer" is right: 1 / (1 + 4) -> ln 5. Mean of the lists.
     assert loss.item() == pytest.approx((LN(2) + LN(5)) / 2)
@@ -103,7 +103,7 @@ def test_ranking_several_positives_share_the_probability():
     scores = torch.tensor([0.0, LN(2), LN(5)])
     batch = {"labels": torch.tensor([1, 1, 0]), "group": torch.tensor([3, 3, 3])}
     # P(a positive) = (1 + 2) / (1 + 1 + 2 + 5)
-    assert _head("qnli").loss(scores, batch).item() == pytest.approx(LN(9 / 3))
+    assert _head("qnlirank").loss(scores, batch).item() == pytest.approx(LN(9 / 3))
 
 
 def test_ranking_single_candidate_lists_are_logistic_loss():
@@ -111,13 +111,13 @@ def test_ranking_single_candidate_lists_are_logistic_loss():
     labels = torch.tensor([1, 0, 1])
     batch = {"labels": labels, "group": torch.tensor([1, 2, 3])}
     expected = F.binary_cross_entropy_with_logits(scores, labels.float())
-    assert _head("qnli").loss(scores, batch).item() == pytest.approx(expected.item())
+    assert _head("qnlirank").loss(scores, batch).item() == pytest.approx(expected.item())
 
 
 def test_ranking_loss_is_stable_for_extreme_scores():
     scores = torch.tensor([300.0, -300.0, -250.0, 400.0], requires_grad=True)
     batch = {"labels": torch.tensor([0, 1, 0, 0]), "group": torch.tensor([1, 1, 2, 2])}
-    loss = _head("qnli").loss(scores, batch)
+    loss = _head("qnlirank").loss(scores, batch)
     # List 1: ln(e^300 + 1 + e^-300) - (-300) ~ 600; list 2 (no positive): ~ 400.
     assert loss.item() == pytest.approx((600 + 400) / 2)
     loss.backward()
@@ -129,10 +129,10 @@ def test_ranking_predict():
     batch = {"group": torch.tensor([10, 20, 10, 30, 30, 40, 40])}
     # List 10: the best (ln3) beats "no answer"; 20: its only candidate does; 30: nobody does;
     # 40: a tie at the top marks both.
-    assert _head("qnli").predict(scores, batch).tolist() == [0, 1, 1, 0, 0, 1, 1]
+    assert _head("qnlirank").predict(scores, batch).tolist() == [0, 1, 1, 0, 0, 1, 1]
 
 
-@pytest.mark.parametrize("preset", ["rte", "stsb", "qnli"])
+@pytest.mark.parametrize("preset", ["rte", "stsb", "qnlirank"])
 def test_gradients_reach_the_pooled_input_and_the_head(preset):
     head = build_head(PRESETS[preset], HIDDEN)
     head.train()
@@ -146,7 +146,7 @@ def test_gradients_reach_the_pooled_input_and_the_head(preset):
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in head.parameters())
 
 
-@pytest.mark.parametrize("preset", ["stsb", "rte", "qnli"])
+@pytest.mark.parametrize("preset", ["stsb", "rte", "qnlirank"])
 def test_heads_score_in_fp32_under_bf16_autocast(preset):
     head = _head(preset)
     torch.manual_seed(1)

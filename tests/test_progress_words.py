@@ -32,3 +32,17 @@ def test_an_eta_is_given_from_the_first_epoch_not_only_after_the_first_trial():
     assert p.eta(4, now=now) == 60.0 * (4 + 2) / 2  # three waves of two trials
     p.finished("a", "COMPLETE", 30.0, 0.5)  # measured trial times take over
     assert p.eta(4) == 30.0 * (4 + 1) / 2
+
+
+def test_each_central_task_says_its_own_metric():
+    out = io.StringIO()
+    p = Progress("s", 2, 2, stream=out, metric={"sst2": "accuracy", "stsb": "corr"}, live=False)
+    p.started("a", "sst2", "w=1", 1, 2)
+    p.started("b", "stsb", "w=1", 1, 2)
+    p.epoch("a", 1, 0.7)
+    p.epoch("b", 1, 0.25)
+    p.finished("b", "COMPLETE", 3.0, 0.4)
+    lines = out.getvalue().splitlines()
+    assert "sst2 w=1 seed=1 accuracy=0.7000" in lines[2]
+    assert "stsb w=1 seed=1 corr=0.2500" in lines[3] and "corr=0.4000" in lines[4]
+    assert "accuracy/corr" not in out.getvalue()

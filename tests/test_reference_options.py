@@ -496,3 +496,45 @@ def test_parity_benchmark_preset_variant_keeps_the_matched_settings(sample_data_
     assert (cfg.overlong, cfg.eval_max_seq_len, cfg.finetune) == ("drop", 512, None)
     assert cfg.adamax.bias_correction is False and cfg.head_init == "default"
     assert decay is None and bench.variant_config(["bench.decay=l2"])[2] == "l2"
+
+
+def test_radam_is_liu_et_al_s_rectified_adam():
+    """Re-stated from Liu et al. (2020), Algorithm 2, for one scalar parameter: while the
+    variance is not tractable (the first steps; the authors' code takes rho_t >= 5 where the
+    paper writes rho_t > 4) the update is the bias-corrected momentum alone; after, it is
+    scaled by the rectification term r_t."""
+    import math
+
+    import torch
+
+    from trainer.optim import build_optimizer
+    from trainer.optim_settings import OPTIMIZERS
+
+    assert "radam" in OPTIMIZERS
+    lr, b1, b2, eps = 0.1, 0.9, 0.999, 1e-8
+    param = torch.nn.Parameter(torch.tensor([1.0]))
+    model = torch.nn.Linear(1, 1, bias=False)
+    model.weight = torch.nn.Parameter(param.detach().clone().view(1, 1))
+
+    class Cfg:
+        optimizer, weight_decay = "radam", 0.0
+
+    Cfg.lr = lr
+    opt = build_optimizer(model, Cfg, torch.device("cpu"))
+    theta, m, v = 1.0, 0.0, 0.0
+    rho_inf = 2 / (1 - b2) - 1
+    for t in range(1, 9):
+        g = 2 * theta  # the gradient of theta^2
+        opt.zero_grad()
+        (model.weight ** 2).sum().backward()
+        opt.step()
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        m_hat = m / (1 - b1 ** t)
+        rho = rho_inf - 2 * t * b2 ** t / (1 - b2 ** t)
+        if rho > 5:
+            r = math.sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho))
+            theta -= lr * m_hat * r / (math.sqrt(v / (1 - b2 ** t)) + eps)
+        else:
+            theta -= lr * m_hat
+        assert model.weight.item() == pytest.approx(theta, rel=1e-5), t

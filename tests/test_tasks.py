@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.tasks import METRICS, PRESETS, TASK_TYPES, parse_tasks
+from trainer.tasks import METRICS, PRESETS, TASK_TYPES, parse_tasks, preset_key
 
 
 def parse(raw: object) -> tuple[tuple, list[str]]:
@@ -13,10 +13,10 @@ def parse(raw: object) -> tuple[tuple, list[str]]:
 
 
 def test_presets_are_consistent() -> None:
-    assert set(PRESETS) == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli",
-                            "snli", "scitail", "squad2", "swag"}
+    assert set(PRESETS) == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "qnlirank",
+                            "rte", "wnli", "snli", "scitail", "squad2", "swag"}
     for name, spec in PRESETS.items():
-        assert spec.name == name
+        assert preset_key(spec.name) == name  # keys are spelt as lookups normalise them
         assert spec.type in TASK_TYPES
         assert spec.primary_metric in spec.metrics
         assert set(spec.metrics) <= set(METRICS)
@@ -27,7 +27,7 @@ def test_presets_are_consistent() -> None:
     assert PRESETS["mnli"].num_labels == 3
     assert PRESETS["mnli"].dev_files == (("matched", "MNLI/dev_matched.tsv"),
                                          ("mismatched", "MNLI/dev_mismatched.tsv"))
-    assert PRESETS["qnli"].type == "ranking" and PRESETS["qnli"].group == "question"
+    assert PRESETS["qnlirank"].type == "ranking" and PRESETS["qnlirank"].group == "question"
     assert PRESETS["qnli"].labels is not None and PRESETS["qnli"].labels[1] == "entailment"
     assert PRESETS["mrpc"].metrics == ("accuracy", "f1")
     assert PRESETS["snli"].label == "gold_label" and PRESETS["scitail"].header is False
@@ -107,7 +107,7 @@ def test_all_problems_reported_at_once() -> None:
 @pytest.mark.parametrize("item,fragment", [
     ({"preset": "stsb", "labels": ["a", "b"]}, "tasks[0].labels: a regression task has no label"),
     ({"preset": "rte", "group": "sentence1"}, "tasks[0].group: only ranking tasks use group"),
-    ({"preset": "qnli", "group": None}, "tasks[0].group: a ranking task needs"),
+    ({"preset": "qnli_rank", "group": None}, "tasks[0].group: a ranking task needs"),
     ({"preset": "mnli", "metrics": ["accuracy", "f1"]}, "f1 is computed for binary tasks only"),
     ({"preset": "cola", "text_a": "sentence"}, "tasks[0].text_a: 'sentence' is not a column index"),
     ({"preset": "rte", "dropout": 1.5}, "tasks[0].dropout: must be a number in [0, 1)"),
@@ -174,3 +174,16 @@ def test_the_tasks_schema_follows_the_declarations_and_the_registry() -> None:
     finally:
         unregister_task_type("tagging")
     assert "tagging" not in tasks_schema()["items"]["anyOf"][1]["properties"]["type"]["enum"]
+
+
+def test_qnli_is_two_class_classification_as_both_reference_codes_train_it():
+    """SIWLM's and MT-DNN's glue_task_def.yml train QNLI as two classes per pair; MT-DNN
+    v0.1's ranking of a question's candidates is the `qnli_rank` preset, on the same files."""
+    from trainer.tasks import PRESETS, dataset_name
+
+    qnli, ranked = PRESETS["qnli"], PRESETS["qnlirank"]
+    assert (qnli.type, qnli.group, qnli.labels) == ("classification", None,
+                                                    ("not_entailment", "entailment"))
+    assert (ranked.name, ranked.type, ranked.group) == ("qnli_rank", "ranking", "question")
+    assert ranked.train_file == qnli.train_file
+    assert dataset_name(ranked) == dataset_name(qnli) == "qnli"

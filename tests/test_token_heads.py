@@ -65,14 +65,57 @@ def test_san_gives_log_probabilities_and_averages_its_steps():
 
 
 def test_san_drops_whole_steps_in_training_but_keeps_one():
+    """The reference's generate_mask: each step kept with probability 0.9 and scaled by 1/0.9,
+    one random step per example always kept; the answer is the mean over all 5 steps."""
     san = _san().san.train()
     torch.manual_seed(3)
-    keep = san._kept_steps(torch.zeros(2000, 5, 3))
-    assert keep.sum(1).min() >= 1  # at least one step per example
-    share = keep.mean().item()
+    weights = san._step_weights(torch.zeros(2000, 5, 3))
+    assert all(w == 0 or w == pytest.approx(1 / 0.9) for w in weights.unique().tolist())
+    kept = weights > 0
+    assert kept.sum(1).min() >= 1  # at least one step per example
     # each step kept with probability 0.9, one of five forced: 0.9 + 0.1 / 5 = 0.92
-    assert abs(share - 0.92) < 0.01
-    assert san.eval()._kept_steps(torch.zeros(3, 5, 3)).eq(1).all()
+    assert abs(kept.float().mean().item() - 0.92) < 0.01
+    assert san.eval()._step_weights(torch.zeros(3, 5, 3)).eq(1).all()
+
+
+def test_san_is_the_reference_answer_module():
+    """Re-stated from the reference's SANClassifier at inference (dropout off): s0 a
+    self-attentive summary of the first segment, memory the second segment, each step classifies
+    [x; s; |x - s|; x * s] from the state before the GRU update, bilinear attention with bias,
+    answer log(mean of the 5 steps' distributions)."""
+    import torch.nn.functional as F
+
+    san = _san().san.eval()
+    hidden = torch.randn(2, 7, HIDDEN)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 0, 0]])
+    types = torch.tensor([[0, 0, 0, 1, 1, 1, 0], [0, 0, 1, 1, 1, 0, 0]])
+    got = san(hidden, mask, types)
+    for n in range(2):
+        first = [t for t in range(7) if mask[n, t] and not types[n, t]]
+        second = [t for t in range(7) if mask[n, t] and types[n, t]]
+        h0 = hidden[n, first]
+        alpha = F.softmax(san.summary(h0).squeeze(-1), 0)
+        s = alpha @ h0
+        memory = hidden[n, second]
+        probs = []
+        for _ in range(5):
+            beta = F.softmax(memory @ (san.attend.weight @ s + san.attend.bias), 0)
+            x = beta @ memory
+            features = torch.cat([x, s, (x - s).abs(), x * s])
+            probs.append(F.softmax(san.classify(features), 0))
+            s = san.cell(x.unsqueeze(0), s.unsqueeze(0)).squeeze(0)
+        expected = torch.stack(probs).mean(0).log()
+        torch.testing.assert_close(got[n], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_san_dropout_on_token_sequences_is_variational():
+    san = _san().san.train()
+    san.p = 0.5
+    torch.manual_seed(0)
+    out = san._sequence_dropout(torch.ones(3, 6, HIDDEN))
+    # one mask per sequence and feature: every token of a sequence dropped alike
+    assert (out == out[:, :1, :]).all()
+    assert set(out.unique().tolist()) <= {0.0, 2.0} and (out == 0).any()
 
 
 def test_san_trains_end_to_end():
@@ -319,9 +362,12 @@ def test_span_loss_is_the_mean_of_start_and_end_cross_entropy():
 
 # ---- MMoE ---------------------------------------------------------------------------------
 
-def test_mixture_gates_per_task_and_starts_close_to_the_encoder():
+def test_the_token_gate_with_a_residual_starts_close_to_the_encoder():
+    """The named departure (gate: token, residual: true): a gate per token, and the heads
+    read the encoder's states plus the mixture."""
     torch.manual_seed(0)
-    moe = MixtureOfExperts(MixtureSettings(experts=3, expert_hidden=16), HIDDEN, ["a", "b"])
+    moe = MixtureOfExperts(MixtureSettings(experts=3, expert_hidden=16, gate="token",
+                                           residual=True), HIDDEN, ["a", "b"])
     states = torch.randn(2, 4, HIDDEN)
     gate_a, gate_b = moe.gate("a", states), moe.gate("b", states)
     assert gate_a.shape == (2, 4, 3)
@@ -333,3 +379,26 @@ def test_mixture_gates_per_task_and_starts_close_to_the_encoder():
     # the mixture is the gate-weighted sum of the experts
     experts = torch.stack([e(states) for e in moe.experts], -1)
     torch.testing.assert_close(out, states + (experts * gate_a.unsqueeze(-2)).sum(-1))
+
+
+def test_the_default_mixture_is_ma_et_al_s_mmoe():
+    """Re-stated from Ma et al. (2018): task k's input to its head is
+    f^k(x) = sum_i g^k(x)_i f_i(x) with g^k(x) = softmax(W_gk x), one gate per example; here x
+    is the mean of the example's unmasked token states, and no residual is added."""
+    torch.manual_seed(1)
+    moe = MixtureOfExperts(MixtureSettings(experts=3, expert_hidden=16), HIDDEN, ["a", "b"])
+    states = torch.randn(2, 5, HIDDEN)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]])
+    out = moe("a", states, mask)
+    for n in range(2):
+        x = states[n, mask[n].bool()].mean(0)
+        w, b = moe.gates["a"].weight, moe.gates["a"].bias
+        g = torch.softmax(w @ x + b, dim=0)
+        for t in range(5):
+            expected = sum(g[i] * moe.experts[i](states[n, t]) for i in range(3))
+            torch.testing.assert_close(out[n, t], expected, rtol=1e-5, atol=1e-6)
+    # Padding does not move the gate: the second example's gate ignores its masked tokens.
+    changed = states.clone()
+    changed[1, 2:] = 100.0
+    torch.testing.assert_close(moe.gate("a", changed, mask)[1], moe.gate("a", states, mask)[1])
+    assert not torch.allclose(moe.gate("a", states, mask), moe.gate("b", states, mask))

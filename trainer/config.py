@@ -49,6 +49,7 @@ PRECISIONS = ("auto", "fp32", "bf16")
 POOLINGS = ("auto", "pooler", "cls", "mean", "task-pooler")
 OVERLONG = ("truncate", "drop")
 SUBSAMPLES = ("random", "nested", "head")
+BATCHINGS = ("reshuffle", "fixed")
 
 
 def default_cache_dir() -> str:
@@ -111,6 +112,10 @@ class RunConfig:
     cache_dir: str = field(default_factory=default_cache_dir)
     # batches of similar-length examples: far less padding
     length_bucketing: bool = setting(True, Flag())
+    # How each task's batches are cut: anew every epoch from a new draw of its rows
+    # (reshuffle), or once, from consecutive rows, and reused every epoch in one order as the
+    # reference MT-DNN/SIWLM code does (fixed; the siwlm-paper preset sets it).
+    batches: str = setting("reshuffle", Choice(BATCHINGS))
     eval_batch_size: int = setting(128, Number(integer=True, low=1))
     # torch intra-op threads; None = torch's default
     num_threads: int | None = setting(
@@ -168,6 +173,8 @@ class RunConfig:
         out["sampling"] = self.sampling.to_dict()  # the YAML that parses back to it
         if not self.tracking.enabled:  # off: configs and digests read as before tracking existed
             del out["tracking"]
+        if self.batches == "reshuffle":  # as before the setting existed: older runs resume
+            del out["batches"]
         if self.distill is not None:
             out["distill"] = {"teachers": {t: list(p) for t, p in self.distill.teachers}}
         if self.finetune is not None and isinstance(self.finetune.tasks, tuple):

@@ -240,22 +240,45 @@ def _column(ds: datasets.Dataset, name: str) -> np.ndarray:
 
 
 def batch_plan(tasks: dict[str, TaskData], batch_size: int, seed: int, epoch: int,
-               length_bucketing: bool = True,
-               sampler: Sampler | None = None) -> list[tuple[str, np.ndarray]]:
+               length_bucketing: bool = True, sampler: Sampler | None = None,
+               fixed: bool = False) -> list[tuple[str, np.ndarray]]:
     """One epoch of MT-DNN batches, one task per batch: each task's examples cut into batches,
     then put in order by the sampler (default: all shuffled together, each batch once). A pure
-    function of (seed, epoch), so a resumed run replays it."""
+    function of (seed, epoch), so a resumed run replays it.
+
+    `fixed` (`batches: fixed`) is the reference code's batching: each task's batches are cut
+    once, from consecutive rows (or, with length bucketing, from one seeded draw), shuffled
+    once, and used in that order every epoch; an epoch only re-deals which task goes next.
+    Otherwise every epoch cuts new batches from a new draw of the rows."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    base = [int(seed) % 2**32, int(epoch) % 2**32]
+    base = [int(seed) % 2**32, 0 if fixed else int(epoch) % 2**32]
     batches: dict[str, list[np.ndarray]] = {}
     for t, (name, data) in enumerate(tasks.items()):
         rng = np.random.default_rng([*base, 1, t])
         lengths = _column(data.train, "length")
         groups = _column(data.train, "group") if "group" in data.train.column_names else None
-        batches[name] = _task_batches(lengths, groups, batch_size, rng, length_bucketing)
+        if fixed:
+            cut = _fixed_batches(lengths, groups, batch_size, rng, length_bucketing)
+            batches[name] = [cut[i] for i in rng.permutation(len(cut))]
+        else:
+            batches[name] = _task_batches(lengths, groups, batch_size, rng, length_bucketing)
     sampler = sampler or build_sampler(ShuffleSettings(), list(tasks))
-    return sampler.order(batches, seed, epoch)
+    if fixed:
+        return sampler.order(batches, seed, epoch, keep_order=True)
+    return sampler.order(batches, seed, epoch)  # a sampler written before keep_order works too
+
+
+def _fixed_batches(lengths: np.ndarray, groups: np.ndarray | None, batch_size: int,
+                   rng: np.random.Generator, bucketing: bool) -> list[np.ndarray]:
+    """A task's batches as the reference cuts them: consecutive rows (a ranking task's groups
+    kept whole, in file order); with length bucketing, the run's bucketed cut of one draw."""
+    if bucketing:
+        return _task_batches(lengths, groups, batch_size, rng, True)
+    if groups is not None:
+        return _pack_groups(_group_members(groups), batch_size)
+    return [np.arange(i, min(i + batch_size, len(lengths))) for i in
+            range(0, len(lengths), batch_size)]
 
 
 def _task_batches(lengths: np.ndarray, groups: np.ndarray | None, batch_size: int,

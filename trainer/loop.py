@@ -136,7 +136,8 @@ def set_up(cfg: RunConfig, resume: bool = False, stage: str = "multitask",
     # the schedule needs the total number of updates, and train from the same lists below.
     sampler = build_sampler(cfg.sampling, cfg.task_names)
     plans = {
-        e: batch_plan(data, cfg.batch_size, cfg.seed, e, cfg.length_bucketing, sampler)
+        e: batch_plan(data, cfg.batch_size, cfg.seed, e, cfg.length_bucketing, sampler,
+                      fixed=cfg.batches == "fixed")
         for e in range(1, cfg.epochs + 1)
     }
     scheduler = build_scheduler(optimizer, sum(len(p) for p in plans.values()), cfg.warmup)
@@ -302,12 +303,11 @@ def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.nda
             loss = (loss + soft_loss) / 2
     if not skip:
         run.optimizer.zero_grad(set_to_none=True)
-        total = loss
-        if cfg.adversarial.enabled:
-            with run.runtime.autocast():
-                total = total + cfg.adversarial.weight * smart_loss(
-                    model, task, batch, logits, cfg.adversarial)
-        (total * weight).backward()
+        total = loss * weight
+        if cfg.adversarial.enabled:  # unweighted, as the reference adds it after the task weight
+            total = total + cfg.adversarial.weight * smart_loss(
+                model, task, batch, logits, cfg.adversarial)
+        total.backward()
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         run.optimizer.step()

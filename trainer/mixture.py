@@ -1,18 +1,25 @@
 """Settings of the multi-gate mixture of experts (MMoE; Ma et al. 2018) that can sit between
 the shared encoder and the heads (the network itself: `trainer.model.MixtureOfExperts`).
 
-N expert feed-forward networks read the encoder's token states; each task has its own softmax
-gate over the experts (computed per token from the token's state), and its head reads its own
-gated mixture. The mixture is added to the encoder's states (a residual): the experts start
-random while the encoder is pretrained, and without the residual every head would first see
-noise. Off by default (`mixture: {experts: N, expert_hidden: H}` in the run config).
+N expert feed-forward networks read the encoder's token states; each task k has its own
+softmax gate over the experts and its head reads its own gated mixture, as Ma et al. define it:
+f^k(x) = sum_i g^k(x)_i f_i(x), g^k(x) = softmax(W_gk x). By default (`gate: example`) the gate
+is one per example, computed from x = the mean of the example's token states, and applied to
+every token's expert outputs; the head reads the mixture alone (`residual: false`).
+
+Named departures: `gate: token` computes a gate per token from that token's state, and
+`residual: true` adds the mixture to the encoder's states, so that heads start from the
+pretrained states while the experts are still random (their last layers then start small).
+Off by default (`mixture: {experts: N, expert_hidden: H}` in the run config).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from weightsearch.fields import Number, check_section, setting
+from weightsearch.fields import Choice, Flag, Number, check_section, setting
+
+GATES = ("example", "token")
 
 
 @dataclass(frozen=True)
@@ -20,6 +27,8 @@ class MixtureSettings:
     experts: int = setting(4, Number(integer=True, low=1))
     # None: the encoder's hidden size
     expert_hidden: int | None = setting(None, Number(integer=True, low=1, optional=True))
+    gate: str = setting("example", Choice(GATES))  # one gate per example (Ma et al.) or token
+    residual: bool = setting(False, Flag())  # heads read states + mixture instead of the mixture
 
 
 def parse_mixture(raw: object, problems: list[str]) -> MixtureSettings | None:
@@ -27,5 +36,5 @@ def parse_mixture(raw: object, problems: list[str]) -> MixtureSettings | None:
     if raw is None or raw is False:
         return None
     values = check_section(raw, MixtureSettings, "mixture", problems,
-                           "{experts: 4, expert_hidden: 384}")
+                           "{experts: 4, expert_hidden: 384, gate: example, residual: false}")
     return None if values is None else MixtureSettings(**values)

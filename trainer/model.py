@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from functools import partial
 
@@ -16,32 +17,40 @@ POOLINGS = ("pooler", "cls", "mean", "task-pooler")
 
 
 class MixtureOfExperts(nn.Module):
-    """MMoE: expert feed-forward networks on the token states, one softmax gate per task.
-
-    The gates are computed per token from the token's state; a task's states are the encoder's
-    plus its gated mixture of the experts (a residual: the experts start random while the
-    encoder is pretrained, and without it every head would first read noise).
-    """
+    """MMoE (trainer/mixture.py): expert feed-forward networks on the token states, and one
+    softmax gate per task, per example (Ma et al.) or per token."""
 
     def __init__(self, settings: MixtureSettings, hidden: int, tasks: list[str]) -> None:
         super().__init__()
         width = settings.expert_hidden or hidden
+        self.per_example = settings.gate == "example"
+        self.residual = settings.residual
         self.experts = nn.ModuleList(
             nn.Sequential(nn.Linear(hidden, width), nn.GELU(), nn.Linear(width, hidden))
             for _ in range(settings.experts))
         self.gates = nn.ModuleDict({t: nn.Linear(hidden, settings.experts) for t in tasks})
-        for expert in self.experts:  # small expert outputs at first: the residual dominates
-            nn.init.normal_(expert[2].weight, std=0.02 / math.sqrt(settings.experts))
-            nn.init.zeros_(expert[2].bias)
+        if self.residual:  # small expert outputs at first: the pretrained states dominate
+            for expert in self.experts:
+                nn.init.normal_(expert[2].weight, std=0.02 / math.sqrt(settings.experts))
+                nn.init.zeros_(expert[2].bias)
 
-    def gate(self, task: str, states: torch.Tensor) -> torch.Tensor:
-        """The task's weights of the experts per token: [N, T, experts], summing to 1."""
-        return self.gates[task](states).softmax(-1)
+    def gate(self, task: str, states: torch.Tensor,
+             mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The task's weights of the experts, summing to 1: [N, 1, experts] per example (from
+        the mean of its unmasked token states), [N, T, experts] per token."""
+        if not self.per_example:
+            return self.gates[task](states).softmax(-1)
+        weights = (torch.ones(states.shape[:2], device=states.device) if mask is None
+                   else mask).unsqueeze(-1).to(states.dtype)
+        summary = (states * weights).sum(1) / weights.sum(1).clamp(min=1)
+        return self.gates[task](summary).softmax(-1).unsqueeze(1)
 
-    def forward(self, task: str, states: torch.Tensor) -> torch.Tensor:
-        gate = self.gate(task, states)
+    def forward(self, task: str, states: torch.Tensor,
+                mask: torch.Tensor | None = None) -> torch.Tensor:
+        gate = self.gate(task, states, mask)
         experts = torch.stack([expert(states) for expert in self.experts], dim=-1)
-        return states + (experts * gate.unsqueeze(-2)).sum(-1)
+        mixture = (experts * gate.unsqueeze(-2)).sum(-1)
+        return states + mixture if self.residual else mixture
 
 
 class MTDNN(nn.Module):
@@ -68,20 +77,38 @@ class MTDNN(nn.Module):
     def head(self, task: str) -> Head:
         return self.heads[task]  # type: ignore[return-value]
 
+    def embedding_output(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """What the encoder's embedding layer gives the batch (word, position and segment
+        embeddings, LayerNorm, dropout): the input SMART perturbs."""
+        layer = self.encoder.embeddings
+        inputs = {"input_ids": batch["input_ids"]}
+        if batch.get("token_type_ids") is not None and "token_type_ids" in \
+                inspect.signature(layer.forward).parameters:  # DistilBERT has no segments
+            inputs["token_type_ids"] = batch["token_type_ids"]
+        return layer(**inputs)
+
     def forward(
-        self, task: str, batch: dict[str, torch.Tensor], embeds: torch.Tensor | None = None
+        self, task: str, batch: dict[str, torch.Tensor],
+        embedding_output: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Head outputs for a batch; `embeds` replaces the word embeddings of its input ids
-        (adversarial training perturbs them)."""
-        out = self.encoder(
-            input_ids=None if embeds is not None else batch["input_ids"],
-            inputs_embeds=embeds,
-            attention_mask=batch["attention_mask"],
-            token_type_ids=batch.get("token_type_ids"),
-        )
+        """Head outputs for a batch; `embedding_output` replaces what the embedding layer gives
+        (adversarial training perturbs it)."""
+        hook = None
+        if embedding_output is not None:
+            hook = self.encoder.embeddings.register_forward_hook(
+                lambda _module, _args, _out: embedding_output)
+        try:
+            out = self.encoder(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                token_type_ids=batch.get("token_type_ids"),
+            )
+        finally:
+            if hook is not None:
+                hook.remove()
         hidden = out.last_hidden_state
         if self.mixture is not None:
-            hidden = self.mixture(task, hidden)
+            hidden = self.mixture(task, hidden, batch["attention_mask"])
         pooler_output = out.pooler_output if self.mixture is None else None
         states = Encoded(hidden, batch["attention_mask"], partial(self._pool, task,
                                                                   pooler_output))

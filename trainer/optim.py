@@ -121,6 +121,10 @@ def build_optimizer(
         if device.type == "cuda":
             return torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
         return torch.optim.AdamW(groups, lr=cfg.lr, foreach=True)
+    if cfg.optimizer == "radam":  # rectified Adam; weight decay decoupled, as in AdamW
+        groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+                  {"params": no_decay, "weight_decay": 0.0}]
+        return torch.optim.RAdam(groups, lr=cfg.lr, decoupled_weight_decay=True, foreach=True)
     groups = [{"params": decay, "decoupled_weight_decay": cfg.weight_decay},
               {"params": no_decay, "decoupled_weight_decay": 0.0}]
     return AdamaxW(groups, lr=cfg.lr, eps=cfg.adamax.eps,

@@ -14,7 +14,9 @@ from typing import Any
 
 from weightsearch.fields import Flag, check_section, is_number, setting
 
-OPTIMIZERS = ("adamax", "adamw")  # MT-DNN's Adamax; AdamW for the usual BERT recipe
+# MT-DNN's Adamax; AdamW for the usual BERT recipe; RAdam (Liu et al. 2020), which SIWLM's
+# fine-tuning scripts use
+OPTIMIZERS = ("adamax", "adamw", "radam")
 HEAD_INITS = ("default", "normal")
 HEAD_INIT_STD = 0.02  # BERT's initializer_range, what the reference code draws head weights from
 

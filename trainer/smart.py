@@ -1,14 +1,25 @@
-"""Smoothness-inducing adversarial regularisation (SMART, Jiang et al. 2020), one projected step.
+"""Smoothness-inducing adversarial regularisation (SMART, Jiang et al. 2020), as the reference
+MT-DNN code computes it (`mt_dnn/perturbation.py`, `SmartPerturbation`, one step).
 
-The regulariser asks the model to answer the same when its input embeddings move a little:
-start from Gaussian noise of scale `noise` on the word embeddings, take one ascent step of size
-`step_size` along the gradient of the divergence between the perturbed and the clean
-predictions (normalised by its largest entry per token, so the step does not depend on the
-loss scale), project the perturbation back into the box of half-width `epsilon`, and add
-`weight` times the symmetric divergence at that point to the task loss. The divergence is the
-head's own (`Head.smoothness`): symmetric KL for class distributions, squared error for scores.
+The regulariser asks the model to answer the same when the output of its embedding layer (word,
+position and segment embeddings after their LayerNorm) moves a little. With x that output
+(padding positions zeroed) and f the head's output:
 
-Defaults are the SMART paper's: epsilon 1e-5, noise 1e-5, step size 1e-3, weight 1, one step.
+  1. start from Gaussian noise of sd `noise` (padding zeroed): d0;
+  2. g = the gradient, with respect to d0, of the divergence between f(x + d0) and the clean
+     output (its gradient is that of KL(clean || perturbed));
+  3. the adversarial input is x + step_size * g / (max|g| + 1e-6), the maximum taken over each
+     token's vector; the initial noise is not kept, and nothing is projected;
+  4. the term is `weight` times the head's symmetric divergence between the clean and the
+     adversarial outputs, gradients reaching both (`Head.smoothness`: symmetric KL for class
+     distributions, squared error for scores).
+
+The perturbed passes run in fp32 whatever the run's precision: a perturbation of 1e-3 is below
+bf16's resolution, so under bf16 the term would measure rounding. The loop adds the term to the
+weighted task loss unweighted, as the reference adds `adv_alpha * adv_loss` after the task
+weight. `project: true` is the SMART paper's own projected step instead (keep d0, step, clip
+into the box of half-width `epsilon`). Defaults are the reference's: noise 1e-5, step size 1e-3,
+weight 1, one step.
 """
 
 from __future__ import annotations
@@ -30,7 +41,9 @@ class AdversarialSettings:
     enabled: bool = setting(False, Flag())
     # lambda_s: the regulariser's weight against the task loss
     weight: float = setting(1.0, Number(integer=False, low=0))
-    # half-width of the box the perturbation is projected into
+    # project: true (the SMART paper's step, not the reference code's): keep the initial noise
+    # and clip the perturbation into the box of half-width epsilon
+    project: bool = setting(False, Flag())
     epsilon: float = setting(1e-5, Number(integer=False, low=0))
     noise: float = setting(1e-5, Number(integer=False, low=0))  # sd of the first perturbation
     step_size: float = setting(1e-3, Number(integer=False, low=0))  # eta: the ascent step
@@ -52,6 +65,9 @@ def parse_adversarial(raw: object, where: str, problems: list[str],
     return dataclasses.replace(base, **{"enabled": True, **values})
 
 
+NORM_EPS = 1e-6  # the reference's adv_epsilon: keeps the step finite where a gradient is 0
+
+
 def smart_loss(
     model: MTDNN,
     task: str,
@@ -63,13 +79,17 @@ def smart_loss(
     import torch
 
     head = model.head(task)
-    embed = model.encoder.get_input_embeddings()(batch["input_ids"])
-    noise = (torch.randn_like(embed) * settings.noise).requires_grad_()
-    # Ascent direction: from a copy of the embeddings that carries no graph into the model.
-    perturbed = model(task, batch, embeds=embed.detach() + noise)
-    divergence = head.smoothness(perturbed.float(), clean.detach().float())
-    (grad,) = torch.autograd.grad(divergence, noise)
-    scale = grad.abs().amax(dim=-1, keepdim=True).clamp(min=1e-12)
-    delta = (noise + settings.step_size * grad / scale).clamp(-settings.epsilon, settings.epsilon)
-    perturbed = model(task, batch, embeds=embed + delta.detach())
-    return head.smoothness(perturbed.float(), clean.float())
+    device = batch["input_ids"].device.type
+    with torch.autocast(device_type=device, enabled=False):  # fp32, whatever the run's
+        mask = batch["attention_mask"].unsqueeze(-1).float()
+        embed = model.embedding_output(batch).float() * mask
+        noise = (torch.randn_like(embed) * settings.noise * mask).requires_grad_()
+        perturbed = model(task, batch, embedding_output=embed.detach() + noise)
+        divergence = head.smoothness(perturbed.float(), clean.detach().float())
+        (grad,) = torch.autograd.grad(divergence, noise)
+        direction = grad / (grad.abs().amax(dim=-1, keepdim=True) + NORM_EPS)
+        step = settings.step_size * direction
+        if settings.project:
+            step = (noise.detach() + step).clamp(-settings.epsilon, settings.epsilon)
+        adversarial = model(task, batch, embedding_output=(embed + step).detach())
+        return head.smoothness(clean.float(), adversarial.float())

@@ -318,8 +318,12 @@ PRESETS: dict[str, TaskSpec] = {
     "mnli": _pair("mnli", "MNLI", "sentence1", "sentence2", "gold_label", _NLI,
                   dev_files=(("matched", "MNLI/dev_matched.tsv"),
                              ("mismatched", "MNLI/dev_mismatched.tsv"))),
-    "qnli": _pair("qnli", "QNLI", "question", "sentence", "label", _ENTAIL, type="ranking",
-                  group="question"),
+    # QNLI as both reference codes (SIWLM's and MT-DNN's glue_task_def.yml) train it: two
+    # classes per (question, sentence) pair. MT-DNN v0.1's pairwise ranking of a question's
+    # candidate sentences is `qnli_rank`.
+    "qnli": _pair("qnli", "QNLI", "question", "sentence", "label", _ENTAIL),
+    "qnlirank": _pair("qnli_rank", "QNLI", "question", "sentence", "label", _ENTAIL,
+                      type="ranking", group="question"),
     "rte": _pair("rte", "RTE", "sentence1", "sentence2", "label", _ENTAIL),
     "wnli": _pair("wnli", "WNLI", "sentence1", "sentence2", "label", _BINARY),
     "snli": _pair("snli", "SNLI", "sentence1", "sentence2", "gold_label", _NLI),

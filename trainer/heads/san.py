@@ -1,14 +1,24 @@
 """The stochastic answer network (SAN; Liu et al. 2018), MT-DNN's answer module for pairwise
-classification: several steps of reasoning over the token states, whose predictions are
-averaged.
+classification, as the reference code computes it (`module/san.py`, `SANClassifier`, with
+MT-DNN's defaults: bilinear attention, merged features, GRU cell, `mem_type` 1).
 
-The memory is every token state of the pair. The initial state is a self-attentive summary of
-the second text (the hypothesis; all tokens for a single text). Each step attends from the
-state over the memory (a bilinear score), updates the state with a GRU cell, and predicts the
-classes from [state; read; |state - read|; state * read]. Training drops whole steps at random
-(stochastic prediction dropout: each step kept with probability 1 - `step_dropout`, at least one
-per example) and averages the kept steps' class distributions; inference averages all steps.
-The output is the log of that average, so cross-entropy on it is the usual loss.
+By position in the pair: the initial state s0 is a self-attentive summary of the first segment
+(token type 0, [CLS] and [SEP] included; MT-DNN's `hyp_mask`), and the memory M is the second
+segment's tokens (token type 1; its `premise_mask`). A single text has no second segment: its
+memory is all its tokens. Each of the 5 steps t:
+
+    beta = softmax(M W s_t + M b)                  (bilinear attention, its linear has a bias)
+    x_t  = beta M                                  (read from the memory as it is)
+    P_t  = softmax(W_c [x_t; s_t; |x_t - s_t|; x_t * s_t] + b_c)   (from the state before...)
+    s_{t+1} = GRU(x_t, dropout(s_t))                (...the update)
+
+Dropout is the task's rate, variational on token sequences (one mask per sequence and feature,
+shared by every token) and plain on vectors, where the reference applies it: the memory and the
+state as the attention reads them, the summary's input, the classifier's features and the
+state before the GRU. Training drops steps (stochastic prediction dropout): each step's P_t is
+kept with probability 1 - 0.1 and scaled by 1 / 0.9, one random step per example always kept,
+and the answer is log(mean over all 5 steps); inference averages every step. Cross-entropy on
+the log is the usual loss. Runs in fp32 whatever the run's precision.
 """
 
 from __future__ import annotations
@@ -24,43 +34,57 @@ class StochasticAnswerNetwork(nn.Module):
     def __init__(self, hidden: int, classes: int, dropout: float, steps: int = STEPS,
                  step_dropout: float = STEP_DROPOUT) -> None:
         super().__init__()
-        self.steps, self.step_dropout = steps, step_dropout
-        self.dropout = nn.Dropout(dropout)
+        self.steps, self.step_dropout, self.p = steps, step_dropout, dropout
         self.summary = nn.Linear(hidden, 1)  # self-attention scores of the initial summary
-        self.attend = nn.Linear(hidden, hidden, bias=False)  # bilinear state-token scores
+        self.attend = nn.Linear(hidden, hidden)  # W s + b: the bilinear state-token scores
         self.cell = nn.GRUCell(hidden, hidden)
         self.classify = nn.Linear(4 * hidden, classes)
 
     def forward(self, hidden: Tensor, mask: Tensor, second: Tensor | None) -> Tensor:
         """Log class probabilities [N, classes] from token states [N, T, H], the attention mask
-        and the second text's tokens (token_type_ids == 1), in fp32."""
+        and the token type ids (1 on the second segment), in fp32."""
         with torch.autocast(hidden.device.type, enabled=False):
-            memory = self.dropout(hidden.float())
+            states = hidden.float()
             valid = mask.bool()
-            query = valid if second is None else valid & second.bool()
-            query = torch.where(query.any(-1, keepdim=True), query, valid)  # single texts
-            weights = _masked_softmax(self.summary(memory).squeeze(-1), query)
-            state = torch.einsum("nt,nth->nh", weights, memory)
+            in_second = valid if second is None else valid & second.bool()
+            has_second = in_second.any(-1, keepdim=True)
+            memory_mask = torch.where(has_second, in_second, valid)
+            first_mask = torch.where(has_second, valid & ~in_second, valid)
+            summary_in = self._sequence_dropout(states)
+            weights = _masked_softmax(self.summary(summary_in).squeeze(-1), first_mask)
+            state = torch.einsum("nt,nth->nh", weights, summary_in)
             probs = []
             for _ in range(self.steps):
-                scores = torch.einsum("nh,nth->nt", self.attend(state), memory)
-                read = torch.einsum("nt,nth->nh", _masked_softmax(scores, valid), memory)
-                state = self.cell(read, state)
-                merged = torch.cat([state, read, (state - read).abs(), state * read], dim=-1)
-                probs.append(self.classify(self.dropout(merged)).softmax(-1))
+                attend = self.attend(self._dropout(state))
+                scores = torch.einsum("nh,nth->nt", attend, self._sequence_dropout(states))
+                read = torch.einsum("nt,nth->nh", _masked_softmax(scores, memory_mask), states)
+                merged = torch.cat([read, state, (read - state).abs(), read * state], dim=-1)
+                probs.append(self.classify(self._dropout(merged)).softmax(-1))
+                state = self.cell(read, self._dropout(state))
             stacked = torch.stack(probs, dim=1)  # [N, steps, classes]
-            keep = self._kept_steps(stacked)
-            mean = (stacked * keep.unsqueeze(-1)).sum(1) / keep.sum(1, keepdim=True)
+            mean = (stacked * self._step_weights(stacked).unsqueeze(-1)).mean(1)
             return mean.clamp_min(1e-30).log()
 
-    def _kept_steps(self, stacked: Tensor) -> Tensor:
+    def _dropout(self, x: Tensor) -> Tensor:
+        return nn.functional.dropout(x, self.p, self.training)
+
+    def _sequence_dropout(self, x: Tensor) -> Tensor:
+        """Variational dropout: one mask per sequence and feature, shared by its tokens."""
+        if not self.training or self.p == 0:
+            return x
+        keep = torch.bernoulli(x.new_full((x.shape[0], 1, x.shape[2]), 1 - self.p))
+        return x * keep / (1 - self.p)
+
+    def _step_weights(self, stacked: Tensor) -> Tensor:
+        """Each step's weight: 1 at inference; in training kept with probability 1 - p and
+        then 1 / (1 - p), one random step per example always kept."""
         n, steps = stacked.shape[:2]
-        keep = torch.ones(n, steps, device=stacked.device)
         if not self.training or self.step_dropout == 0:
-            return keep
+            return torch.ones(n, steps, device=stacked.device)
         keep = (torch.rand(n, steps, device=stacked.device) >= self.step_dropout).float()
         forced = torch.randint(steps, (n,), device=stacked.device)
-        return keep.scatter(1, forced.unsqueeze(1), 1.0)
+        keep = keep.scatter(1, forced.unsqueeze(1), 1.0)
+        return keep / (1 - self.step_dropout)
 
 
 def _masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:

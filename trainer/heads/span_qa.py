@@ -170,6 +170,10 @@ class SpanQAHead(Head):
         return logits.masked_fill(~states.mask.bool().unsqueeze(-1), -1e4)
 
     def loss(self, outputs: Tensor, batch: dict[str, Tensor]) -> Tensor:
+        """The mean of the start and end cross-entropies, as BERT's and MT-DNN's code compute
+        it. He et al. (2019) write the sum; the sum is twice this, which would act as a loss
+        weight of 2 on every span-QA batch, so the code's convention keeps the weights that
+        SIWLM and the sampling weights set comparable across task types."""
         start, end = outputs.unbind(-1)
         return (F.cross_entropy(start, batch["start"]) + F.cross_entropy(end, batch["end"])) / 2
 

@@ -131,9 +131,12 @@ class WeightedSampler(Sampler):
                 (int(n) if ends is None or task == ends else None)
                 for task, n in sizes.items()}
 
-    def order(self, batches: Batches, seed: int, epoch: int) -> Plan:
+    def order(self, batches: Batches, seed: int, epoch: int, keep_order: bool = False) -> Plan:
         queues = {}
         for t, (task, task_batches) in enumerate(batches.items()):
+            if keep_order:
+                queues[task] = list(task_batches)
+                continue
             order = rng(seed, epoch, 3, t).permutation(len(task_batches))
             queues[task] = [task_batches[i] for i in order]
         used = dict.fromkeys(queues, 0)

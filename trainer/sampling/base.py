@@ -53,11 +53,13 @@ class Sampler(abc.ABC):
 
     - `__init__(settings, tasks)` once per run, through `build_sampler`, after the settings were
       validated against the run's tasks (central task first, then the others in config order).
-    - `order(batches, seed, epoch)` once per epoch, before the epoch trains (the loop builds
-      every epoch's plan up front, since the learning-rate schedule needs the number of
-      updates). `batches` holds each task's batches for this epoch. The result is the epoch's
+    - `order(batches, seed, epoch, keep_order)` once per epoch, before the epoch trains (the
+      loop builds every epoch's plan up front, since the learning-rate schedule needs the number
+      of updates). `batches` holds each task's batches for this epoch. The result is the epoch's
       updates in order; it may leave batches out (an epoch that ends when one task's batches
-      run out) but never uses one twice.
+      run out) but never uses one twice. With `keep_order` (`batches: fixed`) each task's
+      batches are used in the order given, as the reference code iterates them; only which
+      task comes next is the sampler's to decide.
 
     `order` must be a pure function of its arguments: a resumed run rebuilds the plans and must
     get the same updates as an uninterrupted one. Randomness comes from
@@ -72,7 +74,7 @@ class Sampler(abc.ABC):
         self.tasks = tuple(tasks)
 
     @abc.abstractmethod
-    def order(self, batches: Batches, seed: int, epoch: int) -> Plan:
+    def order(self, batches: Batches, seed: int, epoch: int, keep_order: bool = False) -> Plan:
         """The epoch's updates."""
 
     def batches_used(self, sizes: Mapping[str, int]) -> dict[str, int | None]:
