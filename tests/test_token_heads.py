@@ -307,15 +307,17 @@ def test_decoding_picks_the_best_span_over_windows_and_maps_it_to_characters(tmp
         {"example": 0, "context_start": 3, "offsets": ([a for a, _ in w2], [b for _, b in w2])},
         {"example": 1, "context_start": 3, "offsets": ([a for a, _ in w1], [b for _, b in w1])},
     ]
-    reference = [{"id": "q1", "context": context, "answers": ["Normandy"]},
+    reference = [{"id": "q1", "context": context, "answers": ["region"]},
                  {"id": "q2", "context": context, "answers": []}]
     k = 3
     preds = np.stack([
         # window 1: "Normans lived" (tokens 4..5 of the window, i.e. words 1-2) scores 2 + 1
         _prediction(k, [(4, 2.0)], [(5, 1.0)], null=0.5),
-        # window 2: "Normandy" (word 4 = window token 3) scores 3 + 2.5; an end before the
-        # start and a span over max_answer_len are never chosen
-        _prediction(k, [(3, 3.0), (8, 9.0)], [(3, 2.5), (4, 1.0)], null=1.0),
+        # window 2: "region" (word 7 = window token 6) scores 3 + 2.5; an end before the
+        # start is never chosen, nor "Normandy" (window token 3), which has more context in
+        # window 1 (BERT's max-context rule), though it scores 4 + 2.5
+        _prediction(k, [(3, 4.0), (6, 3.0), (8, 9.0)], [(6, 2.5), (3, 2.5), (4, 1.0)],
+                    null=1.0),
         # question 2: the null score beats every span
         _prediction(k, [(3, 0.1)], [(4, 0.2)], null=5.0),
     ])
@@ -324,7 +326,7 @@ def test_decoding_picks_the_best_span_over_windows_and_maps_it_to_characters(tmp
                                                    "best_f1", "best_f1_thresh")), HIDDEN)
     split = _eval_split(tmp_path, windows, reference)
     answers, odds = head.decode(preds, split)
-    assert answers[0] == "Normandy"
+    assert answers[0] == "region"
     assert odds[0] == pytest.approx(0.5 - 5.5)  # lowest null over the windows - best span
     assert odds[1] == pytest.approx(5.0 - 0.3)
     metrics = head.score(preds, np.zeros(3), split)
@@ -332,20 +334,73 @@ def test_decoding_picks_the_best_span_over_windows_and_maps_it_to_characters(tmp
     assert metrics == {"exact": 1.0, "f1": 1.0, "has_ans_f1": 1.0, "no_ans_f1": 1.0,
                        "best_f1": 1.0, "best_f1_thresh": pytest.approx(-5.0)}
     written = json.loads((tmp_path / "predictions-squad2-epoch-3.json").read_text())
-    assert written == {"q1": "Normandy", "q2": ""}
+    assert written == {"q1": "region", "q2": ""}
     odds_file = json.loads((tmp_path / "null-odds-squad2-epoch-3.json").read_text())
     assert odds_file == pytest.approx({"q1": -5.0, "q2": 4.7})
 
 
-def test_predict_keeps_candidates_inside_the_context():
+def test_predict_takes_candidates_from_the_whole_window():
+    """As BERT's decoder: the n_best over every token; decode drops those outside the context."""
     head = build_head(dataclasses.replace(PRESETS["squad2"], n_best=2), HIDDEN)
     outputs = torch.zeros(1, 6, 2)
     outputs[0, :, 0] = torch.tensor([9.0, 8.0, 1.0, 2.0, 3.0, 7.0])  # start logits
     outputs[0, :, 1] = torch.tensor([4.0, 0.0, 5.0, 1.0, 6.0, 0.0])  # end logits
     batch = {"context_start": torch.tensor([2]), "context_end": torch.tensor([5])}
     got = head.predict(outputs, batch)[0].tolist()
-    # context tokens 2..4 only: starts 4 (3.0), 3 (2.0); ends 4 (6.0), 2 (5.0); null 9 + 4
-    assert got == [4, 3, 3.0, 2.0, 4, 2, 6.0, 5.0, 13.0]
+    # starts 0 (9.0), 1 (8.0); ends 4 (6.0), 2 (5.0); null 9 + 4
+    assert got == [0, 1, 9.0, 8.0, 4, 2, 6.0, 5.0, 13.0]
+
+
+@pytest.mark.parametrize("seed", [0, 2, 3, 7])  # 2, 3 and 7: the max-context rule decides
+def test_decoding_is_berts_on_random_logits(tmp_path, seed):
+    """Re-stated from BERT's write_predictions and _check_is_max_context: for each window, its
+    n_best start and end indexes over the whole window; a pair counts when both are context
+    tokens, the start has its maximal context in this window (score min(left, right) + 0.01 *
+    span length, the first window on ties), end >= start and the length is at most the limit;
+    the best pair over the windows wins."""
+    rng = np.random.default_rng(seed)
+    context = " ".join(f"w{i}" for i in range(30))
+    offsets = [(m.start(), m.end()) for m in __import__("re").finditer(r"\S+", context)]
+    spans = [(0, 12), (8, 12), (16, 12), (24, 6)]  # doc token start, length: overlapping
+    q_len, k, limit = 4, 5, 6
+    windows, logits = [], []
+    for doc_start, length in spans:
+        part = offsets[doc_start:doc_start + length]
+        windows.append({"example": 0, "context_start": q_len,
+                        "offsets": ([a for a, _ in part], [b for _, b in part])})
+        logits.append(rng.normal(size=(q_len + length + 1, 2)))  # + a [SEP]
+    head = build_head(dataclasses.replace(PRESETS["squad2"], n_best=k, max_answer_len=limit),
+                      HIDDEN)
+    preds = np.stack([head.predict(torch.tensor(w[None], dtype=torch.float32),
+                                   {})[0].numpy() for w in logits])
+    split = _eval_split(tmp_path, windows, [{"id": "q", "context": context, "answers": []}])
+    got, _ = head.decode(preds, split)
+
+    def is_max_context(w, doc_index):
+        best, best_w = None, None
+        for i, (start, length) in enumerate(spans):
+            if not start <= doc_index < start + length:
+                continue
+            score = min(doc_index - start, start + length - 1 - doc_index) + 0.01 * length
+            if best is None or score > best:
+                best, best_w = score, i
+        return best_w == w
+
+    best, answer = -math.inf, ""
+    for w, ((doc_start, length), x) in enumerate(zip(spans, logits, strict=True)):
+        s_top = np.argsort(-x[:, 0], kind="stable")[:k]
+        e_top = np.argsort(-x[:, 1], kind="stable")[:k]
+        for s in s_top:
+            for e in e_top:
+                if not (q_len <= s < q_len + length and q_len <= e < q_len + length):
+                    continue
+                if not is_max_context(w, doc_start + s - q_len) or e < s or e - s + 1 > limit:
+                    continue
+                if x[s, 0] + x[e, 1] > best:
+                    best = x[s, 0] + x[e, 1]
+                    answer = context[offsets[doc_start + s - q_len][0]:
+                                     offsets[doc_start + e - q_len][1]]
+    assert got == [answer] and answer
 
 
 def test_span_loss_is_the_mean_of_start_and_end_cross_entropy():

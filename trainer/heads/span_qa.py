@@ -178,20 +178,17 @@ class SpanQAHead(Head):
         return (F.cross_entropy(start, batch["start"]) + F.cross_entropy(end, batch["end"])) / 2
 
     def predict(self, outputs: Tensor, batch: dict[str, Tensor]) -> Tensor:
-        """Per window, on the device: the n_best best start and end tokens inside the context
-        with their logits, and the null score: [N, 4 * n_best + 1]."""
+        """Per window, on the device: the n_best best start and end tokens of the whole window
+        with their logits (as BERT's decoder picks them; `decode` drops those outside the
+        context), and the null score: [N, 4 * n_best + 1]."""
         k = self.spec.n_best or 20
         start, end = outputs.float().unbind(-1)
         null = start[:, 0] + end[:, 0]
-        positions = torch.arange(start.shape[1], device=start.device)
-        context = ((positions >= batch["context_start"].unsqueeze(1))
-                   & (positions < batch["context_end"].unsqueeze(1)))
         picks = []
         for logits in (start, end):
-            masked = logits.masked_fill(~context, -torch.inf)
-            if masked.shape[1] < k:  # a short batch: fewer tokens than candidates
-                masked = F.pad(masked, (0, k - masked.shape[1]), value=-torch.inf)
-            values, index = masked.topk(k, dim=1)
+            if logits.shape[1] < k:  # a short batch: fewer tokens than candidates
+                logits = F.pad(logits, (0, k - logits.shape[1]), value=-torch.inf)
+            values, index = logits.topk(k, dim=1)
             picks += [index.float(), values]
         return torch.cat([*picks, null.unsqueeze(1)], dim=1)
 
@@ -211,7 +208,11 @@ class SpanQAHead(Head):
         return {m: metrics[m] for m in self.spec.metrics}
 
     def decode(self, predictions: np.ndarray, split: EvalSplit) -> tuple[list[str], np.ndarray]:
-        """Each question's best non-null answer text and its null odds (null - best span)."""
+        """Each question's best non-null answer text and its null odds (null - best span), as
+        BERT's SQuAD decoder finds them: of each window's n_best starts and ends, a span counts
+        when both lie in the context, the start's window is the one where that token has the
+        most context (`max_context`), the end is not before the start and the span is at most
+        max_answer_len tokens; the null score is the lowest over the windows."""
         k = self.spec.n_best or 20
         max_answer = self.spec.max_answer_len or 30
         table = split.dataset.with_format("arrow")[split.rows.tolist()]
@@ -219,6 +220,7 @@ class SpanQAHead(Head):
         first = table.column("context_start").to_numpy()
         starts = _ragged(table.column("offset_start"))
         ends = _ragged(table.column("offset_end"))
+        central = max_context(example, starts)
         n = len(split.reference or [])
         best = np.full(n, -np.inf)
         text = [""] * n
@@ -227,15 +229,20 @@ class SpanQAHead(Head):
             q = int(example[row])
             p = predictions[row]
             null[q] = min(null[q], p[4 * k])
-            s_idx, s_val = p[:k].astype(np.int64), p[k:2 * k]
-            e_idx, e_val = p[2 * k:3 * k].astype(np.int64), p[3 * k:4 * k]
-            score = s_val[:, None] + e_val[None, :]
-            length = e_idx[None, :] - s_idx[:, None] + 1
-            score[(length < 1) | (length > max_answer) | ~np.isfinite(score)] = -np.inf
+            size = len(starts[row])
+            s_at = p[:k].astype(np.int64) - first[row]  # positions in the context
+            e_at = p[2 * k:3 * k].astype(np.int64) - first[row]
+            s_ok = (s_at >= 0) & (s_at < size)
+            s_ok[s_ok] &= central[row][s_at[s_ok]]
+            e_ok = (e_at >= 0) & (e_at < size)
+            score = p[k:2 * k][:, None] + p[3 * k:4 * k][None, :]
+            length = e_at[None, :] - s_at[:, None] + 1
+            score[~s_ok[:, None] | ~e_ok[None, :] | (length < 1) | (length > max_answer)
+                  | ~np.isfinite(score)] = -np.inf
             top = np.unravel_index(int(np.argmax(score)), score.shape)
             if score[top] > best[q]:
                 best[q] = score[top]
-                lo, hi = s_idx[top[0]] - first[row], e_idx[top[1]] - first[row]
+                lo, hi = s_at[top[0]], e_at[top[1]]
                 context = split.reference[q]["context"]  # type: ignore[index]
                 text[q] = context[starts[row][lo]:ends[row][hi]]
         odds = np.where(np.isfinite(best), null - best, _NO_SPAN)
@@ -431,6 +438,32 @@ def _columns(out: dict[str, list[Any]], train: bool) -> dict[str, pa.Array]:
             "offset_end": list_array(out["offset_end"], spans, pa.int32()),
         })
     return columns
+
+
+def max_context(example: np.ndarray, starts: list[np.ndarray]) -> list[np.ndarray]:
+    """Per window, whether each context token has its most context there (BERT's
+    `_check_is_max_context`): a token in several windows belongs to the one where
+    min(tokens left of it, tokens right of it) + 0.01 * the window's context length is largest,
+    the earlier window on a tie. Windows of one question are recognised by their example id
+    and their tokens across windows by their character offsets."""
+    out = [np.zeros(len(s), dtype=bool) for s in starts]
+    rows: dict[int, list[int]] = {}
+    for row, q in enumerate(example):
+        rows.setdefault(int(q), []).append(row)
+    for members in rows.values():
+        tokens = np.unique(np.concatenate([starts[r] for r in members]))
+        best = np.full(len(tokens), -np.inf)
+        owner = np.full(len(tokens), -1)
+        for r in members:  # in window order: a later window must do strictly better
+            size = len(starts[r])
+            at = np.arange(size)
+            score = np.minimum(at, size - 1 - at) + 0.01 * size
+            ids = np.searchsorted(tokens, starts[r])
+            better = score > best[ids]
+            best[ids[better]], owner[ids[better]] = score[better], r
+        for r in members:
+            out[r] = owner[np.searchsorted(tokens, starts[r])] == r
+    return out
 
 
 def _ragged(column: pa.ChunkedArray) -> list[np.ndarray]:
