@@ -51,7 +51,7 @@ def test_ranking_groups(tmp_path: Path) -> None:
     (tmp_path / "q.tsv").write_text(
         "index\tquestion\tsentence\tlabel\n0\tq1\ta\tentailment\n1\tq1\tb\tnot_entailment\n"
         "2\tq2\tc\tentailment\n3\tq1\td\tnot_entailment\n")
-    rows = read(PRESETS["qnli"], tmp_path, "q.tsv")
+    rows = read(PRESETS["qnlirank"], tmp_path, "q.tsv")
     assert rows.groups is not None and rows.groups.tolist() == [0, 0, 1, 0]
     assert rows.labels.tolist() == [1, 0, 1, 0]
 

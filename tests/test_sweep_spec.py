@@ -275,7 +275,8 @@ GUIDED_LR = {"strategy": "guided", "n_trials": 2, "space": {"lr": {"low": 1.0e-4
         ({"search": {"space": {"tasks": ["rte"]}}}, "the task grouping space is written"),
         ({"search": {"space": {"lrr": [1.0e-4]}}}, "train.lrr: unknown setting"),
         ({"search": {"space": {"optimizer": ["adamax", "sgd"]}}},
-         "train.optimizer: 'sgd' is not one of adamax, adamw (at search point optimizer=sgd)"),
+         "train.optimizer: 'sgd' is not one of adamax, adamw, radam "
+         "(at search point optimizer=sgd)"),
         ({"search": {"space": {"sampling.weights.rte": [0.5]}}}, "train.sampling"),
         ({"search": {"space": {"lr": [1.0e-4]}, "n_trials": 3}},
          "search.n_trials: not a setting of strategy grid"),

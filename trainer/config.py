@@ -175,6 +175,12 @@ class RunConfig:
             del out["tracking"]
         if self.batches == "reshuffle":  # as before the setting existed: older runs resume
             del out["batches"]
+        for section in (out, out.get("finetune") or {}):
+            adversarial = section.get("adversarial")
+            # SMART off reads as before `project` existed, so older runs resume; a run with it
+            # on computed the former perturbation and is refused (its term changed).
+            if isinstance(adversarial, dict) and not adversarial.get("enabled"):
+                adversarial.pop("project", None)
         if self.distill is not None:
             out["distill"] = {"teachers": {t: list(p) for t, p in self.distill.teachers}}
         if self.finetune is not None and isinstance(self.finetune.tasks, tuple):
