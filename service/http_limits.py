@@ -67,9 +67,14 @@ class LimitedH11Protocol(H11Protocol):
             self._stop_waiting()
 
     def on_response_complete(self) -> None:
-        super().on_response_complete()
-        if not self.transport.is_closing() and self.cycle is self._cycle_seen:
+        answered = self.cycle
+        super().on_response_complete()  # may start the next, pipelined, request's cycle
+        if self.transport.is_closing():
+            return
+        if self.cycle is answered:
             self._wait_for_head()  # the next request's head, on a kept-alive connection
+        else:
+            self._cycle_seen = self.cycle  # its head had already arrived whole
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_waiting()

@@ -152,7 +152,7 @@ def open_storage(url: str | None = None):
             "sqlite:/// or postgresql+psycopg://"
         ) from None
     except (sqlalchemy.exc.SQLAlchemyError, ValueError) as exc:
-        failure = storage_failure(exc, url)
+        failure = storage_failure(exc, url, opened=False)
         if failure is not None and "failed (" not in str(failure):  # a kind it names
             raise failure from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -378,10 +378,12 @@ _FAILURES = (
 )
 
 
-def storage_failure(exc: BaseException, url: str | None) -> StorageError | None:
+def storage_failure(exc: BaseException, url: str | None,
+                    opened: bool = True) -> StorageError | None:
     """The one message for a failure of the study database anywhere in `exc`'s chain (a
     damaged file, a full disk, a lock held too long, a server gone), or None when `exc` is no
-    storage failure."""
+    storage failure. `opened=False`: the database was being opened, so a missing SQLite file
+    was never there (not "deleted")."""
     import sqlite3
 
     import sqlalchemy.exc
@@ -402,7 +404,7 @@ def storage_failure(exc: BaseException, url: str | None) -> StorageError | None:
     cause = (str(getattr(root, "orig", None) or root).strip().splitlines() or [""])[0][:200]
     where = f"the study database {shown_url(url)}" if url else "the study database"
     path = _sqlite_path(url) if url else None
-    if path is not None and not os.path.exists(path):  # SQLite then says "readonly"
+    if opened and path is not None and not os.path.exists(path):  # SQLite says "readonly"
         return StorageError(f"{where} was deleted while this command ran ({cause}); restore "
                             "the file (the trials finished before are in it)")
     words = " ".join(str(e).lower() for e in chain)

@@ -100,6 +100,8 @@ def run_cell(config: dict[str, Any]) -> None:
             STINT_END: int(end),
         }
         if end:
+            # Before the report: Tune stops a trial at `done` and need not run what follows.
+            drop_earlier_checkpoints(config["base_dir"], int(config.get("attempt", 0)))
             tune.report({**row, DONE: True})
             raise _BudgetReached
         if epoch_report.epoch == cfg.epochs and cfg.finetune is None:
@@ -110,8 +112,11 @@ def run_cell(config: dict[str, Any]) -> None:
     try:
         result = trainer.train(cfg, report=report, resume=True, quiet=True)
     except _BudgetReached:
-        drop_earlier_checkpoints(config["base_dir"], int(config.get("attempt", 0)))
         return
+    except Exception:
+        if held:  # the last epoch trained: its scores belong to the failed trial's history
+            tune.report(held)
+        raise
     drop_earlier_checkpoints(config["base_dir"], int(config.get("attempt", 0)))
     last = max((h["epoch"] for h in result.history), default=0)
     value = float(result.stage_best(stage)[central][metric])

@@ -296,3 +296,25 @@ def test_retries_start_counting_at_the_first_failure_not_the_first_try(monkeypat
         return "written"
 
     assert storage.call_retrying("tell", write) == "written" and len(calls) == 2
+
+
+def test_fixed_batches_with_an_epoch_ended_by_one_task_are_refused(sample_data_dir,
+                                                                  tiny_encoder, tmp_path):
+    with pytest.raises(ConfigError, match=r"batches: fixed cannot be combined with "
+                                          r"sampling.epoch_ends_with"):
+        run_config(sample_data_dir, tiny_encoder, tmp_path / "run", batches="fixed",
+                   sampling={"scheme": "weighted", "weights": {"rte": 0.5},
+                             "epoch_ends_with": "rte"})
+    assert run_config(sample_data_dir, tiny_encoder, tmp_path / "run", batches="fixed",
+                      sampling={"scheme": "weighted", "weights": {"rte": 0.5}}).batches == "fixed"
+
+
+def test_a_database_that_cannot_be_created_is_not_called_deleted():
+    """/proc takes no new files, for root too: the open fails, and is not called a deletion."""
+    from studies.storage import open_storage
+    from weightsearch.errors import StorageError
+
+    with pytest.raises(StorageError) as caught:
+        open_storage("sqlite:////proc/weightsearch-new.db")
+    assert "deleted" not in str(caught.value)
+    assert "cannot open study storage 'sqlite:////proc/weightsearch-new.db'" in str(caught.value)

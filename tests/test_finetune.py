@@ -356,3 +356,27 @@ def test_a_run_removes_no_finetune_folder_it_did_not_make(sample_data_dir, tiny_
         train(run_config(sample_data_dir, tiny_encoder, other, epochs=1,
                          finetune={"epochs": 1}), quiet=True)
     assert [p.name for p in other.iterdir()] == ["finetune"]
+
+
+def test_smart_works_on_a_compiled_encoder(sample_data_dir, tiny_encoder):
+    """A compiled encoder ignores hooks added after it compiled; SMART's perturbed passes run
+    the encoder's own module, so the term is the uncompiled one."""
+    from trainer.data import collate, load_task_data
+    from trainer.encoders import load_tokenizer
+    from trainer.model import MTDNN, load_encoder
+    from trainer.smart import AdversarialSettings, smart_loss
+
+    cfg = run_config(sample_data_dir, tiny_encoder, "unused")
+    tokenizer = load_tokenizer(tiny_encoder)
+    data = load_task_data(cfg.task("rte"), cfg.data_dir, tokenizer, 64, None, 8)
+    batch = collate(data.train, list(range(8)), tokenizer.pad_token_id)
+    model = MTDNN(load_encoder(tiny_encoder, 1), cfg.tasks).eval()
+    settings = AdversarialSettings(enabled=True, noise=1e-3, step_size=1e-2)
+    clean = model("rte", batch).detach()
+    torch.manual_seed(5)
+    plain = smart_loss(model, "rte", batch, clean, settings)
+    model.encoder = torch.compile(model.encoder, backend="eager", dynamic=True)
+    model("rte", batch)  # compiled before the hook exists
+    torch.manual_seed(5)
+    compiled = smart_loss(model, "rte", batch, clean, settings)
+    torch.testing.assert_close(compiled, plain, rtol=1e-4, atol=1e-9)

@@ -298,3 +298,30 @@ def test_slow_clients_cannot_hold_the_server(server):
         head = s.recv(4096)
         assert head.startswith(b"HTTP/1.1 408"), head
         assert HEAD_TIMEOUT_S - 1 < time.monotonic() - start < HEAD_TIMEOUT_S + 5
+
+
+def test_a_pipelined_connection_still_owes_its_next_head_in_time(server):
+    """Two whole requests sent at once, then a head trickled a line at a time (each line would
+    reset a keep-alive timer): both requests are answered, and the trickled head gets 408 when
+    its time is up."""
+    from service.http_limits import HEAD_TIMEOUT_S
+
+    whole = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", server)) as s:
+        s.sendall(whole + whole)
+        s.settimeout(HEAD_TIMEOUT_S + 10)
+        received = b""
+        while received.count(b"HTTP/1.1 200") < 2 or not received.endswith(b"}"):
+            received += s.recv(65536)
+        start = time.monotonic()
+        s.sendall(b"GET /health HTTP/1.1\r\n")
+        s.setblocking(False)
+        answer = b""
+        while b"HTTP/1.1 408" not in answer:
+            assert time.monotonic() - start < HEAD_TIMEOUT_S + 5, answer
+            time.sleep(1.0)
+            with contextlib.suppress(BlockingIOError, BrokenPipeError, ConnectionResetError):
+                s.sendall(b"X-Slow: 1\r\n")
+            with contextlib.suppress(BlockingIOError):
+                answer += s.recv(65536)
+        assert time.monotonic() - start > HEAD_TIMEOUT_S - 1

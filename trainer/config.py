@@ -290,6 +290,12 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     values.update(_sections(raw, tasks, central, problems))
     values.update(_places(raw, problems))
     problems.extend(_window_problems(tasks, values.get("max_seq_len", 128)))
+    if values.get("batches") == "fixed" and getattr(sampling, "epoch_ends_with", None):
+        # Fixed batches come in one order every epoch: an epoch ended by another task's last
+        # batch would train only the same first batches of the others, every epoch.
+        problems.append("batches: fixed cannot be combined with sampling.epoch_ends_with (the "
+                        "other tasks would train only their same first batches every epoch); "
+                        "use batches: reshuffle, or leave epoch_ends_with out")
     if problems:
         raise ConfigError(problems, label)
 

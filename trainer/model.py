@@ -93,12 +93,14 @@ class MTDNN(nn.Module):
     ) -> torch.Tensor:
         """Head outputs for a batch; `embedding_output` replaces what the embedding layer gives
         (adversarial training perturbs it)."""
-        hook = None
+        hook, encoder = None, self.encoder
         if embedding_output is not None:
-            hook = self.encoder.embeddings.register_forward_hook(
+            # A compiled encoder does not see hooks added after it compiled: its own module does.
+            encoder = getattr(self.encoder, "_orig_mod", self.encoder)
+            hook = encoder.embeddings.register_forward_hook(
                 lambda _module, _args, _out: embedding_output)
         try:
-            out = self.encoder(
+            out = encoder(
                 input_ids=batch["input_ids"],
                 attention_mask=batch["attention_mask"],
                 token_type_ids=batch.get("token_type_ids"),

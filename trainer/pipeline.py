@@ -91,6 +91,7 @@ def _finetune(cfg: RunConfig, init_from: Path, report: Report | None, quiet: boo
         if done.is_file():  # its folder may have moved with the run's (a study retry's copy)
             results[task] = dataclasses.replace(read_result(done),
                                                 output_dir=Path(sub.output_dir))
+            finish_checkpoints(Path(sub.output_dir), sub.checkpoints, sub.keep_checkpoints)
             continue
         if not quiet:
             tqdm.write(f"fine-tuning {task} from {init_from}")

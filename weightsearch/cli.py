@@ -91,9 +91,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _environment_failure(exc: Exception, args: argparse.Namespace) -> WeightsearchError | None:
     """What the user must fix about the machine, not the input: a full disk, a failing study
     database. None for anything else (a bug: its traceback is wanted)."""
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return DiskFull(f"no space left on the disk of {exc.filename or 'a file it writes'}; "
-                        "free space there and run it again")
+    item: BaseException | None = exc
+    for _ in range(20):  # torch, safetensors and Ray wrap the OSError
+        if item is None:
+            break
+        if isinstance(item, OSError) and item.errno == errno.ENOSPC:
+            return DiskFull(f"no space left on the disk of {item.filename or 'a file it writes'}"
+                            "; free space there and run it again")
+        item = item.__cause__ or item.__context__
     try:
         from studies.storage import ENV_STORAGE, storage_failure
     except ImportError:  # an install without the study database's libraries
