@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from studies import schema
-from studies.storage import shown_url, url_dialect
+from studies.storage import shown_url, sqlite_path
 from studies.verdict import Verdict, by_seed, judge
 from weightsearch.errors import StorageError
 
@@ -146,12 +146,8 @@ def open_quiet(url: str):
 
 def sqlite_file_missing(url: str) -> bool:
     """True for a SQLite URL whose file does not exist (reading it would create an empty one)."""
-    if not url_dialect(url).file:
-        return False
-    from sqlalchemy.engine import make_url
-
-    db = make_url(url).database
-    return db not in (None, "", ":memory:") and not Path(db).expanduser().exists()
+    path = sqlite_path(url)
+    return path is not None and not os.path.exists(path)
 
 
 def _flatten(metrics) -> dict[str, float]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from weightsearch.errors import StorageError
+from weightsearch.errors import StorageError, causes
 
 DEFAULT_STORAGE = "sqlite:///weightsearch.db"
 ENV_STORAGE = "WEIGHTSEARCH_STORAGE"
@@ -320,13 +320,8 @@ def __getattr__(name: str):
 
 def _new_sqlite_file(url: str) -> bool:
     """Whether `url` names a SQLite file that does not exist yet (this call will create it)."""
-    from sqlalchemy.engine import make_url
-
-    parsed = make_url(url)
-    if not dialect(parsed.get_backend_name()).file or parsed.database in (None, "", ":memory:"):
-        return False
-    path = Path(parsed.database).expanduser()
-    return not path.exists() or path.stat().st_size == 0
+    path = sqlite_path(url)
+    return path is not None and (not os.path.exists(path) or os.path.getsize(path) == 0)
 
 
 def _in_wal(storage) -> bool:
@@ -391,19 +386,14 @@ def storage_failure(exc: BaseException, url: str | None,
 
     kinds = (sqlite3.DatabaseError, sqlalchemy.exc.DatabaseError,
              sqlalchemy.exc.OperationalError, StorageInternalError)
-    chain, seen = [], set()
-    item: BaseException | None = exc
-    while item is not None and id(item) not in seen:
-        seen.add(id(item))
-        chain.append(item)
-        item = item.__cause__ or item.__context__
+    chain = list(causes(exc))
     if not any(isinstance(e, kinds) for e in chain):
         return None
     root = next((e for e in reversed(chain) if isinstance(e, sqlite3.Error | OSError)),
                 chain[-1])
     cause = (str(getattr(root, "orig", None) or root).strip().splitlines() or [""])[0][:200]
     where = f"the study database {shown_url(url)}" if url else "the study database"
-    path = _sqlite_path(url) if url else None
+    path = sqlite_path(url) if url else None
     if opened and path is not None and not os.path.exists(path):  # SQLite says "readonly"
         return StorageError(f"{where} was deleted while this command ran ({cause}); restore "
                             "the file (the trials finished before are in it)")
@@ -417,7 +407,7 @@ def storage_failure(exc: BaseException, url: str | None,
 def file_identity(url: str) -> tuple[int, int] | None:
     """(device, inode) of a SQLite study file, None for a server database or a missing file:
     what `check_same_file` compares against."""
-    path = _sqlite_path(url)
+    path = sqlite_path(url)
     try:
         found = os.stat(path) if path else None
     except OSError:
@@ -429,7 +419,7 @@ def check_same_file(url: str, identity: tuple[int, int] | None) -> None:
     """Raise StorageError when the SQLite file opened as `identity` is no longer the file at
     its path: deleted, or replaced. A process keeps writing to an unlinked file without an
     error, so its results would exist nowhere."""
-    path = _sqlite_path(url)
+    path = sqlite_path(url)
     if identity is None or path is None:
         return
     try:
@@ -446,7 +436,8 @@ def check_same_file(url: str, identity: tuple[int, int] | None) -> None:
                        "resume` the study")
 
 
-def _sqlite_path(url: str) -> str | None:
+def sqlite_path(url: str) -> str | None:
+    """The file of a SQLite study URL (`~` expanded), None for a server or in-memory one."""
     if not url_dialect(url).file:
         return None
     from sqlalchemy.engine import make_url

@@ -106,8 +106,7 @@ def best_point(central: str, metric: str, space: Space, records: Sequence[Any]
     verdict = _weight_verdict(records) if space.central_weight_only else \
         _point_verdict(records, space)
     # The verdict's best (ties broken as it breaks them), so that the lines agree.
-    best = next((k for k in by_point if _key_of(points[k], space) == verdict.best),
-                max(by_point, key=lambda k: statistics.fmean(by_point[k])))
+    best = next(k for k in by_point if _key_of(points[k], space) == verdict.best)
     point = points[best]
     gain = None
     group = space.group

@@ -32,7 +32,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_model
 
-from weightsearch.errors import ConfigError, DiskFull
+from weightsearch.errors import ConfigError, DiskFull, causes
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"
@@ -129,12 +129,9 @@ LOW_SPACE = 64 << 20  # bytes: below this a failed write is taken for a full dis
 def out_of_space(exc: BaseException, folder: Path) -> bool:
     """Whether a failed write failed for want of space: ENOSPC in the chain, or a disk that
     has almost nothing left (torch's zip writer reports a short write as "unexpected pos")."""
-    item: BaseException | None = exc
-    while item is not None:
-        if (isinstance(item, OSError) and item.errno == errno.ENOSPC) \
-                or "no space left" in str(item).lower():
-            return True
-        item = item.__cause__ or item.__context__
+    if any((isinstance(e, OSError) and e.errno == errno.ENOSPC)
+           or "no space left" in str(e).lower() for e in causes(exc)):
+        return True
     try:
         return shutil.disk_usage(folder).free < LOW_SPACE
     except OSError:

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from weightsearch.errors import DiskFull, WeightsearchError
+from weightsearch.errors import DiskFull, WeightsearchError, causes
 
 DESCRIPTION = ("Find the loss weight a task should get in multi-task NLU training: train MT-DNN "
                "runs, search central weights with Ray Tune into an Optuna study database, "
@@ -91,14 +91,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _environment_failure(exc: Exception, args: argparse.Namespace) -> WeightsearchError | None:
     """What the user must fix about the machine, not the input: a full disk, a failing study
     database. None for anything else (a bug: its traceback is wanted)."""
-    item: BaseException | None = exc
-    for _ in range(20):  # torch, safetensors and Ray wrap the OSError
-        if item is None:
-            break
-        if isinstance(item, OSError) and item.errno == errno.ENOSPC:
-            return DiskFull(f"no space left on the disk of {item.filename or 'a file it writes'}"
-                            "; free space there and run it again")
-        item = item.__cause__ or item.__context__
+    full = next((e for e in causes(exc)  # torch, safetensors and Ray wrap the OSError
+                 if isinstance(e, OSError) and e.errno == errno.ENOSPC), None)
+    if full is not None:
+        return DiskFull(f"no space left on the disk of {full.filename or 'a file it writes'}; "
+                        "free space there and run it again")
     try:
         from studies.storage import ENV_STORAGE, storage_failure
     except ImportError:  # an install without the study database's libraries

@@ -6,6 +6,8 @@ message on stderr and exit code 2 (usage) without a traceback.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 
 class WeightsearchError(Exception):
     """Root of every error the project raises on purpose."""
@@ -58,3 +60,14 @@ class DiskFull(WeightsearchError):
     """A file could not be written because its disk is full (exit 1: the input was valid)."""
 
     exit_code = 1
+
+
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """`exc`, then what caused it, and so on (`__cause__`, else `__context__`): libraries wrap
+    the error a user can act on (a full disk, a damaged database) in their own."""
+    seen: set[int] = set()
+    item: BaseException | None = exc
+    while item is not None and id(item) not in seen:
+        seen.add(id(item))
+        yield item
+        item = item.__cause__ or item.__context__
