@@ -13,6 +13,8 @@ is the matched settings themselves. Two keys are the benchmark's own:
   multi-task stage.
 - `bench.decay=l2` puts weight decay into the gradient as torch's Adamax does (the trainer
   before issue 16), biases and LayerNorm still exempt.
+- `bench.head=san` puts that head (`linear` or `san`) on both tasks, as the reference's
+  multi-task script does with SAN on its pairwise tasks.
 
 Every run prints its row when it finishes and is appended to `--results` (JSON, plus a CSV
 beside it); the table of means comes at the end.
@@ -75,6 +77,10 @@ def variant_config(sets: list[str]) -> tuple[dict[str, Any], list[str], str | No
                 raise SystemExit(f"--variant: preset {value!r} is not one of {', '.join(PRESETS)}")
             preset = {k: v for k, v in PRESETS[value].items() if k != "finetune"}
             base = {**preset, **base}
+        elif key == "bench.head":
+            if value not in ("linear", "san"):
+                raise SystemExit(f"--variant: bench.head={value!r}; use linear or san")
+            base["tasks"] = [{"preset": t, "head": value} for t in MATCHED["tasks"]]
         elif key == "bench.decay":
             if value not in ("l2", "decoupled"):
                 raise SystemExit(f"--variant: bench.decay={value!r}; use l2 or decoupled")

@@ -18,7 +18,8 @@ import re
 from pathlib import Path
 
 PACKAGES = ("weightsearch", "trainer", "studies", "recommender", "sweep", "service")
-VALIDATION = re.compile(r"^_?(parse|check|validate)|_problems$|^from_mapping$|^_?check_")
+# `check_x`, `_parse`, but not `_checkpoint_to_resume`.
+VALIDATION = re.compile(r"^_?(parse|check|validate)(_|$)|_problems$|^from_mapping$")
 
 
 def modules(root: Path):

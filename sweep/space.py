@@ -427,9 +427,7 @@ def _parse_dimension(path: str, spec: Any, tasks: Sequence[str], problems: list[
     if isinstance(spec, list):
         return _parse_values(path, spec, problems, where, categorical=False)
     if isinstance(spec, Mapping) and "choices" in spec:
-        extra = sorted(set(spec) - {"choices"})
-        if extra:
-            problems.append(f"{where}.{extra[0]}: not a setting of a choice; give only choices")
+        unknown_keys(spec, ["choices"], problems, f"{where}.", owner="a choice")
         choices = spec["choices"]
         if not isinstance(choices, list):
             problems.append(f"{where}.choices: expected a list of values, got {choices!r}")

@@ -449,8 +449,7 @@ def _parse_weights(raw: Any, problems: list[str]) -> Search:
     if isinstance(raw, Mapping):
         guided = STRATEGIES["guided"]
         known = ("low", "high", "n_trials", "sampler", "step")
-        for key in sorted(set(raw) - set(known)):
-            problems.append(f"weights.{key}: unknown setting; known: {', '.join(known)}")
+        unknown_keys(raw, known, problems, "weights.")
         dim = _parse_range(CENTRAL_WEIGHT, {k: v for k, v in raw.items()
                                             if k in ("low", "high", "step")},
                            problems, "weights")
@@ -486,9 +485,7 @@ def _parse_search_mapping(raw: Any, tasks: tuple[str, ...], problems: list[str])
         name = "grid"
     settings_type = STRATEGIES[name].settings_type
     known = ("strategy", "space", *settings_type.KEYS)
-    for key in sorted(set(raw) - set(known)):
-        problems.append(f"search.{key}: not a setting of strategy {name}; its settings are "
-                        f"{', '.join(known)}")
+    unknown_keys(raw, known, problems, "search.", owner=f"strategy {name}")
     settings = settings_type.from_mapping(raw, space, problems, "search")
     return Search(name, settings, space)
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainer.task_types import TASK_TYPES
+from weightsearch.fields import unknown_keys
 
 # The task types whose heads learn from teachers' soft targets (`TaskType.distillable`).
 DISTILLABLE = tuple(name for name, t in TASK_TYPES.items() if t.distillable)
@@ -34,8 +35,7 @@ def parse_distill(raw: object, tasks: Mapping[str, str], problems: list[str]
         problems.append("distill: expected {teachers: {task: [teacher run folders] or a soft-"
                         f"target file}}, got {raw!r}")
         return None
-    for key in set(raw) - {"teachers"}:
-        problems.append(f"distill.{key}: unknown setting; use teachers")
+    unknown_keys(raw, ["teachers"], problems, "distill.")
     out = []
     for task, value in teachers.items():
         where = f"distill.teachers.{task}"

@@ -19,7 +19,15 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from trainer.task_types import TASK_TYPES, TYPE_COLUMNS, TaskType
-from weightsearch.fields import Number, Text, check_fields, is_number, json_schema, setting
+from weightsearch.fields import (
+    Number,
+    Text,
+    check_fields,
+    is_number,
+    json_schema,
+    setting,
+    unknown_keys,
+)
 
 _TYPES = TASK_TYPES  # a live view of the registry: a type registered later counts at once
 
@@ -428,8 +436,7 @@ def _parse_item(item: object, where: str, problems: list[str]) -> TaskSpec | Non
                         f"{type(item).__name__}")
         return None
     before = len(problems)
-    for key in (k for k in item if k not in _KEYS):
-        problems.append(f"{where}.{key}: unknown key; allowed keys are {', '.join(_KEYS)}")
+    unknown_keys(item, _KEYS, problems, f"{where}.", noun="key")
     base = None
     if "preset" in item:
         base = _preset(item["preset"], f"{where}.preset", problems)

@@ -34,6 +34,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from weightsearch.errors import ConfigError
+from weightsearch.fields import unknown_keys
 
 EXTRA = "pip install 'weightsearch[tracking]'"
 TENSORBOARD_DIR = "tensorboard"
@@ -70,9 +71,8 @@ def parse_tracking(raw: Any, problems: list[str], base: Path | None = None) -> T
         problems.append(f"tracking: expected a mapping such as {{tensorboard: true, mlflow: "
                         f"file:///path/to/mlruns}}, got {raw!r}")
         return TrackingSettings()
-    for key in sorted(set(raw) - set(_KEYS), key=str):
-        problems.append(f"tracking.{key}: unknown setting; use {', '.join(_KEYS)}")
     before = len(problems)
+    unknown_keys(raw, _KEYS, problems, "tracking.")
     tensorboard = raw.get("tensorboard", False)
     if not isinstance(tensorboard, bool):
         problems.append(f"tracking.tensorboard: expected true or false, got {tensorboard!r}")

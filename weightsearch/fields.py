@@ -177,16 +177,25 @@ def check_fields(raw: Mapping[str, Any], cls: type, problems: list[str],
 
 
 def unknown_keys(raw: Mapping[str, Any], known: Iterable[str], problems: list[str],
-                 prefix: str = "", noun: str = "setting") -> None:
+                 prefix: str = "", noun: str = "setting", owner: str | None = None) -> bool:
     """One problem per key outside `known`, with the known keys that start alike; the last
-    one lists every known key (once, however many keys are unknown)."""
-    known = sorted(known)
+    one lists every known key (once, however many keys are unknown). With `owner` (`scheme
+    'equal'`), a key is `not a setting of <owner>` and the list keeps `known`'s order, since
+    what a choice accepts depends on the choice. True when some key was unknown."""
+    known = list(known) if owner else sorted(known)
     unknown = sorted(set(raw) - set(known), key=str)
     for i, key in enumerate(unknown):
         close = [k for k in known if k.startswith(str(key)[:3])]
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        listed = f"; known {noun}s: {', '.join(known)}" if i == len(unknown) - 1 else ""
-        problems.append(f"{prefix}{key}: unknown {noun}{hint}{listed}")
+        # A choice's own settings are quoted, as the choice is (`scheme 'siwlm'`).
+        named = ", ".join(repr(k) if owner else k for k in close)
+        hint = f" (did you mean {named}?)" if close else ""
+        what = f"not a {noun} of {owner}" if owner else f"unknown {noun}"
+        if i < len(unknown) - 1:
+            listed = ""
+        else:
+            listed = (f"; its {noun}s are " if owner else f"; known {noun}s: ") + ", ".join(known)
+        problems.append(f"{prefix}{key}: {what}{hint}{listed}")
+    return bool(unknown)
 
 
 def check_section(raw: Any, cls: type, where: str, problems: list[str], example: str,

@@ -24,6 +24,7 @@ from trainer.sampling._shuffle import ShuffleSampler, ShuffleSettings
 from trainer.sampling._weighted import WeightedSampler, WeightedSettings
 from trainer.sampling.base import PREFIX, Batches, Plan, Sampler, SamplerSettings
 from weightsearch.registry import Registry
+from weightsearch.fields import unknown_keys
 
 
 def _has_settings(sampler: type[Sampler]) -> None:
@@ -69,12 +70,8 @@ def parse_sampling(raw: object, tasks: Sequence[str], problems: list[str]) -> An
         problems.append(f"{PREFIX}.scheme: unknown scheme {name!r}; choose one of {known}")
         return None
     settings_type = SAMPLERS[name].settings_type
-    unknown = [k for k in raw if k not in ("scheme", *settings_type.KEYS)]  # type: ignore
-    for key in unknown:
-        allowed = ", ".join(("scheme", *settings_type.KEYS))  # type: ignore[attr-defined]
-        problems.append(f"{PREFIX}.{key}: not a setting of scheme {name!r}; its settings are "
-                        f"{allowed}")
-    if unknown:
+    keys = ("scheme", *settings_type.KEYS)  # type: ignore[attr-defined]
+    if unknown_keys(raw, keys, problems, f"{PREFIX}.", owner=f"scheme {name!r}"):
         return None
     return settings_type.from_mapping(raw, tasks, problems)  # type: ignore[attr-defined]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 
-from weightsearch.fields import is_real
+from weightsearch.fields import is_real, unknown_keys
 
 PREFIX = "weighting"
 
@@ -56,13 +56,7 @@ def check_keys(
     raw: Mapping[str, object], allowed: Iterable[str], scheme: str, problems: list[str]
 ) -> None:
     """Every key must be a setting of the chosen scheme: a typo must not be silently ignored."""
-    allowed = ["scheme", *allowed]
-    for key in raw:
-        if key not in allowed:
-            problems.append(
-                f"{PREFIX}.{key}: not a setting of scheme {scheme!r}"
-                f"{_did_you_mean(str(key), allowed)}; its settings are {', '.join(allowed)}"
-            )
+    unknown_keys(raw, ["scheme", *allowed], problems, f"{PREFIX}.", owner=f"scheme {scheme!r}")
 
 
 def _did_you_mean(word: str, choices: list[str]) -> str:
