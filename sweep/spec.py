@@ -84,7 +84,8 @@ TRIAL_CHECKPOINTS = "none"  # a trial's checkpoint policy unless train.checkpoin
 # change of canonical form needs a new version, never a branch that keeps an old digest.
 # 1: up to 0.1.0, which left out a default `objective` and halving's default `start`.
 # 2: up to 0.2.x, before `aux_tasks`.
-SPEC_VERSION = 3
+# 3: before the trainer dropped over-long training examples by default (`overlong: drop`).
+SPEC_VERSION = 4
 
 SCHEDULERS = ("fifo", "asha")
 DEFAULT_WORKDIR = "./weightsearch_runs"
@@ -311,6 +312,22 @@ class StudySpec:
 
     def trial_dir(self, central: str, point: Mapping[str, Any], seed: int) -> str:
         return os.path.join(self.workdir, self.study, central, self.space.folder(point, seed))
+
+
+def as_launched(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A study file stored by an earlier release, with what that release's trainer did by
+    default written out, so that its remaining cells train as its first ones did: before
+    format 4, over-long training examples were truncated. (A stored file without `version` is
+    format 1.)"""
+    from trainer.presets import expand_preset
+
+    out = dict(stored)
+    train = out.get("train")
+    if out.get("version", 1) >= 4 or not isinstance(train, Mapping):
+        return out
+    if "overlong" not in expand_preset(train, []):  # a preset may set it
+        out["train"] = {**train, "overlong": "truncate"}
+    return out
 
 
 def load_study_spec(

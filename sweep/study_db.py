@@ -16,7 +16,7 @@ from studies import schema as S
 from studies.storage import shown_url
 from sweep.extension import extension_problem
 from sweep.space import CENTRAL_WEIGHT, Space
-from sweep.spec import SPEC_VERSION, StudySpec, load_study_spec
+from sweep.spec import SPEC_VERSION, StudySpec, as_launched, load_study_spec
 from sweep.strategies import Record
 from trainer.tasks import dataset_name
 from weightsearch.errors import ConfigError, StorageError
@@ -91,7 +91,7 @@ def stored_spec(study_name: str, storage: Any, url: str) -> dict[str, Any]:
     for name in sorted(names):
         attrs = optuna.load_study(study_name=name, storage=storage).user_attrs
         if isinstance(attrs.get(S.A_SPEC), dict):
-            return attrs[S.A_SPEC]
+            return as_launched(attrs[S.A_SPEC])
     raise StorageError(
         f"study {study_name!r} in {shown_url(url)} holds no study file (it was imported, not "
         f"launched), "
@@ -159,7 +159,7 @@ def _stored_and_new(spec: StudySpec, attrs: dict[str, Any]) -> tuple[dict, dict]
     """The stored spec in today's format, and `spec`'s (the same object when digests agree)."""
     old = attrs.get(S.A_SPEC) if isinstance(attrs.get(S.A_SPEC), dict) else {}
     if old.get("version") != SPEC_VERSION:  # an older release's format: compare by content
-        old = _in_current_format(old, spec.storage)
+        old = _in_current_format(as_launched(old), spec.storage)
     elif attrs.get(S.A_DIGEST) == spec.digest():
         return old, old
     return old, spec.to_dict()

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import json
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from safetensors.torch import load_file
 from torch import nn
 
@@ -538,3 +542,36 @@ def test_radam_is_liu_et_al_s_rectified_adam():
         else:
             theta -= lr * m_hat
         assert model.weight.item() == pytest.approx(theta, rel=1e-5), t
+
+
+def _rte_run(sample_data_dir, tiny_encoder, tmp_path, max_seq_len: int) -> Path:
+    config = tmp_path / f"run-{max_seq_len}.yaml"
+    config.write_text(yaml.safe_dump({
+        "encoder": tiny_encoder, "data_dir": str(sample_data_dir), "tasks": ["rte"],
+        "epochs": 1, "batch_size": 16, "max_train_examples": 64, "max_eval_examples": 16,
+        "max_seq_len": max_seq_len, "output_dir": str(tmp_path / f"out-{max_seq_len}")}))
+    return config
+
+
+@pytest.mark.slow
+def test_dropping_by_default_warns_and_refuses_what_it_would_empty(
+        sample_data_dir, tiny_encoder, tmp_path, capsys):
+    """`overlong: drop` is the default: a task whose rows are mostly over the limit trains on
+    the rest with a warning naming the fix; one with every row over it is refused (exit 2)
+    before anything is written."""
+    from weightsearch.cli import main
+
+    assert main(["train", "--config", str(_rte_run(sample_data_dir, tiny_encoder, tmp_path, 40)),
+                 "--quiet"]) == 0
+    err = capsys.readouterr().err
+    warning = next(line for line in err.splitlines() if "warning:" in line)
+    dropped, total = (int(n) for n in re.findall(r"(\d+) of (\d+) training", warning)[0])
+    assert total == 64 and 32 < dropped < 64 and "overlong: truncate" in warning
+    report = json.loads((tmp_path / "out-40" / "data.json").read_text())
+    assert report["train_sizes"]["rte"] == 64 - dropped
+
+    assert main(["train", "--config", str(_rte_run(sample_data_dir, tiny_encoder, tmp_path, 8)),
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "every example is longer than max_seq_len=8" in err and "overlong: truncate" in err
+    assert "Traceback" not in err and not (tmp_path / "out-8").exists()

@@ -174,3 +174,27 @@ def test_a_release_study_is_the_same_study_in_todays_format(release: Path) -> No
     other_lr = load_study_spec({**stored, "train": {**stored["train"], "lr": 0.123}})
     assert "(changed: train) that does not extend it: cell w=1 would train differently " \
         "(changed: lr)" in study_db._mismatch(other_lr, study, url)
+
+
+def test_a_release_study_keeps_training_as_it_was_launched(release: Path) -> None:
+    """Trainer defaults that changed since a release are written into its stored study file
+    when it is read back: its cells truncate over-long examples, as that release did, while
+    the same file launched afresh means today's default, which trains differently and is
+    refused under the old name."""
+    import optuna
+
+    from studies.storage import open_storage
+    from sweep import study_db
+    from sweep.spec import load_study_spec
+
+    url = f"sqlite:///{release / 'studies.db'}"
+    storage = open_storage(url)
+    stored = study_db.stored_spec(STUDY, storage, url)
+    assert stored["train"]["overlong"] == "truncate"
+    cell = load_study_spec(stored).for_cell("rte", {"weighting.central_weight": 1.0}, 1, "x")
+    assert cell.overlong == "truncate"
+    study = optuna.load_study(study_name=f"{STUDY}/rte", storage=storage)
+    as_written = {**stored, "train": {k: v for k, v in stored["train"].items()
+                                      if k != "overlong"}}
+    problem = study_db._mismatch(load_study_spec(as_written), study, url)
+    assert "would train differently (changed: overlong)" in problem

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import random
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -43,7 +44,13 @@ from trainer.init_weights import init_head_weights
 from trainer.model import MTDNN, load_encoder
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.results import EpochReport, Metrics, RunResult
-from trainer.resume import resume_problems, resume_record, source_digests, source_problems
+from trainer.resume import (
+    resume_problems,
+    resume_record,
+    source_digests,
+    source_problems,
+    trained_defaults,
+)
 from trainer.run_data import load_data
 from trainer.sampling import build_sampler
 from trainer.smart import smart_loss
@@ -118,6 +125,8 @@ def set_up(cfg: RunConfig, resume: bool = False, stage: str = "multitask",
     runtime = select_runtime(cfg.device, cfg.precision, cfg.num_threads)
     out = Path(cfg.output_dir)
     ckpt, held = _checkpoint_to_resume(cfg, out, resume, runtime)
+    if ckpt is not None:
+        cfg = trained_defaults(ckpt.meta, cfg)
 
     encoder_path = os.path.expanduser(resolve_encoder(cfg.encoder))
     _check_positions(cfg, encoder_path)
@@ -239,10 +248,9 @@ def _open_output(run: StageRun, quiet: bool) -> Progress:
     (out / DATA_REPORT).write_text(json.dumps(
         {"train_sizes": {name: d.train_size for name, d in run.data.items()},
          "truncated": {name: d.truncated for name, d in run.data.items()},
-         "overlong_train": cfg.overlong, **({"notes": notes} if notes else {})}, indent=1
+         "overlong_train": cfg.overlong_policy, **({"notes": notes} if notes else {})}, indent=1
     ))
-    if not quiet:
-        _report_overlong(run.data, cfg)
+    _report_overlong(run.data, cfg, quiet)
     return progress
 
 
@@ -516,16 +524,24 @@ def _check_positions(cfg: RunConfig, encoder_path: str) -> None:
         raise ConfigError(problems)
 
 
-def _report_overlong(data: dict[str, TaskData], cfg: RunConfig) -> None:
+def _report_overlong(data: dict[str, TaskData], cfg: RunConfig, quiet: bool) -> None:
+    """What fitting each split to its token limit did; a warning (even when quiet) where
+    dropping left out most of a task's training examples."""
     for name, task in data.items():
         head = head_class(task.spec.type)
         train_len, eval_len = token_limits(task.spec, cfg.max_seq_len, cfg.eval_max_seq_len)
         for split, n in task.truncated.items():
             train = split == "train"
             limit = train_len if train else eval_len
+            dropped = train and cfg.overlong_policy == "drop"
             for line in head.describe_split(task.spec, split, n, task.notes.get(split, {}),
-                                            limit, dropped=train and cfg.overlong == "drop"):
-                tqdm.write(f"{name}: {line}")
+                                            limit, dropped=dropped):
+                if not quiet:
+                    tqdm.write(f"{name}: {line}")
+            if dropped and n > task.train_size:  # most of the task would go unseen
+                tqdm.write(f"{name}: warning: {n} of {n + task.train_size} training examples "
+                           f"are over max_seq_len={limit} and were dropped; raise max_seq_len "
+                           "or set overlong: truncate to train on them", file=sys.stderr)
 
 
 def _truncate_jsonl(path: Path, keep: Callable[[dict[str, Any]], bool]) -> None:

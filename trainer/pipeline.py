@@ -62,6 +62,7 @@ def _train(cfg: RunConfig, report: Report | None, resume: bool, stage: str,
                            "the fine-tuning stage writes there: move it or choose another "
                            "output_dir"])
     run = set_up(cfg, resume, stage, soft_targets)
+    cfg = run.cfg  # as a resumed run trained it, for the fine-tuning that follows
     if cfg.finetune is not None and run.held and (run.ckpt is None or run.ckpt.epoch < cfg.epochs):
         # Fine-tuning starts from the last multi-task epoch; an earlier attempt's is stale.
         shutil.rmtree(out / FINETUNE_DIR, ignore_errors=True)

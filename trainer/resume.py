@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from trainer.config import RunConfig
+from trainer.config import OVERLONG, RunConfig
 from trainer.readers import resolve_path
 
 BY_CONTENT = "compared by content"  # a weight source's place in the settings
@@ -117,10 +117,22 @@ def resume_record(cfg: RunConfig, precision: str,
     }
 
 
+def trained_defaults(meta: dict[str, Any], cfg: RunConfig) -> RunConfig:
+    """`cfg` with the checkpointed run's own `overlong` where `cfg` leaves it unset: a run
+    continues as it trained (releases before the default became drop truncated)."""
+    old = meta.get("resume_settings")
+    trained = old.get("overlong") if isinstance(old, dict) else None
+    if cfg.overlong is None and trained in OVERLONG:
+        return dataclasses.replace(cfg, overlong=trained)
+    return cfg
+
+
 def _as_trained(meta: dict[str, Any], cfg: RunConfig, precision: str) -> RunConfig:
-    """`cfg` with the run's own precision setting where both resolve to the precision the run
-    trained in: `auto` and the precision it meant on the first machine are the same setting
-    (the resolved precision is compared on its own, below)."""
+    """`cfg` with the run's own settings where `cfg` leaves them to a default: `overlong`
+    (trained_defaults), and precision `auto`, which is the precision it meant on the first
+    machine where both resolve to the precision the run trained in (the resolved precision
+    is compared on its own, below)."""
+    cfg = trained_defaults(meta, cfg)
     old = meta.get("resume_settings")
     setting = old.get("precision") if isinstance(old, dict) else None
     if setting in (None, cfg.precision) or meta.get("precision") != precision:

@@ -30,7 +30,7 @@ def load_data(cfg: RunConfig, tokenizer: Any) -> dict[str, TaskData]:
             cfg.cache_dir,
             cfg.max_train_examples,
             t.max_eval_examples or cfg.max_eval_examples,
-            cfg.overlong,
+            cfg.overlong_policy,
             cfg.eval_max_seq_len,
             train_subset(cfg, t),
         )

@@ -112,7 +112,7 @@ class Head(nn.Module):
             return []
         if dropped:
             return [f"{overlong} {split} examples longer than max_seq_len={limit} dropped "
-                    "(overlong: drop)"]
+                    "(overlong: drop; overlong: truncate keeps them, cut to the limit)"]
         return [f"{overlong} {split} examples truncated to {limit} tokens"]
 
     # ---- model -------------------------------------------------------------------------

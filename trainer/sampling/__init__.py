@@ -23,8 +23,8 @@ from typing import Any
 from trainer.sampling._shuffle import ShuffleSampler, ShuffleSettings
 from trainer.sampling._weighted import WeightedSampler, WeightedSettings
 from trainer.sampling.base import PREFIX, Batches, Plan, Sampler, SamplerSettings
-from weightsearch.registry import Registry
 from weightsearch.fields import unknown_keys
+from weightsearch.registry import Registry
 
 
 def _has_settings(sampler: type[Sampler]) -> None:
