@@ -34,7 +34,7 @@ def plain(args: argparse.Namespace) -> dict:
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
     from trainer.encoders import default_encoder_path
-    from trainer.loop import peak_memory
+    from trainer.memory import peak_memory
     from trainer.readers import read_table
 
     path = default_encoder_path()

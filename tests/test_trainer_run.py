@@ -6,6 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -214,3 +215,28 @@ def test_a_runs_thread_count_is_its_own(sample_data_dir, tiny_encoder, tmp_path)
     train(run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1,
                      num_threads=max(1, before - 1) if before > 1 else 2), quiet=True)
     assert torch.get_num_threads() == before
+
+
+@pytest.mark.slow
+def test_peak_memory_is_the_runs_own_in_a_reused_process(sample_data_dir, tiny_encoder,
+                                                          tmp_path):
+    """A Ray worker trains trial after trial: a run's `peak_rss_mib` must not be an earlier
+    run's peak in the same process (here 2 GB held and freed before the run started)."""
+    import re
+    from pathlib import Path as _Path
+
+    status = _Path("/proc/self/status")
+    if not status.is_file():
+        pytest.skip("the run's own peak is measured through Linux's /proc")
+
+    def process_peak_mib() -> float:
+        return int(re.search(r"^VmHWM:\s+(\d+)", status.read_text(), re.M).group(1)) / 1024
+
+    held = np.ones(2 * 2**30 // 8)  # touched: resident
+    del held
+    before = process_peak_mib()
+    assert before > 2048
+    result = train_tiny_run(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1).result
+    peak = result.extra["peak_rss_mib"]
+    assert 100 < peak < before - 1024, (peak, before)
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["peak_rss_mib"] == peak

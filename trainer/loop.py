@@ -41,6 +41,7 @@ from trainer.device import Runtime, select_runtime
 from trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
 from trainer.heads import EvalSplit, head_class
 from trainer.init_weights import init_head_weights
+from trainer.memory import peak_memory
 from trainer.model import MTDNN, load_encoder
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.results import EpochReport, Metrics, RunResult
@@ -440,18 +441,6 @@ def _result(
             **peak_memory(),
         },
     )
-
-
-def peak_memory() -> dict[str, float]:
-    """Peak host RSS of this process and, on CUDA, peak GPU memory allocated, in MiB."""
-    import resource
-    import sys
-
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    out = {"peak_rss_mib": rss / (1024 * 1024 if sys.platform == "darwin" else 1024)}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
-    return out
 
 
 def _seed_everything(seed: int) -> None:

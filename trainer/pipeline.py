@@ -26,6 +26,7 @@ from trainer.distill import soft_targets
 from trainer.finetune import read_result, stage_config
 from trainer.finetune_settings import FINETUNE_DIR
 from trainer.loop import METRICS, RESULT, Report, holds_run, set_up, train_stage
+from trainer.memory import reset_peak
 from trainer.results import RunResult
 from weightsearch.errors import ConfigError
 
@@ -48,6 +49,7 @@ def train(
     if quiet:
         _silence_libraries()
     threads = torch.get_num_threads()
+    reset_peak()  # the run's own peak memory, in a worker that trained runs before
     try:
         return _train(cfg, report, resume, stage, quiet)
     finally:  # num_threads is this run's: a notebook's next run keeps its own thread count
