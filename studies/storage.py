@@ -52,6 +52,9 @@ class Dialect:
     # `:k` the lock's name or number (`_SCHEMA_LOCK`); None: no lock (a file backend flocks).
     lock_sql: tuple[str, str] | None = None
     now_sql: str | None = None  # the server's clock in Unix seconds (None: the driver's clock)
+    # Partial indexes (`CREATE INDEX ... WHERE`): the trials of one cell are then found by an
+    # index lookup (`sweep/lookup.py`); without them, by a scan of the attribute table.
+    partial_indexes: bool = False
 
     def engine_kwargs(self) -> dict:
         return copy.deepcopy(dict(self.engine))
@@ -64,12 +67,13 @@ DIALECTS: dict[str, Dialect] = {d.name: d for d in (
     # A long busy timeout, so that concurrent writers wait for the lock instead of failing
     # with 'database is locked'.
     Dialect("sqlite", engine={"connect_args": {"timeout": 120}}, file=True,
-            now_sql="((julianday('now') - 2440587.5) * 86400.0)"),
+            now_sql="((julianday('now') - 2440587.5) * 86400.0)", partial_indexes=True),
     # connect_timeout (faults work): fail within seconds on an unreachable host instead of
     # waiting for the OS's TCP timeout (minutes).
     Dialect("postgresql", engine={**_SERVER_ENGINE, "connect_args": {"connect_timeout": 10}},
             lock_sql=("SELECT pg_advisory_lock(:k)", "SELECT pg_advisory_unlock(:k)"),
-            now_sql="CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)"),
+            now_sql="CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS DOUBLE PRECISION)",
+            partial_indexes=True),
     Dialect("mysql", now_sql="UNIX_TIMESTAMP(NOW(6))", lock_sql=_MYSQL_LOCK),
     Dialect("mariadb", now_sql="UNIX_TIMESTAMP(NOW(6))", lock_sql=_MYSQL_LOCK),
 )}

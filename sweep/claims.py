@@ -31,6 +31,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from studies.storage import call_retrying
@@ -98,7 +99,8 @@ class Claims:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        call_retrying("create claims table", _create_table, engine, self.table)
+        call_retrying("create claims table", create_once,
+                      lambda: self.table.create(engine, checkfirst=True))
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its searcher (for its own restore, which we never use): leave out the
@@ -243,14 +245,15 @@ class Claims:
                 call_retrying("renew claims", self.renew)
 
 
-def _create_table(engine: Any, table: Any) -> None:
-    """CREATE TABLE IF NOT EXISTS, which concurrent first writers can still race on (PostgreSQL
-    reports the loser as a duplicate type): the loser finds the table on its next look."""
+def create_once(create: Callable[[], None]) -> None:
+    """CREATE ... IF NOT EXISTS (a table, an index), which concurrent first writers can still
+    race on (PostgreSQL reports the loser as a duplicate): the loser finds it on its next
+    look."""
     from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 
     for attempt in range(10):
         try:
-            table.create(engine, checkfirst=True)
+            create()
             return
         except (IntegrityError, OperationalError, ProgrammingError):
             if attempt == 9:

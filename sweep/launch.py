@@ -16,7 +16,7 @@ from typing import Any
 
 from studies import schema as S
 from studies.storage import check_url, default_storage_url, open_storage
-from sweep import study_db, tuning
+from sweep import lookup, study_db, tuning
 from sweep.claims import Claims
 from sweep.progress import Progress, say
 from sweep.searcher import CentralPlan
@@ -60,6 +60,7 @@ def launch(
     try:
         parallel = tuning.concurrency(spec, pending)
         studies = study_db.create_studies(spec, storage, url, centrals, existing)
+        lookup.ensure_indexes(storage.engine)
         plans = [CentralPlan(c.name, studies[c.name], spec.strategy(c.name, first[c.name]),
                              c.attrs[S.A_PRIMARY], c.attrs[S.A_STAGE]) for c in centrals]
         metrics = {c.name: c.attrs[S.A_PRIMARY] for c in centrals}

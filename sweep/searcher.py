@@ -36,7 +36,7 @@ from ray.tune.search import Searcher
 
 from studies import schema as S
 from studies.storage import check_same_file, file_identity
-from sweep import study_db
+from sweep import lookup, study_db
 from sweep.claims import Claims
 from sweep.progress import Progress
 from sweep.space import Point
@@ -82,6 +82,12 @@ class CentralPlan:
 
     def records(self) -> list[Record]:
         return study_db.records(self.study, self.strategy.space, self.central)
+
+    def unit_records(self, unit: Unit) -> list[Record]:
+        """What the study holds of a unit that carries its point (its trials and its cell's):
+        read by index, so a claim costs the same in a small study and a large one."""
+        cell = self.strategy.space.cell_key(unit.point, unit.seed) if unit.point else None
+        return lookup.unit_records(self.study, self.strategy.space, unit.key, cell)
 
 
 @dataclass
@@ -222,8 +228,8 @@ class CellSearcher(Searcher):
                 continue
             plan.deferred.discard(unit.key)
             # Read the study only now that the unit is ours: a driver that finished it told
-            # Optuna before it released the claim.
-            records = plan.records()
+            # Optuna before it released the claim. A guided slot proposes from every trial.
+            records = plan.unit_records(unit) if unit.point is not None else plan.records()
             if unit.key in done_units(records):
                 self.claims.release(name, unit.key)
                 continue

@@ -149,3 +149,85 @@ def test_a_study_created_meanwhile_with_another_configuration_is_refused(
     # The same configuration joins the study instead.
     both = create_studies(specs[0], storage, url, centrals(specs[0]), {})
     assert sorted(both) == ["mrpc", "rte"]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def study_url(request, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'study.db'}"
+    return request.getfixturevalue("postgres_url")
+
+
+def test_a_claim_reads_its_units_trials_not_the_study(study_url, sample_data_dir,
+                                                      monkeypatch) -> None:
+    """After the queue is filled, each claim finds what the study holds of its unit through
+    the lookup indexes (a finished unit is skipped, an earlier attempt counted, a trial a dead
+    driver left RUNNING failed), and never reads every trial: its cost does not grow with the
+    study."""
+    import json
+
+    import optuna
+    from optuna.trial import TrialState, create_trial
+    from sqlalchemy import inspect
+
+    from studies import schema as S
+    from studies.storage import open_storage
+    from sweep import lookup, study_db
+    from sweep.progress import Progress
+    from sweep.searcher import CellSearcher, CentralPlan
+    from sweep.spec import load_study_spec
+    from sweep.trainable import SUMMARY_JSON
+
+    spec = load_study_spec({
+        "study": "lookup", "storage": study_url, "workdir": str(sample_data_dir.parent / "x"),
+        "train": {"data_dir": str(sample_data_dir), "tasks": ["rte", "mrpc"], "epochs": 1},
+        "central_tasks": ["rte"], "weights": [1, 3, 6, 9], "seeds": [1]})
+    storage = open_storage(study_url)
+    study = study_db.create_studies(spec, storage, study_url,
+                                    [study_db.describe(spec, "rte")], {})["rte"]
+    lookup.ensure_indexes(storage.engine)
+    names = {i["name"] for i in inspect(storage.engine).get_indexes("trial_user_attributes")}
+    assert {f"ix_weightsearch_trial_{k}" for k in ("unit", "cell", "slot")} <= names
+    strategy = spec.strategy("rte")
+    space = strategy.space
+    units = strategy.units([])
+    done, failed, stale = units[0], units[1], units[2]
+
+    def add(of, state, named: bool):
+        cell = space.cell_key(of.point, of.seed)
+        attrs = {S.T_SEED: of.seed, S.T_CELL: cell, S.T_ATTEMPT: 0}
+        study.add_trial(create_trial(
+            state=state, value=0.5 if state == TrialState.COMPLETE else None,
+            params=space.params(of.point, "rte"), distributions=space.distributions("rte"),
+            user_attrs={**attrs, S.T_UNIT: of.key} if named else attrs))
+
+    add(done, TrialState.COMPLETE, named=True)
+    add(failed, TrialState.FAIL, named=False)  # an older trial: named by its cell alone
+    add(stale, TrialState.RUNNING, named=True)
+    other = optuna.create_study(study_name="other/rte", storage=storage)
+    other.add_trial(create_trial(state=TrialState.COMPLETE, value=1.0, user_attrs={
+        S.T_UNIT: failed.key, S.T_CELL: failed.key}))  # another study's: never counted
+
+    plan = CentralPlan("rte", study, strategy, "accuracy")
+    searcher = CellSearcher(spec, [plan], Progress("lookup", 0, 1, enabled=False), set(),
+                            Claims(storage.engine, ttl=60))
+    plan.queue.extend(units)  # as a filled queue holds them (the done one too: stale)
+    plan.dirty = False
+    reads = []
+    real = study_db.records
+    monkeypatch.setattr(study_db, "records", lambda *a, **k: reads.append(1) or real(*a, **k))
+    first = searcher.suggest("t1")
+    second = searcher.suggest("t2")
+    assert not reads
+    # The finished unit was skipped; the failed one is its cell's second attempt; the stale
+    # RUNNING trial was failed before its unit started again.
+    assert (first["cell"], first["attempt"]) == (failed.key, 1)
+    assert (second["cell"], second["attempt"]) == (stale.key, 1)
+    states = {t.user_attrs.get(S.T_UNIT): t.state for t in study.get_trials()
+              if t.number < 3}
+    assert states[stale.key] == TrialState.FAIL and states[done.key] == TrialState.COMPLETE
+    summary = {"best_epoch": {"rte": 1}, "history": [{"epoch": 1, "metrics": {
+        "rte": {"accuracy": 0.6}}}], "best": {"rte": {"accuracy": 0.6}}, "final": {}}
+    searcher.on_trial_complete("t1", {SUMMARY_JSON: json.dumps(summary)})
+    searcher.claims.stop()
+    assert study.get_trials()[-2].state == TrialState.COMPLETE
