@@ -6,7 +6,8 @@ own path is timed for `--cycles` cells, one at a time: `suggest` (pick the next 
 claim it, read what the study knows of it, create its RUNNING trial) and `on_trial_complete`
 (write the trial's attributes and value, release the claim). No training runs: this is the
 bookkeeping a real study pays per trial on top of it. The study is a grid over the central
-weight with two seeds and enough points that cells remain pending at every size.
+weight (1-15, up to 1,000 points) with as many seeds as the size needs, so that cells remain
+pending at every size.
 
     python benchmarks/bench_claims.py [--sizes 100,1000,10000] [--cycles 40]
 
@@ -28,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-SEEDS = 2
+POINTS = 1000  # central weights at most, spread over 1-15
 
 
 def build(work: Path, size: int, cycles: int):
@@ -44,14 +45,15 @@ def build(work: Path, size: int, cycles: int):
     from sweep.spec import load_study_spec
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    points = (size + cycles) // SEEDS + 2
-    weights = [round(1 + i * 0.01, 2) for i in range(points)]
+    seeds = (size + cycles) // POINTS + 2
+    points = min(POINTS, (size + cycles) // seeds + 2)
+    weights = [round(1 + 14 * i / (POINTS - 1), 3) for i in range(points)]
     url = f"sqlite:///{work / f'claims-{size}.db'}"
     spec = load_study_spec({
         "study": f"claims{size}", "storage": url, "workdir": str(work / "runs"),
         "train": {"data_dir": str(ROOT / "data" / "glue_sample"), "tasks": ["rte", "mrpc"],
                   "epochs": 5},
-        "central_tasks": ["rte"], "weights": weights, "seeds": list(range(1, SEEDS + 1)),
+        "central_tasks": ["rte"], "weights": weights, "seeds": list(range(1, seeds + 1)),
     })
     storage = open_storage(url)
     central = study_db.describe(spec, "rte")

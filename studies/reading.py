@@ -15,6 +15,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from studies import schema
+from studies.bulk import read_trials, state_counts
 from studies.storage import shown_url, sqlite_path
 from studies.verdict import Verdict, by_seed, judge
 from weightsearch.errors import StorageError
@@ -294,13 +295,22 @@ def _grid_cells(attrs: dict) -> int | None:
     return len(set(map(str, weights))) * len(set(map(str, seeds)))
 
 
+# What `build_central` reads of a trial (`studies.bulk` reads nothing else).
+CELL_PARAMS = (schema.PARAM,)
+CELL_ATTRS = (schema.T_SEED, schema.T_METRICS, schema.T_POINT, schema.T_FINETUNED_METRICS)
+
+
+def cell_trials(storage, study_id: int) -> list:
+    return read_trials(storage, study_id, CELL_PARAMS, CELL_ATTRS)
+
+
 def read_central(storage, name: str) -> CentralStudy:
     """Load one `<study>/<central>` Optuna study with its cells and curve."""
     import optuna
 
     study = optuna.load_study(study_name=name, storage=storage)
     return build_central(name, study.user_attrs, study.directions,
-                         study.get_trials(deepcopy=False))
+                         cell_trials(storage, study._study_id))
 
 
 def study_names(storage) -> list[str]:
@@ -314,37 +324,27 @@ def read_all(storage) -> list[CentralStudy]:
 
 
 class StudyCache:
-    """Every study of a storage, kept loaded: a refresh reads only new and unfinished trials.
-
-    Each `optuna.Study` keeps Optuna's own trial cache (finished trials never change), so after
-    the first read a refresh costs a few small queries, however many trials there are.
-    """
+    """Every study of a storage, kept loaded: a refresh rebuilds only the studies whose trials
+    changed state or number since the last one (one grouped count tells which)."""
 
     def __init__(self, storage) -> None:
         self.storage = storage
-        self._studies: dict[str, object] = {}
-        self._seen: dict[str, tuple[int, int]] = {}
+        self._seen: dict[str, tuple] = {}
         self._built: dict[str, CentralStudy] = {}
 
     def refresh(self) -> tuple[bool, list[CentralStudy]]:
         """(whether anything changed since the last refresh, every study, sorted by name)."""
-        import optuna
-
         frozen = {s.study_name: s for s in self.storage.get_all_studies()}
         changed = set(frozen) != set(self._built)
         for name in list(self._built):
             if name not in frozen:  # deleted
                 self._built.pop(name)
-                self._studies.pop(name, None)
                 self._seen.pop(name, None)
+        counts = state_counts(self.storage)
         for name, fs in frozen.items():
-            study = self._studies.get(name)
-            if study is None:
-                study = self._studies[name] = optuna.load_study(study_name=name,
-                                                                storage=self.storage)
-            trials = study.get_trials(deepcopy=False)
-            seen = (len(trials), sum(t.state.name == "COMPLETE" for t in trials))
+            seen = counts.get(fs._study_id, ())
             if seen != self._seen.get(name) or name not in self._built:
+                trials = cell_trials(self.storage, fs._study_id)
                 self._built[name] = build_central(name, fs.user_attrs, fs.directions, trials)
                 self._seen[name] = seen
                 changed = True
