@@ -1,10 +1,16 @@
 """Latency of GET /recommend on a real uvicorn with 10,000 trials in a SQLite study database.
 
     python benchmarks/bench_recommend.py [--trials 10000] [--requests 1000] [--db PATH]
+        [--launched] [--inspect]
 
 Fills the database through `weightsearch import` (8 central tasks x 6 weights x ~209 seeds),
 starts `weightsearch serve` on a free loopback port, sends the requests one after another
 (httpx, one keep-alive connection, varying train sizes) and prints p50/p95/p99 in ms.
+
+`--launched` fills it instead with trials as a launched study writes them (4 central tasks of
+the shipped sample x 6 weights x seeds; each trial with its per-epoch history, metrics and
+cell), which are heavier to read than imported rows. `--inspect` also times
+`weightsearch inspect` (all studies, then one) on the database, wall clock, before serving.
 """
 
 from __future__ import annotations
@@ -46,6 +52,65 @@ def write_results(path: Path, n_trials: int) -> int:
     return rows
 
 
+def fill_launched(url: str, n_trials: int) -> int:
+    """Studies as `launch` creates them, and trials as its searcher completes them."""
+    import warnings
+
+    import optuna
+    from optuna.trial import TrialState, create_trial
+
+    from studies import schema as S
+    from studies.storage import open_storage
+    from sweep import study_db
+    from sweep.spec import load_study_spec
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    centrals = ["rte", "mrpc", "stsb", "sst2"]
+    seeds = math.ceil(n_trials / (len(centrals) * len(GRID)))
+    root = Path(__file__).resolve().parents[1]
+    spec = load_study_spec({
+        "study": "bench", "storage": url, "workdir": tempfile.mkdtemp(),
+        "train": {"data_dir": str(root / "data" / "glue_sample"), "tasks": centrals},
+        "weights": list(GRID), "seeds": list(range(1, seeds + 1))})
+    storage = open_storage(url)
+    described = [study_db.describe(spec, c) for c in centrals]
+    studies = study_db.create_studies(spec, storage, url, described, {})
+    rng = random.Random(0)
+    rows = 0
+    for c in centrals:
+        space = spec.space
+        trials = []
+        for w in GRID:
+            for seed in range(1, seeds + 1):
+                point = {space.paths[0]: float(w)}
+                cell = space.cell_key(point, seed)
+                history = [{"epoch": e, "metrics": {t: {"accuracy": rng.random(), "f1": 0.5}
+                                                    for t in centrals}} for e in range(1, 6)]
+                trials.append(create_trial(
+                    state=TrialState.COMPLETE, value=rng.random(),
+                    params=space.params(point, c), distributions=space.distributions(c),
+                    user_attrs={S.T_SEED: seed, S.T_CELL: cell, S.T_UNIT: cell,
+                                S.T_ATTEMPT: 0, S.T_METRICS: history[-1]["metrics"],
+                                S.T_FINAL_METRICS: history[-1]["metrics"],
+                                S.T_HISTORY: history, S.T_BEST_EPOCH: 5,
+                                S.T_WALL_TIME: 60.0},
+                    intermediate_values={e: rng.random() for e in range(1, 6)}))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            studies[c].add_trials(trials)
+        rows += len(trials)
+    return rows
+
+
+def time_inspect(url: str) -> None:
+    for args in ([], ["bench/rte"]):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "weightsearch.cli", "inspect", *args,
+                        "--storage", url], check=True, stdout=subprocess.DEVNULL)
+        what = "one study" if args else "all studies"
+        print(f"weightsearch inspect ({what}): {time.perf_counter() - t0:.2f} s wall")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -61,6 +126,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=10_000)
     parser.add_argument("--requests", type=int, default=1_000)
     parser.add_argument("--db", type=Path, help="SQLite file (default: a temporary one)")
+    parser.add_argument("--launched", action="store_true",
+                        help="fill with launched-study trials (per-epoch histories)")
+    parser.add_argument("--inspect", action="store_true", help="time weightsearch inspect too")
     args = parser.parse_args()
 
     # tmpfs when there is one: Optuna commits every added trial, and the fill is not what we time.
@@ -69,11 +137,16 @@ def main() -> None:
     db = args.db or folder / "studies.db"
     url = f"sqlite:///{db}"
     if not db.exists():
-        results = folder / "results.csv"
-        n = write_results(results, args.trials)
         t0 = time.perf_counter()
-        import_file(results, "bench", url)
+        if args.launched:
+            n = fill_launched(url, args.trials)
+        else:
+            results = folder / "results.csv"
+            n = write_results(results, args.trials)
+            import_file(results, "bench", url)
         print(f"filled {db} with {n} trials in {time.perf_counter() - t0:.1f} s")
+    if args.inspect:
+        time_inspect(url)
 
     port = free_port()
     server = subprocess.Popen(
