@@ -25,6 +25,8 @@ from typing import Any
 
 from optuna.trial import TrialState
 
+from studies.storage import call_retrying
+
 _STATES = {s.name: s for s in TrialState}
 _INFINITE = {"INF_POS": math.inf, "INF_NEG": -math.inf}
 
@@ -70,17 +72,27 @@ def state_counts(storage: Any) -> dict[int, tuple[tuple[str, int], ...]]:
     trials = _tables()["trials"]
     query = (select(trials.c.study_id, trials.c.state, func.count())
              .group_by(trials.c.study_id, trials.c.state))
-    out: dict[int, list[tuple[str, int]]] = {}
-    with engine_of(storage).connect() as connection:
-        for study_id, state, count in connection.execute(query):
-            out.setdefault(study_id, []).append((str(state), int(count)))
-    return {k: tuple(sorted(v)) for k, v in out.items()}
+
+    def counts() -> dict[int, tuple[tuple[str, int], ...]]:
+        out: dict[int, list[tuple[str, int]]] = {}
+        with engine_of(storage).connect() as connection:
+            for study_id, state, count in connection.execute(query):
+                out.setdefault(study_id, []).append((str(state), int(count)))
+        return {k: tuple(sorted(v)) for k, v in out.items()}
+
+    return call_retrying("count trials", counts)
 
 
 def read_trials(storage: Any, study_id: int, params: Iterable[str],
                 attrs: Iterable[str]) -> list[TrialRow]:
     """Every trial of a study, in number order, with the named params (external values) and
     user attributes only."""
+    return call_retrying("read trials", _read_trials, storage, study_id, list(params),
+                         list(attrs))
+
+
+def _read_trials(storage: Any, study_id: int, params: list[str],
+                 attrs: list[str]) -> list[TrialRow]:
     from sqlalchemy import select
 
     t = _tables()
@@ -104,13 +116,13 @@ def read_trials(storage: Any, study_id: int, params: Iterable[str],
                 select(param_table.c.trial_id, param_table.c.param_name,
                        param_table.c.param_value, param_table.c.distribution_json)
                 .join(trials, trials.c.trial_id == param_table.c.trial_id)
-                .where(mine, param_table.c.param_name.in_(list(params)))):
+                .where(mine, param_table.c.param_name.in_(params))):
             found_params.setdefault(trial_id, {})[name] = _external(distribution, internal)
         for trial_id, key, text in connection.execute(
                 select(attr_table.c.trial_id, attr_table.c.key, attr_table.c.value_json)
                 .join(trials, trials.c.trial_id == attr_table.c.trial_id)
-                .where(mine, attr_table.c.key.in_(list(attrs)))):
-            found_attrs.setdefault(trial_id, {})[key] = json.loads(text)
+                .where(mine, attr_table.c.key.in_(attrs))):
+            found_attrs.setdefault(trial_id, {})[key] = _json(text)
     rows = []
     for trial_id, (number, state) in by_id.items():
         objectives = found_values.get(trial_id)
@@ -119,6 +131,15 @@ def read_trials(storage: Any, study_id: int, params: Iterable[str],
             values=(tuple(objectives[k] for k in sorted(objectives)) if objectives else None),
             params=found_params.get(trial_id, {}), user_attrs=found_attrs.get(trial_id, {})))
     return sorted(rows, key=lambda r: r.number)
+
+
+def _json(text: str) -> Any:
+    """An attribute's value; an unreadable one (another tool's, an edited database) is None,
+    which the readers take as unknown."""
+    try:
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return None
 
 
 @lru_cache(maxsize=1024)

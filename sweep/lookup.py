@@ -6,8 +6,8 @@ its cell had. Reading every trial for that made each claim cost time in proporti
 study (15 us per trial: 0.1 s per claim at 6,000 trials). Here the unit's trials are found by
 their `unit`, `cell` and `slot` attributes in Optuna's attribute table, through a small
 partial index per attribute where the database has partial indexes (SQLite, PostgreSQL:
-created once, beside the claims table; they hold only these short values), and then only those
-trials are read. Other backends scan the attribute table, which stays correct.
+created by `launch` if missing; they hold only these short values), and then only those trials
+are read. Other backends scan the attribute table, which stays correct.
 """
 
 from __future__ import annotations
@@ -70,15 +70,20 @@ def unit_records(study: Any, space: Space, unit: str, cell: str | None) -> list[
         wanted.add((S.T_CELL, cell))
     storage = study._storage
     engine = getattr(storage, "_backend", storage).engine  # Optuna caches an RDBStorage
-    ids: set[int] = set()
-    with engine.connect() as connection:
-        # One query per attribute, each the exact form of its partial index's condition. The
-        # values are stored as Optuna writes them: json.dumps of the value.
-        for key, value in sorted(wanted):
-            query = (select(attrs.c.trial_id)
-                     .join(trials, trials.c.trial_id == attrs.c.trial_id)
-                     .where(attrs.c.key == key, attrs.c.value_json == json.dumps(value),
-                            trials.c.study_id == study._study_id))
-            ids.update(row[0] for row in connection.execute(query))
+
+    def trial_ids() -> set[int]:
+        out: set[int] = set()
+        with engine.connect() as connection:
+            # One query per attribute, each the exact form of its partial index's condition.
+            # The values are stored as Optuna writes them: json.dumps of the value.
+            for key, value in sorted(wanted):
+                query = (select(attrs.c.trial_id)
+                         .join(trials, trials.c.trial_id == attrs.c.trial_id)
+                         .where(attrs.c.key == key, attrs.c.value_json == json.dumps(value),
+                                trials.c.study_id == study._study_id))
+                out.update(row[0] for row in connection.execute(query))
+        return out
+
+    ids = call_retrying("read the unit's trials", trial_ids)
     found = sorted((storage.get_trial(trial_id) for trial_id in ids), key=lambda t: t.number)
     return [to_record(t, space) for t in found]
