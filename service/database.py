@@ -16,7 +16,7 @@ log = logging.getLogger("weightsearch.service")
 
 class StudyDatabase:
     """The storage, opened once (opening checks the schema: too slow per request); every study,
-    kept loaded (`StudyCache`: a refresh reads only new and unfinished trials); and the
+    kept loaded (`StudyCache`: a refresh rebuilds only the studies whose trials changed); and the
     recommender's evidence, refreshed in the background when older than `refresh_s`."""
 
     def __init__(self, url: str, refresh_s: float) -> None:
