@@ -12,7 +12,10 @@ pending at every size.
     python benchmarks/bench_claims.py [--sizes 100,1000,10000] [--cycles 40]
 
 Prints, per size, the median and mean milliseconds per cycle and the ratio to the smallest
-size; the target is a ratio within 1.5x at 10,000 trials.
+size; the target is a ratio within 1.5x at 10,000 trials. Each size is timed twice on the
+same study, cycles interleaved: `lookup` is the searcher as it is (a claimed unit's trials
+found by index); `full read` makes it read every trial of the study after each claim, as it
+did before `sweep/lookup.py`.
 """
 
 from __future__ import annotations
@@ -107,22 +110,34 @@ def main() -> int:
     parser.add_argument("--cycles", type=int, default=40)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    modes = ("lookup", "full read")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in sizes:
             t0 = time.perf_counter()
-            searcher, history = build(Path(tmp), size, args.cycles)
+            searcher, history = build(Path(tmp), size, 2 * args.cycles + 2)
             built = time.perf_counter() - t0
+            plan = searcher.plans[0]
             cycle(searcher, history, -1)  # the first fills the driver's queue: not a claim
-            times = [cycle(searcher, history, i) for i in range(args.cycles)]
+            times: dict[str, list[float]] = {m: [] for m in modes}
+            for i in range(args.cycles):
+                for mode in modes if i % 2 == 0 else modes[::-1]:
+                    if mode == "full read":
+                        plan.unit_records = lambda unit, plan=plan: plan.records()
+                    else:
+                        plan.__dict__.pop("unit_records", None)
+                    times[mode].append(cycle(searcher, history, 2 * i + modes.index(mode)))
             searcher.claims.stop()
-            rows.append((size, statistics.median(times) * 1e3, statistics.mean(times) * 1e3))
-            print(f"{size:>6} trials: median {rows[-1][1]:7.2f} ms, mean {rows[-1][2]:7.2f} ms "
-                  f"per cycle ({args.cycles} cycles; study built in {built:.0f} s)", flush=True)
-    base = rows[0][1]
-    print("\nsize    median ms  ratio to the smallest")
-    for size, median, _ in rows:
-        print(f"{size:>6}  {median:9.2f}  {median / base:5.2f}x")
+            medians = {m: statistics.median(v) * 1e3 for m, v in times.items()}
+            rows.append((size, medians))
+            print(f"{size:>6} trials: " + ", ".join(f"{m} {v:.1f} ms" for m, v in
+                                                    medians.items())
+                  + f" per cycle (median of {args.cycles}; study built in {built:.0f} s)",
+                  flush=True)
+    print("\nsize    " + "".join(f"{m + ' ms':>14} {'ratio':>6}" for m in modes))
+    for size, medians in rows:
+        print(f"{size:>6}  " + "".join(f"{medians[m]:14.1f} {medians[m] / rows[0][1][m]:5.2f}x"
+                                      for m in modes))
     return 0
 
 
