@@ -342,7 +342,8 @@ class StudyCache:
                 self._seen.pop(name, None)
         counts = state_counts(self.storage)
         for name, fs in frozen.items():
-            seen = counts.get(fs._study_id, ())
+            # A study deleted and made again under its name has a new id.
+            seen = (fs._study_id, counts.get(fs._study_id, ()))
             if seen != self._seen.get(name) or name not in self._built:
                 trials = cell_trials(self.storage, fs._study_id)
                 self._built[name] = build_central(name, fs.user_attrs, fs.directions, trials)

@@ -168,7 +168,7 @@ def test_a_claim_reads_its_units_trials_not_the_study(study_url, sample_data_dir
 
     import optuna
     from optuna.trial import TrialState, create_trial
-    from sqlalchemy import inspect
+    from sqlalchemy import event, text
 
     from studies import schema as S
     from studies.storage import open_storage
@@ -186,7 +186,11 @@ def test_a_claim_reads_its_units_trials_not_the_study(study_url, sample_data_dir
     study = study_db.create_studies(spec, storage, study_url,
                                     [study_db.describe(spec, "rte")], {})["rte"]
     lookup.ensure_indexes(storage.engine)
-    names = {i["name"] for i in inspect(storage.engine).get_indexes("trial_user_attributes")}
+    catalog = ("SELECT name FROM sqlite_master WHERE type = 'index'"
+               if storage.engine.dialect.name == "sqlite" else
+               "SELECT indexname FROM pg_indexes WHERE tablename = 'trial_user_attributes'")
+    with storage.engine.connect() as connection:  # expression indexes: not reflected
+        names = {row[0] for row in connection.execute(text(catalog))}
     assert {f"ix_weightsearch_trial_{k}" for k in ("unit", "cell", "slot")} <= names
     strategy = spec.strategy("rte")
     space = strategy.space
@@ -216,9 +220,24 @@ def test_a_claim_reads_its_units_trials_not_the_study(study_url, sample_data_dir
     reads = []
     real = study_db.records
     monkeypatch.setattr(study_db, "records", lambda *a, **k: reads.append(1) or real(*a, **k))
+    statements: list[tuple[str, object]] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany) -> None:
+        if "substr(value_json" in statement:
+            statements.append((statement, parameters))
+
+    event.listen(storage.engine, "before_cursor_execute", seen)
     first = searcher.suggest("t1")
     second = searcher.suggest("t2")
-    assert not reads
+    event.remove(storage.engine, "before_cursor_execute", seen)
+    assert not reads and statements
+    if storage.engine.dialect.name == "sqlite":  # each lookup is an index search, not a scan
+        with storage.engine.connect() as connection:
+            for statement, parameters in statements:
+                plan_rows = connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}",
+                                                       parameters).fetchall()
+                assert "SEARCH trial_user_attributes USING INDEX ix_weightsearch_trial_" in \
+                    str(plan_rows), plan_rows
     # The finished unit was skipped; the failed one is its cell's second attempt; the stale
     # RUNNING trial was failed before its unit started again.
     assert (first["cell"], first["attempt"]) == (failed.key, 1)

@@ -522,7 +522,7 @@ def _report_overlong(data: dict[str, TaskData], cfg: RunConfig, quiet: bool) -> 
         for split, n in task.truncated.items():
             train = split == "train"
             limit = train_len if train else eval_len
-            dropped = train and cfg.overlong_policy == "drop"
+            dropped = train and cfg.overlong_policy == "drop" and head.drops_overlong
             for line in head.describe_split(task.spec, split, n, task.notes.get(split, {}),
                                             limit, dropped=dropped):
                 if not quiet:

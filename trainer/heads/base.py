@@ -81,6 +81,9 @@ class Head(nn.Module):
     """Base of the heads: dropout, then one linear layer in fp32 on the pooled vector."""
 
     task_type: ClassVar[str]
+    # Whether `overlong: drop` leaves this type's over-long training examples out (False: they
+    # are cut or windowed whatever the setting, and the console says so).
+    drops_overlong: ClassVar[bool] = True
 
     def __init__(self, hidden_size: int, spec: TaskSpec) -> None:
         super().__init__()

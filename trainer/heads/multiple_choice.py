@@ -34,6 +34,7 @@ from weightsearch.errors import DataError
 
 class MultipleChoiceHead(Head):
     task_type = "multiple_choice"
+    drops_overlong = False  # an example keeps all its choices: cut, never dropped
 
     @classmethod
     def parse(cls, spec: TaskSpec, table: Table) -> ColumnRows:

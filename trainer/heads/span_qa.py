@@ -59,6 +59,7 @@ _NO_SPAN = np.float32(1e9)  # null odds of a question with no valid span: surely
 
 class SpanQAHead(Head):
     task_type = "span_qa"
+    drops_overlong = False  # long contexts are windowed (doc_stride), long questions cut
 
     def __init__(self, hidden_size: int, spec: TaskSpec) -> None:
         torch.nn.Module.__init__(self)
