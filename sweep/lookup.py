@@ -59,14 +59,22 @@ def ensure_indexes(engine: Any) -> None:
         index = Index(f"ix_weightsearch_trial_{key}",
                       func.substr(attrs.c.value_json, 1, PREFIX_CHARS),
                       sqlite_where=where, postgresql_where=where)
-        try:
+        try:  # IF NOT EXISTS: checking first would reflect indexes, which SQLAlchemy cannot
+            # do for expression indexes on SQLite without a warning
             call_retrying("create lookup indexes", create_once,
-                          lambda index=index: index.create(engine, checkfirst=True))
+                          lambda index=index: _create(engine, index))
         except SQLAlchemyError as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             print(f"note: no lookup index on the study database ({first}); each claim reads "
                   "the attribute table instead, which grows with the study", file=sys.stderr)
             return
+
+
+def _create(engine: Any, index: Any) -> None:
+    from sqlalchemy.schema import CreateIndex
+
+    with engine.begin() as connection:
+        connection.execute(CreateIndex(index, if_not_exists=True))
 
 
 def unit_records(study: Any, space: Space, unit: str, cell: str | None) -> list[Record]:
