@@ -308,9 +308,9 @@ def read_central(storage, name: str) -> CentralStudy:
     """Load one `<study>/<central>` Optuna study with its cells and curve."""
     import optuna
 
-    study = optuna.load_study(study_name=name, storage=storage)
+    study = optuna.load_study(study_name=name, storage=storage)  # a storage or its URL
     return build_central(name, study.user_attrs, study.directions,
-                         cell_trials(storage, study._study_id))
+                         cell_trials(study._storage, study._study_id))
 
 
 def study_names(storage) -> list[str]:

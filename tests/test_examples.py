@@ -69,5 +69,7 @@ def test_domain_adaptation_example_starts_from_the_source_run(sample_data_dir, t
         cfg = _example("domain-adaptation.yaml", sample_data_dir, tiny_encoder,
                        tmp_path / f"rte-{fraction}", init_from=str(source),
                        train_fraction=fraction, max_train_examples="null")
-        sizes.append(train(cfg, quiet=True).train_sizes["rte"])
+        result = train(cfg, quiet=True)
+        # The rows drawn: those trained plus the over-long ones (dropped by default).
+        sizes.append(result.train_sizes["rte"] + result.truncated["rte"]["train"])
     assert sizes == [3, 300]  # ceil(1% of 300), all 300

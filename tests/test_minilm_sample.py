@@ -41,7 +41,10 @@ def test_minilm_trains_on_the_sample(sample_data_dir, tmp_path, capsys):
     assert all(s["focus"] == "rte" and s["loss"] >= 0 for s in steps)
     assert result["train_examples_per_s"] > 0
     assert result["pooling"] == "mean"  # auto: the pooling the bundled MiniLM was trained with
-    assert result["train_sizes"] == {"rte": 64, "mrpc": 64, "stsb": 64}
+    # The rows drawn: those trained plus the over-long ones, dropped by default (RTE's only).
+    drawn = {t: n + result["truncated"][t]["train"] for t, n in result["train_sizes"].items()}
+    assert drawn == {"rte": 64, "mrpc": 64, "stsb": 64}
+    assert result["train_sizes"]["rte"] < 64 and result["train_sizes"]["mrpc"] == 64
 
 
 @pytest.mark.integration
