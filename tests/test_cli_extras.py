@@ -30,6 +30,7 @@ def test_a_missing_extra_names_what_to_install():
     require_extra("serve", "fastapi", feature="weightsearch serve")  # installed: no error
 
 
+@pytest.mark.slow
 def test_plots_are_written_in_the_format_of_their_extension(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     from studies.importer import import_file

@@ -88,6 +88,7 @@ def test_regimes_are_kept_apart():
     assert all(e["discounted"] for e in c.evidence)
 
 
+@pytest.mark.slow
 def test_calibration_on_generated_worlds():
     """80% intervals on 120 worlds x 8 tasks x 3 seeds, one held-out task per world: 120
     predictions, each from a fit of its own, so they are independent and the count of covered

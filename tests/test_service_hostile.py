@@ -269,6 +269,7 @@ def _closed(s: socket.socket) -> bool:
     return data == b"" or data.startswith(b"HTTP/1.1 408")
 
 
+@pytest.mark.slow
 def test_slow_clients_cannot_hold_the_server(server):
     """300 connections that never finish their request head: the server keeps at most
     MAX_CONNECTIONS, dropping the longest-stalled to admit new ones, so /health answers at once
@@ -300,6 +301,7 @@ def test_slow_clients_cannot_hold_the_server(server):
         assert HEAD_TIMEOUT_S - 1 < time.monotonic() - start < HEAD_TIMEOUT_S + 5
 
 
+@pytest.mark.slow
 def test_a_pipelined_connection_still_owes_its_next_head_in_time(server):
     """Two whole requests sent at once, then a head trickled a line at a time (each line would
     reset a keep-alive timer): both requests are answered, and the trickled head gets 408 when
