@@ -42,7 +42,8 @@ class TrialRow:
     user_attrs: dict[str, Any] = field(default_factory=dict)
 
 
-def _tables() -> dict[str, Any]:
+def optuna_tables() -> dict[str, Any]:
+    """The columns of Optuna's trial tables that weightsearch reads (by their names there)."""
     from sqlalchemy import Column, Float, Integer, MetaData, String, Table, Text
 
     meta = MetaData()
@@ -69,7 +70,7 @@ def state_counts(storage: Any) -> dict[int, tuple[tuple[str, int], ...]]:
     reader can tell which studies changed since it last looked."""
     from sqlalchemy import func, select
 
-    trials = _tables()["trials"]
+    trials = optuna_tables()["trials"]
     query = (select(trials.c.study_id, trials.c.state, func.count())
              .group_by(trials.c.study_id, trials.c.state))
 
@@ -95,7 +96,7 @@ def _read_trials(storage: Any, study_id: int, params: list[str],
                  attrs: list[str]) -> list[TrialRow]:
     from sqlalchemy import select
 
-    t = _tables()
+    t = optuna_tables()
     trials, values, param_table, attr_table = t["trials"], t["values"], t["params"], t["attrs"]
     mine = trials.c.study_id == study_id
     by_id: dict[int, tuple[int, str]] = {}

@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from studies import schema as S
+from studies.bulk import engine_of, optuna_tables
 from studies.storage import call_retrying, dialect
 from sweep.claims import create_once
 from sweep.space import Space
@@ -32,25 +33,15 @@ KEYS = (S.T_UNIT, S.T_CELL, S.T_SLOT)  # the attributes a trial is found by (old
 # name their unit by cell or slot alone)
 
 
-def _tables(metadata: Any) -> tuple[Any, Any]:
-    """The columns of Optuna's `trials` and `trial_user_attributes` this module reads."""
-    from sqlalchemy import Column, Integer, String, Table, Text
-
-    trials = Table("trials", metadata, Column("trial_id", Integer), Column("study_id", Integer))
-    attrs = Table("trial_user_attributes", metadata, Column("trial_id", Integer),
-                  Column("key", String(512)), Column("value_json", Text))
-    return trials, attrs
-
-
 def ensure_indexes(engine: Any) -> None:
     """One partial index per lookup attribute, where the backend has partial indexes. A
     database that refuses them (a read-only role) is only slower: said, not fatal."""
-    from sqlalchemy import Index, MetaData, func
+    from sqlalchemy import Index, func
     from sqlalchemy.exc import SQLAlchemyError
 
     if not dialect(engine.dialect.name).partial_indexes:
         return
-    _, attrs = _tables(MetaData())
+    attrs = optuna_tables()["attrs"]
     for key in KEYS:
         where = attrs.c.key == key
         # On a prefix of the value: another tool sharing the database may store a long value
@@ -79,14 +70,15 @@ def _create(engine: Any, index: Any) -> None:
 
 def unit_records(study: Any, space: Space, unit: str, cell: str | None) -> list[Record]:
     """The study's trials that fill `unit` or train `cell`, in trial order."""
-    from sqlalchemy import MetaData, select, text
+    from sqlalchemy import select, text
 
-    trials, attrs = _tables(MetaData())
+    tables = optuna_tables()
+    trials, attrs = tables["trials"], tables["attrs"]
     wanted = {(S.T_UNIT, unit), (S.T_SLOT, unit), (S.T_CELL, unit)}
     if cell is not None:
         wanted.add((S.T_CELL, cell))
     storage = study._storage
-    engine = getattr(storage, "_backend", storage).engine  # Optuna caches an RDBStorage
+    engine = engine_of(storage)
 
     def trial_ids() -> set[int]:
         found: set[int] = set()

@@ -10,6 +10,7 @@ peak, as before.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import resource
 import sys
@@ -19,17 +20,13 @@ import torch
 
 _CLEAR_REFS = Path("/proc/self/clear_refs")
 _STATUS = Path("/proc/self/status")
-_scope = "process"  # what the next reading covers: "run" once a reset succeeded
 
 
 def reset_peak() -> None:
-    """Start measuring a run: the process's peak RSS (and CUDA's peak allocation) reset."""
-    global _scope
-    try:
+    """Start measuring a run: the process's peak RSS (and CUDA's peak allocation) reset.
+    Without the reset, VmHWM stays the process's peak, which is what is read then."""
+    with contextlib.suppress(OSError):  # another OS, or a /proc this process may not write
         _CLEAR_REFS.write_text("5")
-        _scope = "run" if _read_hwm_mib() is not None else "process"
-    except OSError:
-        _scope = "process"
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.reset_peak_memory_stats()
 
@@ -37,8 +34,8 @@ def reset_peak() -> None:
 def peak_memory() -> dict[str, float]:
     """Peak host RSS in MiB since `reset_peak` (else of the process), and on CUDA the peak
     GPU memory allocated."""
-    hwm = _read_hwm_mib() if _scope == "run" else None
-    if hwm is None:
+    hwm = _read_hwm_mib()
+    if hwm is None:  # no /proc: the process's peak
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         hwm = rss / (1024 * 1024 if sys.platform == "darwin" else 1024)
     out = {"peak_rss_mib": hwm}
