@@ -28,10 +28,10 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from trainer.data import read_task_file
     from trainer.metrics import compute_metrics
     from trainer.optim import linear_warmup_decay
     from trainer.readers import resolve_path
+    from trainer.task_rows import read_task_file
     from trainer.tasks import PRESETS
 
     tok = AutoTokenizer.from_pretrained(encoder_path)

@@ -3,6 +3,7 @@ milliseconds and the HTTP service answers its first POST at once."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -40,3 +41,35 @@ def test_absurd_train_sizes_are_refused_on_the_command_line_and_over_http(capsys
     for size in (huge, str(10**30), "1e30"):
         r = client.get("/recommend", params={"train_size": size})
         assert 400 <= r.status_code < 500, (size, r.status_code, r.text[:200])
+
+
+def test_a_study_driver_sizes_every_task_type_without_torch():
+    """The driver records each task's training rows and starts Tune's loggers without loading
+    torch, transformers or datasets (seconds of imports and hundreds of MB per driver); the
+    counts are those the trainer's heads parse."""
+    code = (
+        "import sys, json; from sweep.spec import load_study_spec; from sweep import study_db; "
+        "from sweep.tuning import _tensorboardx_without_torch; import trainer; "
+        "spec = load_study_spec('examples/study-sample.yaml'); "
+        "sizes = {c: study_db.describe(spec, c).sizes for c in spec.central_tasks}; "
+        "qa = trainer.task_sizes('examples/run-qa-mix-sample.yaml'); "
+        "_tensorboardx_without_torch(); import tensorboardX; "
+        "print(json.dumps([sizes, qa, sorted(m for m in ('torch', 'transformers', 'datasets') "
+        "if m in sys.modules)]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout.strip().splitlines()[-1]
+    sizes, qa, loaded = json.loads(out)
+    assert loaded == []
+    assert sizes == {c: {"sst2": 200, "stsb": 200, "mrpc": 200} for c in ("sst2", "stsb")}
+
+    # The same rows as the heads' own parse (which loads torch) gives.
+    from trainer.config import load_config
+    from trainer.heads import head_class
+    from trainer.readers import read_task_table, resolve_path
+    from trainer.task_rows import train_subset
+
+    cfg = load_config(ROOT / "examples/run-qa-mix-sample.yaml")
+    for spec in cfg.tasks:
+        table = read_task_table(spec, resolve_path(cfg.data_dir, spec.train_file))
+        rows = train_subset(cfg, spec).apply(head_class(spec.type).parse(spec, table))
+        assert qa[spec.name] == len(rows) > 0

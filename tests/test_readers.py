@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.data import read_task_file
 from trainer.readers import resolve_path
+from trainer.task_rows import read_task_file
 from trainer.tasks import PRESETS, TaskSpec
 from weightsearch.errors import DataError
 

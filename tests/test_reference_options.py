@@ -367,8 +367,8 @@ def test_output_dir_that_is_a_file_is_refused(sample_data_dir, tiny_encoder, tmp
 
 def test_random_subsets_are_seeded_stable_and_independent_of_the_run_seed(sample_data_dir):
     from trainer import load_config, task_sizes
-    from trainer.data import Subset, read_task_file
     from trainer.readers import resolve_path
+    from trainer.task_rows import Subset, read_task_file
     from trainer.tasks import PRESETS
 
     rows = read_task_file(PRESETS["cola"], resolve_path(sample_data_dir, "CoLA/train.tsv"))
@@ -388,8 +388,8 @@ def test_random_subsets_are_seeded_stable_and_independent_of_the_run_seed(sample
 def test_nested_subsets_are_a_ladder_and_random_ones_are_unchanged(sample_data_dir):
     import numpy as np
 
-    from trainer.data import Subset, read_task_file
     from trainer.readers import resolve_path
+    from trainer.task_rows import Subset, read_task_file
     from trainer.tasks import PRESETS
 
     rows = read_task_file(PRESETS["cola"], resolve_path(sample_data_dir, "CoLA/train.tsv"))
@@ -409,8 +409,8 @@ def test_nested_subsets_are_a_ladder_and_random_ones_are_unchanged(sample_data_d
 
 def test_rows_of_every_shape_take_nested_subsets():
     """Multiple-choice and span-QA rows (ColumnRows) draw a ladder like text pairs do."""
-    from trainer.data import Subset
     from trainer.readers import ColumnRows
+    from trainer.task_rows import Subset
 
     rows = ColumnRows(None, {"question": [f"q{i}" for i in range(100)], "id": list(range(100))})
     small, large = (Subset(n=n, random=True, seed=2, nested=True).apply(rows) for n in (10, 40))

@@ -14,13 +14,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.data import read_task_file
 from trainer.encoders import load_tokenizer
 from trainer.heads import EvalSplit, build_head, head_class
 from trainer.heads.base import Encoded
 from trainer.heads.span_qa import _window_starts
 from trainer.mixture import MixtureSettings
 from trainer.model import MixtureOfExperts
+from trainer.task_rows import read_task_file
 from trainer.tasks import PRESETS
 from weightsearch.errors import DataError
 

@@ -12,11 +12,11 @@ if TYPE_CHECKING:
     from trainer.config import RunConfig, load_config
     from trainer.pipeline import train
     from trainer.results import EpochReport, RunResult
-    from trainer.run_data import task_sizes
+    from trainer.task_rows import task_sizes
 
 _EXPORTS = {
     "train": "trainer.pipeline",
-    "task_sizes": "trainer.run_data",
+    "task_sizes": "trainer.task_rows",
     "load_config": "trainer.config",
     "RunConfig": "trainer.config",
     "EpochReport": "trainer.results",

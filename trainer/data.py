@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import shutil
 import uuid
@@ -25,8 +24,9 @@ import torch
 
 from trainer.heads import Head, head_class
 from trainer.heads.base import collate_sequences
-from trainer.readers import TaskRows, count_examples, read_task_table, resolve_path
+from trainer.readers import count_examples, read_task_table, resolve_path
 from trainer.sampling import Sampler, ShuffleSettings, build_sampler
+from trainer.task_rows import Subset
 from trainer.tasks import TaskSpec
 from weightsearch.errors import DataError
 
@@ -34,34 +34,6 @@ CACHE_VERSION = 2  # bump when the stored columns change
 BUCKET_BATCHES = 50  # batches per length-sorting chunk: little padding, still well mixed
 _META = "weightsearch_meta.json"  # written last inside an entry, before the atomic rename
 _REFERENCE = "reference.json"  # what scoring needs beyond the rows (span QA gold answers)
-
-
-@dataclass(frozen=True)
-class Subset:
-    """Which rows of a split to keep: all of them, the first n, or n (or a fraction) drawn at
-    random with a seed of its own, so that every seed of a study trains on the same rows."""
-
-    n: int | None = None
-    fraction: float | None = None
-    random: bool = False
-    seed: int = 0
-    nested: bool = False  # random rows as a prefix of one permutation (TaskRows.sample)
-
-    def apply(self, rows: TaskRows) -> TaskRows:
-        n = self.n
-        if self.fraction is not None:
-            n = max(1, math.ceil(self.fraction * len(rows)))
-        if n is None:
-            return rows
-        if not self.random:
-            return rows.head(n)
-        return rows.sample(n, self.seed, nested=self.nested)
-
-    def key(self) -> Any:
-        if not self.random and self.fraction is None:
-            return self.n  # the cache key of the first-n limit from before random subsets
-        key = {"n": self.n, "fraction": self.fraction, "random": self.random, "seed": self.seed}
-        return {**key, "nested": True} if self.nested else key
 
 
 @dataclass
@@ -350,10 +322,3 @@ def collate(ds: datasets.Dataset, indices: np.ndarray, pad_token_id: int,
     sequences padded to the longest; attention_mask is 1 on real tokens)."""
     table: pa.Table = ds.with_format("arrow")[np.asarray(indices).tolist()]
     return (head.collate if head is not None else collate_sequences)(table, pad_token_id)
-
-
-def read_task_file(spec: TaskSpec, path: Path) -> Any:
-    """Read one of the task's files and check it as its task type does (the head module of the
-    type parses and validates the labels)."""
-    table = read_task_table(spec, path)
-    return head_class(spec.type).parse(spec, table)

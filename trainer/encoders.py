@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from typing import TYPE_CHECKING
 
 from weightsearch.errors import ConfigError
+
+if TYPE_CHECKING:  # transformers is imported where a tokenizer loads: a study's driver
+    from transformers import PreTrainedTokenizerFast  # checks the encoder without it
 
 # Names that mean "the MiniLM shipped in site-packages" rather than a hub download.
 DEFAULT_ENCODER_ALIASES = ("default", "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2")
@@ -40,6 +42,8 @@ def resolve_encoder(name_or_path: str | None) -> str:
 
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerFast:
     """Load the encoder's fast tokenizer from local files only (no hub on these machines)."""
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
     path = resolve_encoder(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, use_fast=True, local_files_only=True)

@@ -62,6 +62,10 @@ class TaskType:
     # Whether its head gives one output per class of the label set (soft targets are then
     # class distributions); otherwise one score per example (or per choice, span position).
     class_outputs: bool = False
+    # The importable "module:function" that reads a file's table into checked rows without
+    # torch, so that a study's driver counts and checks the training rows without loading the
+    # trainer; None: the head class's `parse` (which imports the head module, and torch).
+    parser: str | None = None
 
     @property
     def has_label_set(self) -> bool:
@@ -108,19 +112,20 @@ def unregister_task_type(name: str) -> None:
     NAMES = tuple(_REGISTRY)
 
 
+_PAIRS = "trainer.readers:pair_rows"  # sentences and sentence pairs
 for _builtin in (
     TaskType("classification", "trainer.heads.classification", "classes", _CLASS_METRICS,
              ("accuracy",), "accuracy", answer_modules=("linear", "san"), distillable=True,
-             class_outputs=True),
+             class_outputs=True, parser=_PAIRS),
     TaskType("regression", "trainer.heads.regression", "score",
              ("pearson", "spearman", "corr"), ("pearson", "spearman", "corr"), "corr",
-             distillable=True),
+             distillable=True, parser=_PAIRS),
     TaskType("ranking", "trainer.heads.ranking", "classes", _CLASS_METRICS, ("accuracy",),
-             "accuracy", label_count=2,
+             "accuracy", label_count=2, parser=_PAIRS,
              required_columns=MappingProxyType({
                  "group": "group: question (equal values form one candidate list)"})),
     TaskType("multiple_choice", "trainer.heads.multiple_choice", "choice", ("accuracy",),
-             ("accuracy",), "accuracy",
+             ("accuracy",), "accuracy", parser="trainer.parsing:choice_rows",
              required_columns=MappingProxyType({
                  "choices": "choices: [ending0, ending1, ending2, ending3]"})),
     TaskType("span_qa", "trainer.heads.span_qa", "answers", _SQUAD_METRICS,
@@ -133,7 +138,7 @@ for _builtin in (
                  "max_answer_len": (30, positive_int),  # longest answer span, in tokens
                  "n_best": (20, positive_int),  # start/end candidates per window
              }),
-             formats=("squad", "jsonl", "parquet"),
+             formats=("squad", "jsonl", "parquet"), parser="trainer.parsing:span_qa_rows",
              required_columns=MappingProxyType({"text_b": "text_b: context"})),
 ):
     register_task_type(_builtin)

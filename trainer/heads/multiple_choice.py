@@ -27,9 +27,9 @@ from trainer.heads.base import (
     refuse_soft_targets,
     symmetric_kl,
 )
-from trainer.readers import ColumnRows, Table, texts
+from trainer.parsing import choice_rows
+from trainer.readers import ColumnRows, Table
 from trainer.tasks import TaskSpec
-from weightsearch.errors import DataError
 
 
 class MultipleChoiceHead(Head):
@@ -38,26 +38,7 @@ class MultipleChoiceHead(Head):
 
     @classmethod
     def parse(cls, spec: TaskSpec, table: Table) -> ColumnRows:
-        assert spec.choices is not None  # validated with the task definition
-        n = len(spec.choices)
-        lead = texts(table, spec.text_b) if spec.text_b is not None else None
-        choices = [texts(table, column, allow_empty=False) for column in spec.choices]
-        labels = np.empty(len(table), dtype=np.int64)
-        for i, raw in enumerate(table.columns[spec.label]):
-            text = raw.strip() if isinstance(raw, str) else raw
-            try:
-                value = int(text)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                value = -1
-            if isinstance(raw, bool) or not 0 <= value < n or str(value) != str(text):
-                raise DataError(f"{table.path}, {table.where(i)}: label {raw!r} in column "
-                                f"'{spec.label}' is not a choice index 0..{n - 1} (task "
-                                f"'{spec.name}' has {n} choices); fix the value")
-            labels[i] = value
-        endings = [[c[i] if lead is None else f"{lead[i]} {c[i]}".strip() for c in choices]
-                   for i in range(len(table))]
-        return ColumnRows(table.path, {"context": texts(table, spec.text_a), "endings": endings,
-                                       "label": labels})
+        return choice_rows(spec, table)
 
     @classmethod
     def featurize(cls, spec: TaskSpec, rows: ColumnRows, tokenizer: Any, max_len: int, *,

@@ -50,7 +50,8 @@ from trainer.heads.base import (
     refuse_soft_targets,
     symmetric_kl,
 )
-from trainer.readers import ColumnRows, Table, texts
+from trainer.parsing import span_qa_rows
+from trainer.readers import ColumnRows, Table
 from trainer.tasks import TaskSpec
 from weightsearch.errors import DataError
 
@@ -71,26 +72,7 @@ class SpanQAHead(Head):
 
     @classmethod
     def parse(cls, spec: TaskSpec, table: Table) -> ColumnRows:
-        """Questions with their context and answers; every answer must sit at its
-        answer_start in the context."""
-        assert spec.text_b is not None  # validated with the task definition
-        if "id" not in table.columns:
-            raise DataError(f"{table.path}: no 'id' column; a span_qa file names each question "
-                            "with an id (the key of the prediction files)")
-        questions = texts(table, spec.text_a, allow_empty=False)
-        contexts = _contexts(table, spec.text_b)
-        ids = [str(v) for v in table.columns["id"]]
-        seen: dict[str, int] = {}
-        for i, qid in enumerate(ids):
-            if qid in seen:
-                raise DataError(f"{table.path}, {table.where(i)}: id {qid!r} is used twice; "
-                                "give every question its own id")
-            seen[qid] = i
-        impossible = table.columns.get("is_impossible", [False] * len(table))
-        answers = [_answers(table, i, spec.label, contexts[i], bool(impossible[i]))
-                   for i in range(len(table))]
-        return ColumnRows(table.path, {"id": ids, "question": questions, "context": contexts,
-                                       "answers": answers})
+        return span_qa_rows(spec, table)
 
     @classmethod
     def featurize(cls, spec: TaskSpec, rows: ColumnRows, tokenizer: Any, max_len: int, *,
@@ -364,56 +346,6 @@ def _token_span(offsets: list[tuple[int, int]], answer: tuple[str, int]) -> tupl
     end = start + len(text)
     covered = [i for i, (a, b) in enumerate(offsets) if b > start and a < end and b > a]
     return (covered[0], covered[-1]) if covered else None
-
-
-def _contexts(table: Table, column: str) -> list[str]:
-    out = []
-    for i, value in enumerate(table.columns[column]):
-        if not isinstance(value, str) or not value.strip():
-            raise DataError(f"{table.path}, {table.where(i)}: the question has no context "
-                            f"(column '{column}' is empty); give it its paragraph or drop it")
-        out.append(value)
-    return out
-
-
-def _answers(table: Table, i: int, column: str, context: str,
-             impossible: bool) -> list[tuple[str, int]]:
-    """A question's answers as (text, answer_start), each checked against the context. Both
-    the official layout (a list of {text, answer_start}) and the column layout of SQuAD's
-    Hugging Face copy ({text: [...], answer_start: [...]}) are read."""
-    raw = table.columns[column][i]
-    where = f"{table.path}, {table.where(i)}"
-    if raw is None:
-        raw = []
-    if isinstance(raw, dict):
-        text, start = raw.get("text") or [], raw.get("answer_start") or []
-        if len(text) != len(start):
-            raise DataError(f"{where}: answers has {len(text)} texts but {len(start)} "
-                            "answer_start values; give one start per text")
-        raw = [{"text": t, "answer_start": s} for t, s in zip(text, start, strict=True)]
-    if not isinstance(raw, list):
-        raise DataError(f"{where}: answers must be a list of {{text, answer_start}}, got "
-                        f"{type(raw).__name__}")
-    if impossible and raw:
-        raise DataError(f"{where}: the question is marked is_impossible but has answers; "
-                        "remove its answers or the flag")
-    out = []
-    for answer in raw:
-        text = answer.get("text") if isinstance(answer, dict) else None
-        start = answer.get("answer_start") if isinstance(answer, dict) else None
-        if not isinstance(text, str) or not text or isinstance(start, bool) or not isinstance(
-                start, int):
-            raise DataError(f"{where}: answer {answer!r} needs a non-empty text and an integer "
-                            "answer_start")
-        if context[start:start + len(text)] != text:
-            found = context.find(text)
-            hint = (f"the text occurs at {found}" if found >= 0
-                    else "the text does not occur in the context")
-            raise DataError(f"{where}: answer_start {start} does not point at the answer text "
-                            f"{text!r} (the context there reads "
-                            f"{context[start:start + len(text)]!r}; {hint}); fix answer_start")
-        out.append((text, start))
-    return out
 
 
 def _columns(out: dict[str, list[Any]], train: bool) -> dict[str, pa.Array]:
