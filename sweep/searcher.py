@@ -20,6 +20,7 @@ unit over) is stopped by the scheduler (`should_stop`) and never written to agai
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -56,6 +57,7 @@ from sweep.trainable import (
     Carried,
     attempt_folder,
 )
+from sweep.trial_end import finish_trial
 
 _PROPOSALS = 20  # guided search: proposals tried when other drivers keep winning the cells
 _REFRESH_S = 5.0  # an idle plan re-reads its study at most this often (other drivers' results)
@@ -198,11 +200,9 @@ class CellSearcher(Searcher):
         for trial_id in list(self._live):
             live = self._live.pop(trial_id)
             if not live.lost:
-                try:
-                    live.trial.set_user_attr("error", "driver stopped before it ended")
-                    live.plan.study.tell(live.trial, state=TrialState.FAIL)
-                except UpdateFinishedTrialError:
-                    pass
+                with contextlib.suppress(UpdateFinishedTrialError):  # finished meanwhile
+                    finish_trial(live.plan.study, live.trial._trial_id, TrialState.FAIL,
+                                 attrs={"error": "driver stopped before it ended"})
             self._release(live)
         return left
 
@@ -296,19 +296,20 @@ class CellSearcher(Searcher):
     # --- results ----------------------------------------------------------------------
     def _record(self, trial_id: str, live: _Live, error: bool, elapsed: float
                 ) -> tuple[str, float | None, str | None]:
+        """Write the trial's end, all of it in one transaction (`sweep.trial_end`)."""
         check_same_file(self.url, self.identity)
         trial, plan = live.trial, live.plan
         if not error and live.summary is not None:
-            return "COMPLETE", self._complete(live), None
+            value, attrs, steps = self._complete(live)
+            finish_trial(plan.study, trial._trial_id, TrialState.COMPLETE, value, attrs, steps)
+            return "COMPLETE", value, None
         if not error and (trial_id in self.stopped or live.stint_end) and live.values:
-            self._history_attrs(live)
-            trial.set_user_attr(S.T_WALL_TIME, elapsed)
-            plan.study.tell(trial, state=TrialState.PRUNED)
+            attrs = {**self._history_attrs(live), S.T_WALL_TIME: elapsed}
+            finish_trial(plan.study, trial._trial_id, TrialState.PRUNED, attrs=attrs)
             return "PRUNED", live.values[max(live.values)], None
         reason = self._error_text(trial_id) if error else "interrupted before it finished"
-        trial.set_user_attr("error", reason)
-        self._history_attrs(live)
-        plan.study.tell(trial, state=TrialState.FAIL)
+        attrs = {"error": reason, **self._history_attrs(live)}
+        finish_trial(plan.study, trial._trial_id, TrialState.FAIL, attrs=attrs)
         return "FAIL", None, reason
 
     def _absorb(self, live: _Live, result: dict[str, Any]) -> None:
@@ -328,7 +329,9 @@ class CellSearcher(Searcher):
             if live.plan.stage == "multitask":  # Optuna's intermediate values: the scored stage's
                 live.trial.report(value, step=epoch)  # a retried trial re-reports nothing twice
 
-    def _complete(self, live: _Live) -> float:
+    def _complete(self, live: _Live) -> tuple[float, dict[str, Any], dict[int, float]]:
+        """The trial's value, its user attributes and the intermediate values not yet
+        reported, from its summary."""
         summary, central = live.summary or {}, live.plan.central
         history = summary.get("history") or []
         best_epoch = int(summary["best_epoch"][central])
@@ -336,41 +339,41 @@ class CellSearcher(Searcher):
         tuned = summary.get("finetuned") or {}
         scored = tuned[central]["best"] if live.plan.stage == "finetuned" else summary["best"]
         value = float(scored[central][live.plan.primary_metric])
-        trial = live.trial
+        attrs: dict[str, Any] = {}
+        steps: dict[int, float] = {}
         if tuned:
-            trial.set_user_attr(S.T_FINETUNED_METRICS,
-                                {t: run["best"][t] for t, run in tuned.items()})
+            attrs[S.T_FINETUNED_METRICS] = {t: run["best"][t] for t, run in tuned.items()}
         for h in history:  # epochs trained before a resume reach Optuna here
             if h["epoch"] not in live.values:
                 live.values[h["epoch"]] = float(h["metrics"][central][live.plan.primary_metric])
                 if live.plan.stage == "multitask":
-                    trial.report(live.values[h["epoch"]], step=h["epoch"])
+                    steps[h["epoch"]] = live.values[h["epoch"]]
         if live.plan.stage == "finetuned":  # its epochs, so that the values lead to the value
             for h in tuned[central].get("history") or []:
                 score = h["metrics"][central][live.plan.primary_metric]
                 if isinstance(score, int | float) and math.isfinite(score):
-                    trial.report(float(score), step=h["epoch"])
-        trial.set_user_attr(S.T_METRICS, at_best)
-        trial.set_user_attr(S.T_FINAL_METRICS, summary.get("final", {}))
-        trial.set_user_attr(S.T_HISTORY, history)
-        trial.set_user_attr(S.T_BEST_EPOCH, best_epoch)
-        trial.set_user_attr(S.T_WALL_TIME, float(summary.get("wall_time_s", 0.0)))
-        trial.set_user_attr(S.T_EXAMPLES_PER_S, float(summary.get("train_examples_per_s", 0.0)))
-        trial.set_user_attr("output_dir", summary.get("output_dir"))
-        live.plan.study.tell(trial, value)
-        return value
+                    steps[h["epoch"]] = float(score)
+        attrs.update({
+            S.T_METRICS: at_best,
+            S.T_FINAL_METRICS: summary.get("final", {}),
+            S.T_HISTORY: history,
+            S.T_BEST_EPOCH: best_epoch,
+            S.T_WALL_TIME: float(summary.get("wall_time_s", 0.0)),
+            S.T_EXAMPLES_PER_S: float(summary.get("train_examples_per_s", 0.0)),
+            "output_dir": summary.get("output_dir"),
+        })
+        return value, attrs, steps
 
-    def _history_attrs(self, live: _Live) -> None:
+    def _history_attrs(self, live: _Live) -> dict[str, Any]:
         """What a stopped or failed trial got through, for inspection."""
         if not live.history:
-            return
+            return {}
         history = [{"epoch": e, "metrics": m, "primary": {live.plan.central: live.values.get(e)}}
                    for e, m in sorted(live.history.items())]
         best = max(live.values, key=lambda e: (live.values[e], -e))
-        live.trial.set_user_attr(S.T_HISTORY, history)
-        live.trial.set_user_attr(S.T_BEST_EPOCH, best)
-        live.trial.set_user_attr(S.T_METRICS, live.history.get(best, {}))
-        live.trial.set_user_attr(S.T_FINAL_METRICS, history[-1]["metrics"])
+        return {S.T_HISTORY: history, S.T_BEST_EPOCH: best,
+                S.T_METRICS: live.history.get(best, {}),
+                S.T_FINAL_METRICS: history[-1]["metrics"]}
 
     def _error_text(self, trial_id: str) -> str:
         """The last line of the trial's error file: usually the exception and its message."""
