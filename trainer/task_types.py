@@ -9,7 +9,10 @@ that type may say: its metrics, its own settings and their defaults, and the ans
 (or of its head class), never a test of its name.
 
 Adding a task type is one head module (the built-in ones are under `trainer/heads/`) plus one
-`register_task_type(TaskType(...))` call (the built-in ones are below). `TASK_TYPES` is a
+`register_task_type(TaskType(...))` call (the built-in ones are below). Its entry may name a
+`parser` that reads the type's rows without torch (the built-in ones are `trainer.readers`'
+`pair_rows` and `trainer.parsing`'s); without one, a study's driver loads the head module to
+count training rows. `TASK_TYPES` is a
 read-only view of the registry, so it always shows the registered types; `NAMES` is rebound on
 every change, so read it as `task_types.NAMES` (or use `TASK_TYPES`) where a later registration
 matters.
