@@ -306,3 +306,16 @@ def test_the_command_line_refuses_them_writing_nothing(override, field, sample_d
     assert not out.exists()
     with pytest.raises(ConfigError):
         load_config(config, [override])
+
+
+@pytest.mark.parametrize("scheme", ["uncertainty", "dwa"])
+def test_a_central_weight_search_refuses_a_scheme_that_takes_none(scheme, sample_data_dir):
+    from sweep.spec import load_study_spec
+
+    with pytest.raises(ConfigError) as info:
+        load_study_spec({"study": "baseline", "central_tasks": ["rte"],
+                         "train": {"data_dir": str(sample_data_dir), "tasks": list(TASKS),
+                                   "weighting": {"scheme": scheme}}})
+    assert any(p.startswith("train.weighting: a weight search sweeps SIWLM's central weight; "
+                            "use weighting: {scheme: siwlm, ...} or leave it out")
+               for p in info.value.problems), info.value.problems

@@ -228,7 +228,7 @@ def test_scheme_weighted_loss_conformance(scheme_name):
     scheme that learns nothing, the loss times its weight (what the loop did before hooks)."""
     scheme, groups = _conformance_scheme(scheme_name)
     learns = bool(groups)
-    for (epoch, step, task), weight in _weights(scheme).items():
+    for (_, _, task), weight in _weights(scheme).items():
         if weight == 0:
             continue  # the loop skips the batch
         loss = torch.tensor(0.8, requires_grad=True)
@@ -318,8 +318,8 @@ def test_parse_reports_every_problem_at_once():
     ("raw", "fragment"),
     [
         ([1, 2], "weighting: must be a mapping"),
-        ({"central_weight": 9}, "weighting.scheme: required; choose one of dwa, equal, siwlm, static, "
-                                 "uncertainty"),
+        ({"central_weight": 9},
+         "weighting.scheme: required; choose one of dwa, equal, siwlm, static, uncertainty"),
         ({"scheme": "siwml"}, "unknown scheme 'siwml'; choose one of dwa, equal, siwlm, static, "
                              "uncertainty"),
         ({"scheme": "siwlm"}, "weighting.central_weight: required for scheme 'siwlm'"),
