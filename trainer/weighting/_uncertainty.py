@@ -27,7 +27,8 @@ so the regulariser of s_t is applied once per batch of task t, and only then. Ev
 moves s_t carries both its loss term and its regulariser, so s_t still settles where the paper
 has it, at s_t = log(2 c_t L_t); a task with more batches only gets there in more steps.
 The factor that `steps.jsonl` logs as the update's `weight` is exp(-s_t) * c_t at that update,
-before the optimizer moves s_t. An update with a weight-0 skip never happens here: the factor is
+before the optimizer moves s_t (reading s_t for it costs one device synchronisation per update on
+a GPU). An update with a weight-0 skip never happens here: the factor is
 always positive.
 
 The log-variances live outside the model: the loop adds them to the optimizer as a group of
