@@ -319,3 +319,25 @@ def test_a_central_weight_search_refuses_a_scheme_that_takes_none(scheme, sample
     assert any(p.startswith("train.weighting: a weight search sweeps SIWLM's central weight; "
                             "use weighting: {scheme: siwlm, ...} or leave it out")
                for p in info.value.problems), info.value.problems
+
+
+def test_a_study_compares_the_methods_with_the_same_seeds(sample_data_dir):
+    from sweep.spec import load_study_spec
+
+    spec = load_study_spec({
+        "study": "methods", "central_tasks": ["rte"], "seeds": [1, 2],
+        "train": {"data_dir": str(sample_data_dir), "tasks": list(TASKS),
+                  "weighting": {"scheme": "equal"}},
+        "search": {"strategy": "grid", "space": {
+            "weighting.scheme": {"choices": ["equal", "uncertainty", "dwa"]},
+            "sampling.scheme": {"choices": ["shuffle", "proportional", "sqrt"]}}}})
+    points = spec.space.grid("rte")
+    assert len(points) == 9
+    seen = set()
+    for point in points:
+        for seed in (1, 2):
+            cfg = spec.for_cell("rte", point, seed, "/tmp/unused")
+            assert (cfg.weighting.scheme, cfg.sampling.scheme, cfg.seed) == (
+                point["weighting.scheme"], point["sampling.scheme"], seed)
+            seen.add((cfg.weighting.scheme, cfg.sampling.scheme))
+    assert len(seen) == 9
