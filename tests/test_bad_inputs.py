@@ -213,6 +213,34 @@ CASES = [
      ["warm_start", "outside"]),
     ("mysql without driver", lambda w: ["inspect", "--storage", "mysql://u@127.0.0.1/db"],
      ["MySQLdb", "install"]),
+    # The baselines' settings (uncertainty and DWA weighting, sampling rules by size).
+    ("temperature 0", lambda w: ["train", "--config", _write(w, "r.yaml", run_yaml(w)),
+                                 "--set", "sampling={scheme: temperature, T: 0}"],
+     ["sampling.T", "> 0"]),
+    ("temperature cap 0", lambda w: ["train", "--config", _write(w, "r.yaml", run_yaml(w)),
+                                     "--set", "sampling={scheme: temperature, T: 2, cap: 0}"],
+     ["sampling.cap", ">= 1"]),
+    ("unimax max_epochs 0", lambda w: ["train", "--config", _write(w, "r.yaml", run_yaml(w)),
+                                       "--set", "sampling={scheme: unimax, max_epochs: 0}"],
+     ["sampling.max_epochs", ">= 1"]),
+    ("dwa temperature 0", lambda w: ["train", "--config", _write(w, "r.yaml", run_yaml(w)),
+                                     "--set", "weighting={scheme: dwa, temperature: 0}"],
+     ["weighting.temperature", "> 0"]),
+    ("uncertainty with a central weight", lambda w: [
+        "train", "--config", _write(w, "r.yaml", run_yaml(w)),
+        "--set", "weighting={scheme: uncertainty, central_weight: 9}"],
+     ["weighting.central_weight", "cannot take central_weight", "siwlm"]),
+    ("uncertainty in a weight search", lambda w: ["launch", _write(w, "s.yaml", study_yaml(
+        w).replace("  epochs: 1\n", "  epochs: 1\n  weighting: {scheme: uncertainty}\n"))],
+     ["train.weighting", "central weight", "siwlm"]),
+    ("unknown scheme in a search dimension", lambda w: ["launch", _write(
+        w, "s.yaml", study_yaml(w).replace("weights: [1, 9]\n", "search: {space: {"
+                                           "weighting.scheme: {choices: [equal, dwaa]}}}\n"))],
+     ["weighting.scheme", "unknown scheme 'dwaa'", "choose one of"]),
+    ("unknown sampling rule in a search dimension", lambda w: ["launch", _write(
+        w, "s.yaml", study_yaml(w).replace("weights: [1, 9]\n", "search: {space: {"
+                                           "sampling.scheme: {choices: [shuffle, sqroot]}}}\n"))],
+     ["sampling.scheme", "unknown scheme 'sqroot'", "choose one of"]),
 ]
 
 

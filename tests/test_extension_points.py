@@ -173,23 +173,29 @@ def _batches(sizes: Mapping[str, int]) -> dict[str, list[np.ndarray]]:
 def assert_sampler_contract(sampler: Sampler, sizes: Mapping[str, int], seed: int,
                             epoch: int) -> Plan:
     """What every sampler promises (`Sampler.order`): one task per batch, each update a batch
-    of its task, no batch twice, each task's batches used as `batches_used` says, and the plan a
-    pure function of (seed, epoch) that a rebuilt sampler (a resumed run) reproduces."""
+    of its task, no batch twice (a sampler that `repeats_batches`: a task's batches in whole
+    passes, none used again before all of its task's were), each task's batches used as
+    `batches_used` says, and the plan a pure function of (seed, epoch) that a rebuilt sampler
+    (a resumed run) reproduces."""
     batches = _batches(sizes)
     plan = sampler.order(batches, seed, epoch)
     owner = {int(b[0]): task for task, bs in batches.items() for b in bs}
-    used: list[int] = []
+    uses = dict.fromkeys(owner, 0)
     for task, batch in plan:
         rows = {int(r) for r in batch}
         assert len(rows) == 1 and owner[rows.pop()] == task, "one task per batch, its own"
-        used.append(int(batch[0]))
-    assert len(used) == len(set(used)), "a batch was used twice"
+        row = int(batch[0])
+        if not sampler.repeats_batches:
+            assert uses[row] == 0, "a batch was used twice"
+        # Whole passes: the batch used is one of its task's least used so far.
+        assert uses[row] == min(uses[int(b[0])] for b in batches[task]), "a batch reused early"
+        uses[row] += 1
     claimed = sampler.batches_used(sizes)
     assert set(claimed) == set(sizes)
     for task, n in sizes.items():
         count = sum(t == task for t, _ in plan)
         if claimed[task] is None:
-            assert 0 <= count <= n, (task, count)
+            assert 0 <= count <= (len(plan) if sampler.repeats_batches else n), (task, count)
         else:
             assert count == claimed[task], (task, count, claimed[task])
     again = build_sampler(sampler.settings, sampler.tasks).order(batches, seed, epoch)
@@ -205,6 +211,10 @@ SAMPLINGS: dict[str, list[dict[str, Any]]] = {
                  {"weights": {"qa": 0.7, "mc": 0.3, "cls": 0}},
                  {"weights": {"qa": 0.8}, "epoch_ends_with": "qa"},
                  {"weights": {"qa": 0.5, "mc": 0}, "others": 0.5, "epoch_ends_with": "cls"}],
+    "proportional": [{}],
+    "sqrt": [{}],
+    "temperature": [{"T": 2}, {"T": 1}, {"T": 5, "cap": 3}, {"T": 0.5, "cap": 1}],
+    "unimax": [{"max_epochs": 1}, {"max_epochs": 2.5}, {"max_epochs": 100}],
 }
 
 
@@ -292,7 +302,7 @@ def test_a_new_sampler_is_one_module_and_a_registration(blocks, sample_data_dir:
     problems: list[str] = []
     parse_sampling({"scheme": "nope"}, ["rte"], problems)
     assert problems == ["sampling.scheme: unknown scheme 'nope'; choose one of shuffle, "
-                        "weighted, blocks"]
+                        "weighted, proportional, sqrt, temperature, unimax, blocks"]
 
 
 def test_a_task_group_search_drops_what_the_new_sampler_names(blocks,
@@ -319,7 +329,8 @@ def test_registering_a_sampler_is_checked() -> None:
     with pytest.raises(TypeError, match="SamplerSettings"):
         register_sampler(type("Bare", (BlockSampler,), {"name": "bare",
                                                         "settings_type": dict}))
-    assert set(SAMPLERS) == {"shuffle", "weighted"}
+    assert set(SAMPLERS) == {"shuffle", "weighted", "proportional", "sqrt", "temperature",
+                             "unimax"}
 
 
 # --- adding a search strategy ---------------------------------------------------------------

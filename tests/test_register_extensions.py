@@ -162,8 +162,8 @@ def test_registered_scheme_goes_through_the_registry(central_only):
 def test_an_unregistered_scheme_is_unknown_again():
     register_scheme(CentralOnlyScheme)
     unregister_scheme("central_only")
-    with pytest.raises(ConfigError, match="unknown scheme 'central_only'; choose one of equal, "
-                                          "siwlm, static"):
+    with pytest.raises(ConfigError, match="unknown scheme 'central_only'; choose one of dwa, "
+                                          "equal, siwlm, static, uncertainty"):
         load_config({"tasks": ["rte"], "weighting": {"scheme": "central_only"}})
     with pytest.raises(TypeError):
         register_scheme(CentralOnlySettings)  # type: ignore[arg-type]

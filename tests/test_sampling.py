@@ -99,4 +99,4 @@ def test_unknown_scheme():
     problems: list[str] = []
     parse_sampling({"scheme": "roundrobin"}, TASKS, problems)
     assert problems == ["sampling.scheme: unknown scheme 'roundrobin'; choose one of shuffle, "
-                        "weighted"]
+                        "weighted, proportional, sqrt, temperature, unimax"]

@@ -75,8 +75,9 @@ def test_missing_data_dir_and_encoder_are_named(sample_data_dir, tmp_path):
 
 
 def test_unknown_scheme_lists_the_known_ones(sample_data_dir):
-    problems = problems_of(base(sample_data_dir, weighting={"scheme": "uncertainty"}))
-    assert any("siwlm" in p and "equal" in p and "static" in p for p in problems)
+    problems = problems_of(base(sample_data_dir, weighting={"scheme": "gradnorm"}))
+    assert any("siwlm" in p and "equal" in p and "static" in p and "uncertainty" in p
+               and "dwa" in p for p in problems)
 
 
 def test_overrides_parse_yaml_values(sample_data_dir):

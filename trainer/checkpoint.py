@@ -1,4 +1,5 @@
-"""Epoch-end checkpoints: safetensors weights plus optimizer, scheduler, RNG and run state.
+"""Epoch-end checkpoints: safetensors weights plus optimizer, scheduler, RNG and run state (and
+the weighting scheme's own state, for a scheme that has one).
 
 A checkpoint folder is written under a temporary name and renamed when complete, so a run
 killed mid-write never leaves a checkpoint that looks valid but is not.
@@ -88,8 +89,10 @@ def save_checkpoint(
     scheduler: Any,
     meta: dict[str, Any],
     keep: int | None = 1,
+    scheme_state: dict[str, Any] | None = None,
 ) -> Path:
-    """Write epoch `epoch`'s checkpoint and drop all but the newest `keep` (None: keep all)."""
+    """Write epoch `epoch`'s checkpoint and drop all but the newest `keep` (None: keep all).
+    `scheme_state` is the weighting scheme's own state (`Scheme.state_dict`), if it has any."""
     root = output_dir / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"epoch-{epoch:03d}"
@@ -103,6 +106,7 @@ def save_checkpoint(
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
                 "rng": rng_state(),
+                **({"scheme": scheme_state} if scheme_state else {}),
             },
             tmp / STATE,
         )
@@ -239,12 +243,15 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     device: torch.device,
-) -> None:
+) -> dict[str, Any]:
+    """Restore the model, optimizer, scheduler and RNGs; the checkpoint's state (its `scheme`
+    entry, where the weighting scheme saved one, is the loop's to restore)."""
     load_model(model, str(ckpt.weights), device=str(device))
     state = ckpt.state or torch.load(ckpt.path / STATE, map_location="cpu", weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     restore_rng(state["rng"])
+    return state
 
 
 def initial_weights_file(source: str, warn: Callable[[str], None] = print) -> Path:

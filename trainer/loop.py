@@ -141,7 +141,9 @@ def set_up(cfg: RunConfig, resume: bool = False, stage: str = "multitask",
 
     _seed_everything(cfg.seed)
     model = _build_model(cfg, encoder_path, ckpt, runtime)
-    optimizer = build_optimizer(model, cfg, runtime.device)
+    # What the scheme learns with the model (uncertainty weighting's log-variances), if anything.
+    learned = scheme.setup({t.name: t.type for t in cfg.tasks}, runtime.device)
+    optimizer = build_optimizer(model, cfg, runtime.device, learned)
     # Each epoch's batch order is a pure function of (seed, epoch): build it once, here, where
     # the schedule needs the total number of updates, and train from the same lists below.
     sampler = build_sampler(cfg.sampling, cfg.task_names)
@@ -232,7 +234,9 @@ def _open_output(run: StageRun, quiet: bool) -> Progress:
     out.mkdir(parents=True, exist_ok=True)
     if ckpt is not None:
         if ckpt.kept == FULL:
-            load_checkpoint(ckpt, run.model, run.optimizer, run.scheduler, run.runtime.device)
+            state = load_checkpoint(ckpt, run.model, run.optimizer, run.scheduler,
+                                    run.runtime.device)
+            run.scheme.load_state_dict(state.get("scheme") or {})
         meta = ckpt.meta
         progress = Progress(meta["history"], meta["global_step"], meta["examples_seen"],
                             meta["elapsed_s"], meta["train_time_s"])
@@ -287,7 +291,18 @@ def _train_epoch(run: StageRun, epoch: int, progress: Progress, tracker: Tracker
     progress.train_time += time.perf_counter() - started
     if skipped and not quiet:
         tqdm.write(f"epoch {epoch}: {skipped} batches with weight 0 skipped (no update)")
+    run.scheme.end_epoch(epoch, _task_means(plan, losses))
     return float(torch.stack(losses).mean()) if losses else float("nan")
+
+
+def _task_means(plan: list[tuple[str, np.ndarray]], losses: list[torch.Tensor]
+                ) -> dict[str, float]:
+    """Each task's mean (unweighted) batch loss over the epoch, for the tasks it trained."""
+    values = torch.stack(losses).float().cpu().tolist() if losses else []
+    by_task: dict[str, list[float]] = {}
+    for (task, _), value in zip(plan, values, strict=True):
+        by_task.setdefault(task, []).append(value)
+    return {task: sum(v) / len(v) for task, v in by_task.items()}
 
 
 def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.ndarray
@@ -312,7 +327,7 @@ def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.nda
             loss = (loss + soft_loss) / 2
     if not skip:
         run.optimizer.zero_grad(set_to_none=True)
-        total = loss * weight
+        total = run.scheme.weighted_loss(task, loss, weight)  # default: loss * weight
         if cfg.adversarial.enabled:  # unweighted, as the reference adds it after the task weight
             total = total + cfg.adversarial.weight * smart_loss(
                 model, task, batch, logits, cfg.adversarial)
@@ -357,6 +372,7 @@ def _end_epoch(run: StageRun, epoch: int, train_loss: float, progress: Progress,
               "train_time_s": progress.train_time,
               **resume_record(cfg, run.runtime.precision, run.sources)},
         keep=None if cfg.checkpoints == "all" else cfg.keep_checkpoints,
+        scheme_state=run.scheme.state_dict(),
     )
     if not quiet:
         summary = "  ".join(f"{t} {cfg.task(t).primary_metric}={v:.4f}"

@@ -10,6 +10,7 @@ running maximum of the gradient, which costs MRPC several points at MT-DNN's 0.0
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -111,22 +112,28 @@ def decay_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Paramete
 
 
 def build_optimizer(
-    model: nn.Module, cfg: RunConfig, device: torch.device
+    model: nn.Module, cfg: RunConfig, device: torch.device,
+    extra: Sequence[dict[str, Any]] = (),
 ) -> torch.optim.Optimizer:
+    """The run's optimizer over the model's parameters, plus the `extra` parameter groups (a
+    weighting scheme's learned tensors: `Scheme.setup`), which are never weight-decayed."""
     decay, no_decay = decay_groups(model)
     if cfg.optimizer == "adamw":
         groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]
+                  {"params": no_decay, "weight_decay": 0.0},
+                  *({**g, "weight_decay": 0.0} for g in extra)]
         # foreach kernels batch the per-parameter updates; fused AdamW is faster still on CUDA.
         if device.type == "cuda":
             return torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
         return torch.optim.AdamW(groups, lr=cfg.lr, foreach=True)
     if cfg.optimizer == "radam":  # rectified Adam; weight decay decoupled, as in AdamW
         groups = [{"params": decay, "weight_decay": cfg.weight_decay},
-                  {"params": no_decay, "weight_decay": 0.0}]
+                  {"params": no_decay, "weight_decay": 0.0},
+                  *({**g, "weight_decay": 0.0} for g in extra)]
         return torch.optim.RAdam(groups, lr=cfg.lr, decoupled_weight_decay=True, foreach=True)
     groups = [{"params": decay, "decoupled_weight_decay": cfg.weight_decay},
-              {"params": no_decay, "decoupled_weight_decay": 0.0}]
+              {"params": no_decay, "decoupled_weight_decay": 0.0},
+              *({**g, "decoupled_weight_decay": 0.0} for g in extra)]
     return AdamaxW(groups, lr=cfg.lr, eps=cfg.adamax.eps,
                    bias_correction=cfg.adamax.bias_correction, foreach=True)
 

@@ -5,6 +5,10 @@ YAML (`sampling` key of a run config):
     sampling: {scheme: shuffle}                       # MT-DNN (the default)
     sampling: {scheme: weighted, weights: {squad2: 0.8}, epoch_ends_with: squad2}
                                                       # + others: share | number
+    sampling: {scheme: proportional}                  # p_t ∝ n_t (batches)
+    sampling: {scheme: sqrt}                          # p_t ∝ sqrt(n_t)
+    sampling: {scheme: temperature, T: 2, cap: 65536} # p_t ∝ min(n_t, cap)^(1/T) (T5)
+    sampling: {scheme: unimax, max_epochs: 4}         # UniMax's allocation (Chung et al.)
 
 The order composes with any loss-weighting scheme: weighting schemes see each update's task,
 epoch and step, whatever order produced it.
@@ -21,6 +25,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from trainer.sampling._shuffle import ShuffleSampler, ShuffleSettings
+from trainer.sampling._sizes import (
+    ProportionalSampler,
+    ProportionalSettings,
+    SizeRuleSampler,
+    SqrtSampler,
+    SqrtSettings,
+    TemperatureSampler,
+    TemperatureSettings,
+)
+from trainer.sampling._unimax import UnimaxSampler, UnimaxSettings
 from trainer.sampling._weighted import WeightedSampler, WeightedSettings
 from trainer.sampling.base import PREFIX, Batches, Plan, Sampler, SamplerSettings
 from weightsearch.fields import unknown_keys
@@ -47,12 +61,14 @@ def unregister_sampler(name: str) -> None:
     SAMPLERS.unregister(name)
 
 
-for _builtin in (ShuffleSampler, WeightedSampler):
+for _builtin in (ShuffleSampler, WeightedSampler, ProportionalSampler, SqrtSampler,
+                 TemperatureSampler, UnimaxSampler):
     register_sampler(_builtin)
 del _builtin
 
-__all__ = ["SAMPLERS", "Batches", "Plan", "Sampler", "SamplerSettings", "ShuffleSettings",
-           "WeightedSettings", "build_sampler", "keep_tasks", "parse_sampling",
+__all__ = ["SAMPLERS", "Batches", "Plan", "ProportionalSettings", "Sampler", "SamplerSettings",
+           "ShuffleSettings", "SizeRuleSampler", "SqrtSettings", "TemperatureSettings",
+           "UnimaxSettings", "WeightedSettings", "build_sampler", "keep_tasks", "parse_sampling",
            "register_sampler", "unregister_sampler"]
 
 

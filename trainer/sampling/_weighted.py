@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from trainer.sampling.base import PREFIX, Batches, Plan, Sampler, SamplerSettings, rng
+from trainer.sampling.base import PREFIX, Batches, Plan, Sampler, SamplerSettings, pick, rng
 
 SHARE = "share"
 
@@ -150,7 +150,6 @@ class WeightedSampler(Sampler):
             if not live:
                 return plan
             w = np.array([self.weights[t] for t in live])
-            task = live[int(np.searchsorted(np.cumsum(w / w.sum()), draw.random(),
-                                            side="right").clip(max=len(live) - 1))]
+            task = live[int(pick(w, draw.random()))]
             plan.append((task, queues[task][used[task]]))
             used[task] += 1

@@ -64,10 +64,16 @@ class Sampler(abc.ABC):
     `order` must be a pure function of its arguments: a resumed run rebuilds the plans and must
     get the same updates as an uninterrupted one. Randomness comes from
     `np.random.default_rng([seed, epoch, ...])`.
+
+    A sampler whose class sets `repeats_batches` (a size rule that draws a small task more
+    often than it has batches) may use a batch more than once in an epoch, in whole passes: no
+    batch of a task is used a (k+1)-th time before every batch of that task was used k times
+    (`in_passes`). Every other sampler uses each batch at most once.
     """
 
     name: ClassVar[str]
     settings_type: ClassVar[type[SamplerSettings]]
+    repeats_batches: ClassVar[bool] = False
 
     def __init__(self, settings: Any, tasks: Sequence[str]) -> None:
         self.settings = settings
@@ -79,10 +85,35 @@ class Sampler(abc.ABC):
 
     def batches_used(self, sizes: Mapping[str, int]) -> dict[str, int | None]:
         """How many of each task's batches an epoch uses, given each task's number of batches;
-        None where the draws decide (then anywhere from none to all of them). What `order`
-        promises, and what the conformance tests hold it to. Default: every batch."""
+        None where the draws decide (then anywhere from none to all of them, or, for a sampler
+        that `repeats_batches`, any number of uses). What `order` promises, and what the
+        conformance tests hold it to. Default: every batch."""
         return {task: int(n) for task, n in sizes.items()}
 
 
 def rng(seed: int, epoch: int, *stream: int) -> np.random.Generator:
     return np.random.default_rng([int(seed) % 2**32, int(epoch) % 2**32, *stream])
+
+
+def in_passes(task_batches: list[np.ndarray], count: int, seed: int, epoch: int, task: int,
+              keep_order: bool = False) -> list[np.ndarray]:
+    """`count` uses of a task's batches (`task`: its index in the run), in whole passes: each
+    pass uses every batch once, in an order of its own (`keep_order`: the order given), and the
+    last pass stops where `count` is reached."""
+    n = len(task_batches)
+    if count > 0 and n == 0:
+        raise ValueError(f"{count} batches asked of a task that has none")
+    out: list[np.ndarray] = []
+    passes = 0
+    while len(out) < count:
+        order = range(n) if keep_order else rng(seed, epoch, 7, task, passes).permutation(n)
+        out.extend(task_batches[i] for i in order)
+        passes += 1
+    return out[:count]
+
+
+def pick(weights: np.ndarray, u: Any) -> Any:
+    """The index drawn with probability proportional to `weights` (>= 0, not all 0) for a
+    uniform draw `u` in [0, 1) (an array of draws gives an array of indices)."""
+    return np.searchsorted(np.cumsum(weights / weights.sum()), u, side="right").clip(
+        max=len(weights) - 1)

@@ -6,6 +6,10 @@ YAML (`weighting` key of a run config):
                                                      #   focus_span, off_focus
     weighting: {scheme: equal}
     weighting: {scheme: static, weights: {rte: 3}}   # unlisted tasks get 1.0
+    weighting: {scheme: uncertainty}                 # learned log-variances (Kendall et al.)
+                                                     #   + lr
+    weighting: {scheme: dwa}                         # dynamic weight average (Liu et al.)
+                                                     #   + temperature
 
 A config without a `weighting` key trains with `equal` (plain MT-DNN): SIWLM cannot default,
 because its central weight is the very value a search has to choose. A `weighting` mapping
@@ -14,7 +18,9 @@ must name its scheme.
 Adding a scheme: one module with its settings (a frozen dataclass mixing in `base.Settings`,
 whose `scheme` field names it) and its `Scheme` subclass, and one `register_scheme` call (the
 built-in ones are below). What other code needs to know about a scheme, its settings class
-says itself (e.g. `Settings.has_central_weight`, which a weight search reads).
+says itself (e.g. `Settings.has_central_weight`, which a weight search reads). A scheme whose
+weights are learned or follow the losses (uncertainty, dwa) uses the hooks of `base.Scheme`
+(`setup`, `weighted_loss`, `end_epoch`, `state_dict`); the others leave them alone.
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ from collections.abc import Mapping, Sequence
 from typing import Union
 
 from trainer.weighting._checks import PREFIX
+from trainer.weighting._dwa import DwaScheme, DwaSettings
 from trainer.weighting._equal import EqualScheme, EqualSettings
 from trainer.weighting._siwlm import VARIANTS, SiwlmScheme, SiwlmSettings
 from trainer.weighting._static import StaticScheme, StaticSettings
+from trainer.weighting._uncertainty import UncertaintyScheme, UncertaintySettings
 from trainer.weighting.base import Scheme, Settings, WeightingScheme
 from weightsearch.errors import ConfigError
 from weightsearch.registry import Registry
@@ -34,6 +42,8 @@ from weightsearch.registry import Registry
 __all__ = [
     "SCHEMES",
     "VARIANTS",
+    "DwaScheme",
+    "DwaSettings",
     "EqualScheme",
     "EqualSettings",
     "Scheme",
@@ -42,6 +52,8 @@ __all__ = [
     "SiwlmSettings",
     "StaticScheme",
     "StaticSettings",
+    "UncertaintyScheme",
+    "UncertaintySettings",
     "WeightingScheme",
     "WeightingSettings",
     "build_scheme",
@@ -53,7 +65,8 @@ __all__ = [
 ]
 
 # The built-in settings types; a registered scheme brings its own `Settings` subclass.
-WeightingSettings = Union[SiwlmSettings, EqualSettings, StaticSettings]  # noqa: UP007
+WeightingSettings = Union[  # noqa: UP007
+    SiwlmSettings, EqualSettings, StaticSettings, UncertaintySettings, DwaSettings]
 
 def _has_settings(scheme: type[Scheme]) -> None:
     settings = getattr(scheme, "settings_type", None)
@@ -81,7 +94,7 @@ def unregister_scheme(name: str) -> None:
     SCHEMES.unregister(name)
 
 
-for _builtin in (SiwlmScheme, EqualScheme, StaticScheme):
+for _builtin in (SiwlmScheme, EqualScheme, StaticScheme, UncertaintyScheme, DwaScheme):
     register_scheme(_builtin)
 del _builtin
 

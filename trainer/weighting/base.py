@@ -37,9 +37,28 @@ class Scheme(abc.ABC):
       update, or None.
 
     `epoch` counts from 1; `step` is the update index within the epoch, from 0, counting every
-    batch of every task. All three are pure functions of their arguments: no state changes
-    between calls, so the loop may call them in any order and a resumed run gets the weights
-    of an uninterrupted one.
+    batch of every task. All three are pure functions of their arguments and of the scheme's
+    state: no call changes that state, so the loop may call them in any order.
+
+    A scheme may have state: weights learned with the model (uncertainty weighting's
+    log-variances) or taken from the losses of past epochs (DWA). It changes only through the
+    hooks below, which the loop calls at fixed points, and `state_dict` holds all of it, so that
+    a resumed run gets the weights of an uninterrupted one. The defaults are those of a
+    stateless scheme whose batch loss is multiplied by `weight` (siwlm, equal, static):
+
+    - `setup(task_types, device)` once per run, after the model is built and before the
+      optimizer is: the run's task types (task -> type name) and the device. Returns the
+      optimizer parameter groups of the tensors the scheme learns (`{"params": [...]}`, an
+      `lr` of their own where the scheme says); the loop adds them to the optimizer without
+      weight decay, and leaves them out of the model's gradient clipping. Default: none.
+    - `weighted_loss(task, loss, weight)` once per update that is not skipped (weight 0),
+      after the forward pass, with the batch's loss (a tensor, plain mean over its examples)
+      and what `weight` returned for it: the batch's contribution to the total loss, through
+      which the scheme's parameters get their gradient. Default: `loss * weight`.
+    - `end_epoch(epoch, task_losses)` after the epoch's last update, before its checkpoint: each
+      task's mean (unweighted) batch loss over the epoch, for the tasks that had batches in it.
+    - `state_dict()` with every epoch checkpoint, and `load_state_dict(state)` when a run resumes
+      from one, after `setup` and before its first update. Default: no state.
     """
 
     name: ClassVar[str]
@@ -62,6 +81,26 @@ class Scheme(abc.ABC):
     def focus(self, epoch: int, step: int) -> str | None:
         """The task favoured at this update, or None."""
         self._check_position(epoch, step)
+        return None
+
+    def setup(self, task_types: Mapping[str, str], device: Any) -> list[dict[str, Any]]:
+        """The optimizer parameter groups of what the scheme learns (see the class docstring)."""
+        return []
+
+    def weighted_loss(self, task: str, loss: Any, weight: float) -> Any:
+        """The batch's contribution to the total loss (see the class docstring)."""
+        return loss * weight
+
+    def end_epoch(self, epoch: int, task_losses: Mapping[str, float]) -> None:
+        """Each task's mean training loss over `epoch` (see the class docstring)."""
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs to give the weights of an uninterrupted one."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what `state_dict` returned."""
         return None
 
     def _check_position(self, epoch: int, step: int, task: str | None = None) -> None:
