@@ -117,3 +117,40 @@ def _mean_label(seeds: list[int]) -> str:
         n = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}"
         return f"mean ± 1 sd over seeds (n={n} per weight)"
     return "mean (one seed per weight: no error bar)"
+
+
+def plot_budget(reports: list[Any], title: str, path: str | Path) -> Path:
+    """Total score against the budget (networks), one panel per grouping study (BudgetReport
+    objects): the best choice at each budget, its groups written beside it, and the two fixed
+    answers (one network per task, one for all tasks) as lines."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(reports), figsize=(4.2 * len(reports), 3.2), squeeze=False)
+    for ax, report in zip(axes.flat, reports, strict=False):
+        shown = [(b, c) for b, c in report.choices.items() if c is not None]
+        ax.plot([b for b, _ in shown], [c.total for _, c in shown], "o-", color="tab:blue",
+                zorder=3, label="best choice of networks")
+        for b, c in shown:
+            ax.annotate(" | ".join("+".join(g) + ("*" if g in c.estimated else "")
+                                   for g in c.groups),
+                        (b, c.total), textcoords="offset points", xytext=(3, -10), fontsize=6,
+                        color="0.3")
+        for fixed, style, label in ((report.singles, "--", "one network per task"),
+                                    (report.everything, ":", "one network for all tasks")):
+            if fixed is not None:
+                ax.axhline(fixed.total, color="0.5", linestyle=style, zorder=1, label=label)
+        ax.set_title(f"{report.study} ({len(report.tasks)} tasks)")
+        ax.set_xlabel("budget: networks trained and served")
+        ax.set_ylabel("total of the tasks' primary metrics on dev")
+        ax.set_xticks(range(1, len(report.tasks) + 1))
+        ax.grid(alpha=0.3)
+    found: dict[str, Any] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            found.setdefault(label, handle)
+    single = all(set(r.seeds.values()) <= {1} for r in reports)
+    fig.suptitle(f"{title}: " + ("one seed per network (single runs)" if single
+                                 else "means over seeds") + "; * estimated from pairs")
+    fig.tight_layout()
+    fig.legend(list(found.values()), list(found), loc="upper center",
+               bbox_to_anchor=(0.5, 0.0), ncol=len(found), frameon=False)
+    return save(fig, path)

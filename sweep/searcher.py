@@ -55,6 +55,7 @@ from sweep.trainable import (
     SUMMARY_JSON,
     Carried,
     attempt_folder,
+    epoch_objective,
 )
 
 _PROPOSALS = 20  # guided search: proposals tried when other drivers keep winning the cells
@@ -331,6 +332,8 @@ class CellSearcher(Searcher):
     def _complete(self, live: _Live) -> float:
         summary, central = live.summary or {}, live.plan.central
         history = summary.get("history") or []
+        if live.plan.primary_metric == S.GROUP_MEAN:
+            return self._complete_group(live, summary, history)
         best_epoch = int(summary["best_epoch"][central])
         at_best = next((h["metrics"] for h in history if h["epoch"] == best_epoch), {})
         tuned = summary.get("finetuned") or {}
@@ -350,9 +353,30 @@ class CellSearcher(Searcher):
                 score = h["metrics"][central][live.plan.primary_metric]
                 if isinstance(score, int | float) and math.isfinite(score):
                     trial.report(float(score), step=h["epoch"])
+        return self._finish(live, summary, at_best, best_epoch, value)
+
+    def _complete_group(self, live: _Live, summary: dict[str, Any],
+                        history: list[dict[str, Any]]) -> float:
+        """A network of a budgeted grouping study: one epoch for all its tasks, the one where
+        the mean of their primary metrics peaks (the first on a tie); every task's metrics
+        at that epoch are its scores in this network."""
+        for h in history:  # epochs trained before a resume reach Optuna here
+            if h["epoch"] not in live.values:
+                live.values[h["epoch"]] = epoch_objective(h["metrics"], h["primary"], "",
+                                                          S.GROUP_MEAN)
+                live.trial.report(live.values[h["epoch"]], step=h["epoch"])
+        means = {h["epoch"]: epoch_objective(h["metrics"], h["primary"], "", S.GROUP_MEAN)
+                 for h in history}
+        best_epoch = max(means, key=lambda e: (means[e], -e))
+        at_best = next(h["metrics"] for h in history if h["epoch"] == best_epoch)
+        return self._finish(live, summary, at_best, best_epoch, means[best_epoch])
+
+    def _finish(self, live: _Live, summary: dict[str, Any], at_best: dict[str, Any],
+                best_epoch: int, value: float) -> float:
+        trial = live.trial
         trial.set_user_attr(S.T_METRICS, at_best)
         trial.set_user_attr(S.T_FINAL_METRICS, summary.get("final", {}))
-        trial.set_user_attr(S.T_HISTORY, history)
+        trial.set_user_attr(S.T_HISTORY, summary.get("history") or [])
         trial.set_user_attr(S.T_BEST_EPOCH, best_epoch)
         trial.set_user_attr(S.T_WALL_TIME, float(summary.get("wall_time_s", 0.0)))
         trial.set_user_attr(S.T_EXAMPLES_PER_S, float(summary.get("train_examples_per_s", 0.0)))
@@ -395,8 +419,9 @@ def _create_trial(plan: CentralPlan, unit: Unit, point: Point, cell: str,
         attrs[S.T_SLOT] = unit.key
     if not space.central_weight_only:
         attrs[S.T_POINT] = {k: list(v) if isinstance(v, tuple) else v for k, v in point.items()}
-    if space.group is not None:
-        attrs[S.T_GROUP] = list(point[space.group.path])
+    grouped = space.group or space.groups
+    if grouped is not None:
+        attrs[S.T_GROUP] = list(point[grouped.path])
     if unit.budget is not None:
         attrs[S.T_BUDGET] = unit.budget
     template = optuna.trial.create_trial(
