@@ -235,8 +235,10 @@ def _render_grouped(studies: list[CentralStudy], name: str, fmt: str,
     """A budgeted grouping study: its networks (cells), then per budget the groups chosen."""
     cells = cell_rows(studies)
     if fmt == "json":
-        out = [{**s.summary(), "cells": [r for r in cells if r["central_task"] ==
-                                         s.central_task],
+        # no central weight: the summary's best-weight fields would say "no finished trial"
+        out = [{**{k: v for k, v in s.summary().items() if not k.startswith("best")
+                   and k != "verdict"},
+                "cells": [r for r in cells if r["central_task"] == s.central_task],
                 **({"grouping": budget_dict(grouped[s.name])} if s.name in grouped else {})}
                for s in studies]
         return json.dumps({"study": name, "central_tasks": out}, indent=2)

@@ -99,6 +99,20 @@ def test_budget_sample_study_runs_and_inspect_prints_the_table(sample_data_dir, 
     finally:
         ray.shutdown()
     assert summary.finished and summary.ran == 15 and summary.failed == 0
+    import optuna
+
+    study = optuna.load_study(study_name="budget-sample/groups", storage=url)
+    primary = study.user_attrs[S.A_GROUP_METRICS]
+    assert list(primary) == ["sst2", "mrpc", "stsb", "cola"]
+    groups = set()
+    for t in study.get_trials():  # every task of the network scored; value: their mean
+        group = t.user_attrs[S.T_POINT]["tasks"]
+        groups.add(tuple(group))
+        metrics = t.user_attrs[S.T_METRICS]
+        assert set(metrics) == set(group) and t.user_attrs[S.T_GROUP] == group
+        mean = sum(metrics[task][primary[task]] for task in group) / len(group)
+        assert t.value == pytest.approx(mean)
+    assert len(groups) == 15
     capsys.readouterr()
     assert main(["inspect", "budget-sample", "--storage", url]) == 0
     out = capsys.readouterr().out
