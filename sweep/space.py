@@ -645,7 +645,11 @@ def _parse_groups(spec: Mapping[str, Any], tasks: Sequence[str], problems: list[
                         f"pairwise networks) to {max(2, len(out))} (every group), got "
                         f"{max_size!r}; leave it out to train every group")
     if len(problems) > before:
-        return None
+        # Refused already; still a grouping space, so that the checks that follow judge the
+        # study as one (and not as the default weight search) and add no other message.
+        max_size = None
+        if not out:
+            return None
     order = {t: i for i, t in enumerate(tasks)}
     return Dimension(GROUP, candidates=tuple(sorted(out, key=lambda t: order.get(t, 0))),
                      groups_of=True, max_size=None if max_size == len(out) else max_size)

@@ -51,7 +51,7 @@ def test_a_grouping_study_has_one_study_and_trains_each_group_alone(sample_data_
      "no group contains cola"),
     ({"search": {"space": {"tasks": {"groups_of": list(TASKS), "max_size": 1}}}},
      "max_size: expected a whole number from 2"),
-    ({"search": {"space": {"tasks": {"groups_of": ["rte", "qqp"]}}}}, "'qqp' is not among"),
+    ({"search": {"space": {"tasks": {"groups_of": [*TASKS, "qqp"]}}}}, "'qqp' is not among"),
     ({"central_tasks": ["rte"]}, "has no central task"),
     ({"aux_tasks": ["rte"]}, "remove aux_tasks"),
     ({"search": {"strategy": "guided", "n_trials": 3,
@@ -62,8 +62,9 @@ def test_a_grouping_study_has_one_study_and_trains_each_group_alone(sample_data_
     ({"scheduler": "asha"}, "use scheduler: fifo"),
 ])
 def test_bad_grouping_studies_are_refused(sample_data_dir, tmp_path, change, words) -> None:
-    with pytest.raises(ConfigError, match=words):
+    with pytest.raises(ConfigError, match=words) as refused:
         load_study_spec(_spec(sample_data_dir, tmp_path, **change))
+    assert len(refused.value.problems) == 1, refused.value.problems  # one message
 
 
 def test_a_weighting_with_a_central_weight_is_refused(sample_data_dir, tmp_path) -> None:
