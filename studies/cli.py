@@ -19,7 +19,8 @@ def register_inspect(subparsers) -> None:
     p = subparsers.add_parser("inspect", help="progress of every study, or the cells of one",
                               description="Without STUDY: every study with its progress. With "
                               "STUDY (base name or <study>/<central>): every cell and the best "
-                              "central weight per central task.")
+                              "central weight per central task; for a grouping study (tasks: "
+                              "{groups_of: [...]}), the networks to train for each budget.")
     p.add_argument("study", nargs="?", help="a study name, e.g. glue or glue/rte")
     p.add_argument("--storage", default=None, help=STORAGE_HELP)
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",
