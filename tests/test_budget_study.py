@@ -46,6 +46,23 @@ def test_a_grouping_study_has_one_study_and_trains_each_group_alone(sample_data_
     assert len(pairs.space.grid(S.GROUPS_STUDY)) == 10
 
 
+def test_a_network_is_one_0_1_param_per_task_and_scores_the_mean_of_its_tasks(
+        sample_data_dir, tmp_path) -> None:
+    from sweep.trainable import epoch_objective
+
+    spec = load_study_spec(_spec(sample_data_dir, tmp_path))
+    space, point = spec.space, {"tasks": ("rte", "stsb")}
+    params = space.params(point, S.GROUPS_STUDY)
+    assert params == {"tasks.rte": 1, "tasks.mrpc": 0, "tasks.stsb": 1, "tasks.cola": 0}
+    assert space.point_from_params(params, S.GROUPS_STUDY) == point
+    assert space.point_from_params(dict.fromkeys(params, 0), S.GROUPS_STUDY) is None
+    assert set(space.distributions(S.GROUPS_STUDY)) == set(params)
+    metrics = {"rte": {"accuracy": 0.6}, "stsb": {"corr": 0.8, "pearson": 0.9}}
+    assert epoch_objective(metrics, {"rte": 0.6, "stsb": 0.8}, "rte", S.GROUP_MEAN) == \
+        pytest.approx(0.7)
+    assert epoch_objective(metrics, {"rte": 0.6, "stsb": 0.8}, "stsb", "pearson") == 0.9
+
+
 @pytest.mark.parametrize("change, words", [
     ({"search": {"space": {"tasks": {"groups_of": ["rte", "mrpc", "stsb"]}}}},
      "no group contains cola"),
