@@ -100,6 +100,28 @@ def test_selection_matches_brute_force_with_costs_per_network(seed: int) -> None
             _check(table, chosen, budget, costs)
 
 
+@pytest.mark.parametrize("seed", range(2))
+def test_eight_tasks_against_brute_force(seed: int) -> None:
+    rng = random.Random(2000 + seed)
+    tasks = tuple(f"t{i}" for i in range(8))
+    pool = [g for g in all_groups(tasks) if len(g) > 1]
+    groups = [(t,) for t in tasks] + rng.sample(pool, 6)  # singles: every budget of 8 serves
+    table = ScoreTable(tasks, {g: {t: round(rng.uniform(0.2, 0.9), 2) for t in g}
+                               for g in sorted(groups, key=all_groups(tasks).index)})
+    for b, chosen in select_each(table).items():
+        expected = _brute(table, b)
+        assert (chosen is None) == (expected is None)
+        if chosen is not None:
+            assert chosen.total == pytest.approx(expected)
+    costs = {g: float(len(g)) for g in table.scores}
+    for budget in (4.0, 8.0, 11.0):
+        expected = _brute(table, budget, costs)
+        chosen = select(table, budget, costs)
+        assert (chosen is None) == (expected is None)
+        if chosen is not None:
+            assert chosen.total == pytest.approx(expected)
+
+
 def test_ties_go_to_fewer_networks_and_a_larger_budget_never_scores_less() -> None:
     tasks = ("a", "b", "c")
     flat = {g: {t: 0.5 for t in g} for g in all_groups(tasks)}
