@@ -75,6 +75,17 @@ def test_domain_adaptation_example_starts_from_the_source_run(sample_data_dir, t
     assert sizes == [3, 300]  # ceil(1% of 300), all 300
 
 
+def test_budget_glue_example_loads_every_group(sample_data_dir):
+    from studies import schema as S
+    from sweep.spec import load_study_spec
+
+    spec = load_study_spec(EXAMPLES / "study-budget-glue.yaml",
+                           overrides=[f"train.data_dir={sample_data_dir}"])
+    assert spec.central_tasks == (S.GROUPS_STUDY,) and spec.tasks == ("rte", "mrpc", "stsb",
+                                                                      "cola")
+    assert len(spec.space.grid(S.GROUPS_STUDY)) == 15 and spec.seeds == (1,)
+
+
 @pytest.mark.integration
 def test_budget_sample_study_runs_and_inspect_prints_the_table(sample_data_dir, tiny_encoder,
                                                                tmp_path, capsys):
