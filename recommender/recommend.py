@@ -199,7 +199,9 @@ def _why_nothing(s, values: dict[float, list[float]]) -> str | None:
     """Why a study (with `values`, its scores per weight) gives no evidence point, or None
     when it gives one."""
     weights = {w for w, vs in values.items() if vs}
-    if not s.train_size or s.train_size <= 0:
+    if getattr(s, "grouping", False):
+        why = "chooses networks of tasks under a budget; it searches no central weight"
+    elif not s.train_size or s.train_size <= 0:
         why = "records no training size (import it with a train_size column)"
     elif not weights:
         done = s.counts.get("failed", 0) and not s.counts.get("running", 0)

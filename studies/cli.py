@@ -19,15 +19,20 @@ def register_inspect(subparsers) -> None:
     p = subparsers.add_parser("inspect", help="progress of every study, or the cells of one",
                               description="Without STUDY: every study with its progress. With "
                               "STUDY (base name or <study>/<central>): every cell and the best "
-                              "central weight per central task.")
+                              "central weight per central task; for a grouping study (tasks: "
+                              "{groups_of: [...]}), the networks to train for each budget.")
     p.add_argument("study", nargs="?", help="a study name, e.g. glue or glue/rte")
     p.add_argument("--storage", default=None, help=STORAGE_HELP)
     p.add_argument("--format", choices=("table", "csv", "json"), default="table",
                    help="table (for reading), csv (one row per cell) or json (everything, "
                    "for scripts); default: table")
     p.add_argument("--plot", metavar="FILE", help="metric vs central weight per central task, mean "
-                   "+- 1 sd over seeds; the format by the extension: .pdf, .svg or .eps (vector, "
+                   "+- 1 sd over seeds (a grouping study: total score vs budget); the format "
+                   "by the extension: .pdf, .svg or .eps (vector, "
                    "for papers), .png or .jpg (needs the plot extra)")
+    p.add_argument("--budget", type=int, metavar="N", help="a grouping study (tasks: "
+                   "{groups_of: [...]}): only the choice of at most N networks (1 to the number "
+                   "of tasks); default: every budget")
     p.set_defaults(handler=run_inspect)
 
 def register_import(subparsers) -> None:
@@ -78,9 +83,12 @@ def check_plot_target(path: str | None) -> None:
 def run_inspect(args) -> int:
     from studies.inspection import inspect
 
+    if args.budget is not None and args.budget < 1:  # the task count is checked once read
+        raise ConfigError(f"--budget: {args.budget} networks; give at least 1 (one network "
+                          "for every task)")
     check_plot_target(args.plot)
 
-    text = inspect(storage_url(args), args.study, args.format, args.plot)
+    text = inspect(storage_url(args), args.study, args.format, args.plot, args.budget)
     print(text, end="" if text.endswith("\n") else "\n")
     if args.plot:
         print(f"plot written to {args.plot}", file=sys.stderr)

@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 
 from studies import schema
+from studies.budget import BudgetReport, budget_report, unusable_text
+from studies.budget import rows as budget_rows
+from studies.budget import to_dict as budget_dict
 from studies.reading import CentralStudy, read_all, read_central, resolve
 from studies.storage import shown_url
 from studies.verdict import by_seed, judge
@@ -172,9 +175,16 @@ def _compact(v) -> str:
     return str(v)
 
 
-def render(studies: list[CentralStudy], name: str | None, fmt: str) -> str:
+def render(studies: list[CentralStudy], name: str | None, fmt: str,
+           budget: int | None = None) -> str:
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    grouped = {s.name: budget_report(s, budget) for s in studies if s.grouping and name}
+    if budget is not None and not grouped:
+        raise ConfigError("--budget: applies to a grouping study (search.space.tasks: "
+                          "{groups_of: [...]}) given by name; leave it out here")
+    if grouped:
+        return _render_grouped(studies, name or "", fmt, grouped)
     if name is None:
         rows = overview(studies)
         if fmt == "json":
@@ -220,12 +230,46 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str) -> str:
     return "\n\n".join(parts)
 
 
+def _render_grouped(studies: list[CentralStudy], name: str, fmt: str,
+                    grouped: dict[str, BudgetReport]) -> str:
+    """A budgeted grouping study: its networks (cells), then per budget the groups chosen."""
+    cells = cell_rows(studies)
+    if fmt == "json":
+        # no central weight: the summary's best-weight fields would say "no finished trial"
+        out = [{**{k: v for k, v in s.summary().items() if not k.startswith("best")
+                   and k != "verdict"},
+                "cells": [r for r in cells if r["central_task"] == s.central_task],
+                **({"grouping": budget_dict(grouped[s.name])} if s.name in grouped else {})}
+               for s in studies]
+        return json.dumps({"study": name, "central_tasks": out}, indent=2)
+    if fmt == "csv":
+        return _frame([{"study": n, **r} for n, rep in grouped.items()
+                       for r in budget_rows(rep)]).to_csv(index=False)
+    parts = []
+    for s in studies:
+        rep = grouped[s.name]
+        mine = [{k: v for k, v in r.items() if k not in ("central_task", "central_weight")}
+                for r in cells if r["central_task"] == s.central_task]
+        parts.append(f"{s.name} ({s.source}, {s.counts['complete']} complete; one network "
+                     "per group, value: the mean of its tasks' primary metrics):\n"
+                     + _table(mine))
+        unusable = unusable_text(rep)
+        parts.append("networks per budget (the groups that serve every task with the highest "
+                     "total; singles: one network per task; all: one network for every task):\n"
+                     + _table(budget_rows(rep)) + "".join(f"\n{n}" for n in rep.notes)
+                     + (f"\n{unusable}" if unusable else ""))
+    return "\n\n".join(parts)
+
+
 def plot(studies: list[CentralStudy], title: str, path: str | Path) -> Path:
     """Primary metric vs central weight, one panel per central task: every seed as a dot, mean
     +- 1 sd over seeds, the best weight marked (cf. the SIWLM paper's Fig. 3); studies.plots
     has the figure itself."""
-    from studies.plots import plot_study
+    from studies.plots import plot_budget, plot_study
 
+    grouped = [s for s in studies if s.grouping]
+    if grouped:
+        return plot_budget([budget_report(s) for s in grouped], title, path)
     shown = [s for s in studies if s.curve]
     if not shown:
         raise ConfigError(f"--plot: {title} has no COMPLETE trials to plot yet")
@@ -233,7 +277,7 @@ def plot(studies: list[CentralStudy], title: str, path: str | Path) -> Path:
 
 
 def inspect(storage_url: str, name: str | None = None, fmt: str = "table",
-            plot_path: str | None = None) -> str:
+            plot_path: str | None = None, budget: int | None = None) -> str:
     """The text `weightsearch inspect` prints (and the plot it writes, when asked)."""
     from studies.reading import open_quiet, sqlite_file_missing
 
@@ -250,7 +294,7 @@ def inspect(storage_url: str, name: str | None = None, fmt: str = "table",
         studies = read_all(storage)
     else:
         studies = [read_central(storage, n) for n in resolve(storage, storage_url, name)]
-    text = render(studies, name, fmt)
+    text = render(studies, name, fmt, budget)
     if plot_path:
         plot(studies, name or "all studies", plot_path)
     return text

@@ -117,3 +117,44 @@ def _mean_label(seeds: list[int]) -> str:
         n = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}"
         return f"mean ± 1 sd over seeds (n={n} per weight)"
     return "mean (one seed per weight: no error bar)"
+
+
+def plot_budget(reports: list[Any], title: str, path: str | Path) -> Path:
+    """Total score against the budget (networks), one panel per grouping study (BudgetReport
+    objects): the best choice at each budget, the groups it chose listed beside the panel, and
+    the two fixed answers (one network per task, one for all tasks) as lines."""
+    plt = pyplot()
+    fig, axes = plt.subplots(len(reports), 1, figsize=(7.0, 3.0 * len(reports)),
+                             squeeze=False)
+    for ax, report in zip(axes.flat, reports, strict=False):
+        shown = [(b, c) for b, c in report.choices.items() if c is not None]
+        ax.plot([b for b, _ in shown], [c.total for _, c in shown], "o-", color="tab:blue",
+                zorder=3, label="best choice of networks")
+        for fixed, style, label in ((report.singles, "--", "one network per task"),
+                                    (report.everything, ":", "one network for all tasks")):
+            if fixed is not None:
+                ax.axhline(fixed.total, color="0.5", linestyle=style, zorder=1, label=label)
+        # The choices as text beside the axes: group names are too long to label points.
+        listing = "\n".join(f"{b}: " + " | ".join("+".join(g) + ("*" if g in c.estimated
+                                                                 else "") for g in c.groups)
+                            for b, c in shown)
+        ax.text(1.03, 1.0, "networks chosen\n" + listing, transform=ax.transAxes,
+                fontsize=7, va="top", ha="left", family="monospace")
+        ax.set_title(f"{report.study} ({len(report.tasks)} tasks: {', '.join(report.tasks)})")
+        ax.set_xlabel("budget: networks trained and served")
+        ax.set_ylabel("sum of the tasks' primary\nmetrics on dev")
+        ax.set_xticks(range(1, len(report.tasks) + 1))
+        ax.grid(alpha=0.3)
+    found: dict[str, Any] = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            found.setdefault(label, handle)
+    single = all(set(r.seeds.values()) <= {1} for r in reports)
+    estimated = any(r.table.estimated for r in reports)
+    fig.suptitle(f"{title}: " + ("one seed per network (single runs)" if single
+                                 else "means over seeds")
+                 + ("; * estimated from the pairwise networks" if estimated else ""))
+    fig.tight_layout()
+    fig.legend(list(found.values()), list(found), loc="upper center",
+               bbox_to_anchor=(0.5, 0.0), ncol=len(found), frameon=False)
+    return save(fig, path)

@@ -73,6 +73,15 @@ class CentralStudy:
     variant: str | None = None  # weighting variant, e.g. reference | paper
     dataset: str | None = None  # the data the central task is drawn from; None: the task itself
     encoder_size: str | None = None  # hidden x layers, e.g. "768x12"; None: not recorded
+    # A budgeted grouping study (`tasks: {groups_of: [...]}`): {task: its primary metric} in
+    # task order, and the largest group trained (None: every group); None elsewhere.
+    group_metrics: dict[str, str] | None = None
+    group_max_size: int | None = None
+
+    @property
+    def grouping(self) -> bool:
+        """A budgeted grouping study: its cells are networks, it has no central task."""
+        return self.group_metrics is not None
 
     def paired_values(self) -> dict[float, list[float]] | None:
         """Every COMPLETE trial's value per central weight, each list in seed order, when the
@@ -245,7 +254,17 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
         variant=_as_str(attrs.get(schema.A_VARIANT)),
         encoder_size=_as_str(attrs.get(schema.A_ENCODER_SIZE)),
         dataset=_as_str(attrs.get(schema.A_DATASET)) or _dataset_from_spec(attrs, central),
+        group_metrics=_group_metrics(attrs),
+        group_max_size=_as_int(attrs.get(schema.A_GROUP_MAX_SIZE)),
     )
+
+
+def _group_metrics(attrs: dict) -> dict[str, str] | None:
+    """A grouping study's {task: primary metric}, in the study's task order."""
+    metrics, tasks = attrs.get(schema.A_GROUP_METRICS), attrs.get(schema.A_GROUP_TASKS)
+    if not isinstance(metrics, dict) or not isinstance(tasks, list):
+        return None
+    return {t: str(metrics[t]) for t in tasks if isinstance(t, str) and t in metrics}
 
 
 def _dataset_from_spec(attrs: dict, central: str) -> str | None:

@@ -50,6 +50,15 @@ A_SPACE = "search_space"  # the run-config paths a study searches over; absent: 
 A_STRATEGY = "strategy"  # the search strategy: grid | guided | halving | forward
 # {"central_weight", "interval", "regime"}: the recommender's answer a seeded search starts from
 A_RECOMMENDATION = "recommendation"
+# A budgeted grouping study (`tasks: {groups_of: [...]}`): no central task, one Optuna study
+# `<study>/groups` whose trials are networks; its value is the mean of the group's primary
+# metrics, and each task's own primary metric and training-set size are study attributes.
+GROUPS_STUDY = "groups"
+GROUP_MEAN = "group_mean"
+A_GROUP_TASKS = "group_tasks"  # every task of the study, config order
+A_GROUP_METRICS = "group_metrics"  # {task: its primary metric}
+A_GROUP_SIZES = "group_sizes"  # {task: training examples}
+A_GROUP_MAX_SIZE = "group_max_size"  # the largest group trained (absent: every group)
 
 STAGES = ("multitask", "finetuned")
 SOURCE_SWEEP = "sweep"

@@ -56,6 +56,7 @@ from sweep.trainable import (
     SUMMARY_JSON,
     Carried,
     attempt_folder,
+    epoch_objective,
 )
 from sweep.trial_end import finish_trial
 
@@ -334,6 +335,8 @@ class CellSearcher(Searcher):
         reported, from its summary."""
         summary, central = live.summary or {}, live.plan.central
         history = summary.get("history") or []
+        if live.plan.primary_metric == S.GROUP_MEAN:
+            return self._complete_group(live, summary, history)
         best_epoch = int(summary["best_epoch"][central])
         at_best = next((h["metrics"] for h in history if h["epoch"] == best_epoch), {})
         tuned = summary.get("finetuned") or {}
@@ -353,16 +356,26 @@ class CellSearcher(Searcher):
                 score = h["metrics"][central][live.plan.primary_metric]
                 if isinstance(score, int | float) and math.isfinite(score):
                     steps[h["epoch"]] = float(score)
-        attrs.update({
-            S.T_METRICS: at_best,
-            S.T_FINAL_METRICS: summary.get("final", {}),
-            S.T_HISTORY: history,
-            S.T_BEST_EPOCH: best_epoch,
-            S.T_WALL_TIME: float(summary.get("wall_time_s", 0.0)),
-            S.T_EXAMPLES_PER_S: float(summary.get("train_examples_per_s", 0.0)),
-            "output_dir": summary.get("output_dir"),
-        })
+        attrs.update(_end_attrs(summary, at_best, best_epoch))
         return value, attrs, steps
+
+    def _complete_group(self, live: _Live, summary: dict[str, Any],
+                        history: list[dict[str, Any]]
+                        ) -> tuple[float, dict[str, Any], dict[int, float]]:
+        """A network of a budgeted grouping study: one epoch for all its tasks, the one where
+        the mean of their primary metrics peaks (the first on a tie); every task's metrics
+        at that epoch are its scores in this network."""
+        steps: dict[int, float] = {}
+        for h in history:  # epochs trained before a resume reach Optuna here
+            if h["epoch"] not in live.values:
+                live.values[h["epoch"]] = epoch_objective(h["metrics"], h["primary"], "",
+                                                          S.GROUP_MEAN)
+                steps[h["epoch"]] = live.values[h["epoch"]]
+        means = {h["epoch"]: epoch_objective(h["metrics"], h["primary"], "", S.GROUP_MEAN)
+                 for h in history}
+        best_epoch = max(means, key=lambda e: (means[e], -e))
+        at_best = next(h["metrics"] for h in history if h["epoch"] == best_epoch)
+        return means[best_epoch], _end_attrs(summary, at_best, best_epoch), steps
 
     def _history_attrs(self, live: _Live) -> dict[str, Any]:
         """What a stopped or failed trial got through, for inspection."""
@@ -386,6 +399,19 @@ class CellSearcher(Searcher):
         return lines[-1][:500] if lines else "the trial raised an error"
 
 
+def _end_attrs(summary: dict[str, Any], at_best: dict[str, Any],
+               best_epoch: int) -> dict[str, Any]:
+    """A finished trial's user attributes, from its run's summary."""
+    return {
+        S.T_METRICS: at_best,
+        S.T_FINAL_METRICS: summary.get("final", {}),
+        S.T_HISTORY: summary.get("history") or [],
+        S.T_BEST_EPOCH: best_epoch,
+        S.T_WALL_TIME: float(summary.get("wall_time_s", 0.0)),
+        S.T_EXAMPLES_PER_S: float(summary.get("train_examples_per_s", 0.0)),
+        "output_dir": summary.get("output_dir"),
+    }
+
 def _create_trial(plan: CentralPlan, unit: Unit, point: Point, cell: str,
                   attempt: int) -> optuna.Trial:
     """A RUNNING trial at `point`, labelled in the same insert. Not enqueue + ask: another
@@ -398,8 +424,9 @@ def _create_trial(plan: CentralPlan, unit: Unit, point: Point, cell: str,
         attrs[S.T_SLOT] = unit.key
     if not space.central_weight_only:
         attrs[S.T_POINT] = {k: list(v) if isinstance(v, tuple) else v for k, v in point.items()}
-    if space.group is not None:
-        attrs[S.T_GROUP] = list(point[space.group.path])
+    grouped = space.group or space.groups
+    if grouped is not None:
+        attrs[S.T_GROUP] = list(point[grouped.path])
     if unit.budget is not None:
         attrs[S.T_BUDGET] = unit.budget
     template = optuna.trial.create_trial(

@@ -7,6 +7,7 @@
         lr: {low: 1.0e-5, high: 1.0e-3, log: true}          # continuous: guided search only
         pooling: {choices: [mean, cls]}                     # categorical
         tasks: {subsets_of: [mrpc, stsb, qnli]}             # task grouping (below)
+        tasks: {groups_of: [rte, mrpc, stsb, cola]}         # networks to deploy (below)
 
 A path names a key of the trainer's run config (`train:`), nested keys joined by dots; each
 point of the space sets those keys in the study's run-config template, and the trainer's own
@@ -14,6 +15,13 @@ validation judges every value. `tasks: {subsets_of: [...]}` is the task-grouping
 each central task, the central task trained with every subset of the candidate auxiliary tasks
 (the empty set included: the central task alone); tasks outside the chosen subset are dropped
 from the run, and from the settings that name them (aux weights, sampling weights).
+
+`tasks: {groups_of: [...]}` is the budgeted grouping space (Standley et al. 2020): a study with
+no central task, where each point is one network that trains the tasks of one group (every
+non-empty group of the listed tasks; `max_size: 2`: only the single-task and pairwise networks,
+the larger groups then estimated from the pairs, `studies.grouping`). Every task of the group is
+scored in that network; the study is the one Optuna study `<study>/groups` (GROUPS_STUDY), and
+each cell's run names the group's first task as its central task, which equal weighting ignores.
 
 Optuna params are the space's values under the path's name, except two: the central weight
 keeps the name `central_weight` that every study, the recommender and the dashboard read, and a
@@ -34,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from studies import schema as S
+from studies.grouping import all_groups
 from trainer.sampling import keep_tasks as keep_sampling_tasks
 from weightsearch.fields import Flag, Number, check_fields, setting, unknown_keys
 
@@ -63,13 +72,15 @@ class Dimension:
     step: float | None = None
     log: bool = False
     integer: bool = False
-    candidates: tuple[str, ...] = ()  # task grouping: candidate auxiliary tasks
+    candidates: tuple[str, ...] = ()  # task grouping: candidate auxiliary tasks (or the tasks)
     categorical: bool = False  # given as {choices: [...]}
+    groups_of: bool = False  # budgeted grouping: each point is a network's group of tasks
+    max_size: int | None = None  # budgeted grouping: the largest group trained (None: all)
 
     @property
     def kind(self) -> str:
         if self.path == GROUP:
-            return "group"
+            return "groups" if self.groups_of else "group"
         return "range" if self.low is not None else "values"
 
     # --- the values ---------------------------------------------------------------------
@@ -83,6 +94,8 @@ class Dimension:
             # Smallest groups first (the central task alone leads), candidates in order.
             return [combo for size in range(len(cands) + 1)
                     for combo in itertools.combinations(cands, size)]
+        if self.kind == "groups":
+            return all_groups(self.candidates, self.max_size)
         if self.kind == "values":
             return list(self.values)
         if self.step is None and not self.integer:
@@ -98,6 +111,8 @@ class Dimension:
         """How many values the dimension takes, counted without listing them."""
         if self.kind == "group":
             return 2.0 ** len(self.group_candidates(central))
+        if self.kind == "groups":
+            return float(len(all_groups(self.candidates, self.max_size)))
         if self.kind == "values":
             return len(self.values)
         if self.step is None and not self.integer:
@@ -121,6 +136,8 @@ class Dimension:
     def param_names(self, central: str) -> list[str]:
         if self.kind == "group":
             return [f"{GROUP}.{c}" for c in self.group_candidates(central)]
+        if self.kind == "groups":
+            return [f"{GROUP}.{c}" for c in self.candidates]
         return [S.PARAM if self.path == CENTRAL_WEIGHT else self.path]
 
     def distributions(self, central: str, guided: bool) -> dict[str, Any]:
@@ -134,7 +151,7 @@ class Dimension:
         )
 
         names = self.param_names(central)
-        if self.kind == "group":
+        if self.kind in ("group", "groups"):
             return {n: IntDistribution(0, 1) for n in names}
         if self.kind == "range":
             if self.integer:
@@ -156,12 +173,16 @@ class Dimension:
     def to_params(self, value: Any, central: str) -> dict[str, Any]:
         if self.kind == "group":
             return {f"{GROUP}.{c}": int(c in value) for c in self.group_candidates(central)}
+        if self.kind == "groups":
+            return {f"{GROUP}.{c}": int(c in value) for c in self.candidates}
         return {self.param_names(central)[0]: value}
 
     def from_params(self, params: Mapping[str, Any], central: str) -> Any:
         if self.kind == "group":
             return tuple(c for c in self.group_candidates(central)
                          if params.get(f"{GROUP}.{c}") == 1)
+        if self.kind == "groups":
+            return tuple(c for c in self.candidates if params.get(f"{GROUP}.{c}") == 1) or None
         value = params.get(self.param_names(central)[0])
         if self.kind == "range" and self.integer and value is not None:
             return int(value)
@@ -171,13 +192,16 @@ class Dimension:
 
     def normalise(self, value: Any) -> Any:
         """A value read back from JSON (lists for tuples) as the dimension holds it."""
-        if self.kind == "group" and isinstance(value, list | tuple):
+        if self.kind in ("group", "groups") and isinstance(value, list | tuple):
             return tuple(value)
         return value
 
     def to_plain(self) -> Any:
         if self.kind == "group":
             return {"subsets_of": list(self.candidates)}
+        if self.kind == "groups":
+            return {"groups_of": list(self.candidates),
+                    **({} if self.max_size is None else {"max_size": self.max_size})}
         if self.kind == "values":
             return {"choices": list(self.values)} if self.categorical else list(self.values)
         out: dict[str, Any] = {"low": self.low, "high": self.high}
@@ -206,6 +230,17 @@ class Space:
     @property
     def group(self) -> Dimension | None:
         return next((d for d in self.dims if d.kind == "group"), None)
+
+    @property
+    def groups(self) -> Dimension | None:
+        """The budgeted grouping dimension (`tasks: {groups_of: [...]}`), if searched."""
+        return next((d for d in self.dims if d.kind == "groups"), None)
+
+    def run_central(self, point: Mapping[str, Any], central: str) -> str:
+        """The central task a cell's run names: `central`, or in a budgeted grouping study
+        (no central task) the first task of the point's group."""
+        groups = self.groups
+        return central if groups is None else point[groups.path][0]
 
     def dim(self, path: str) -> Dimension | None:
         return next((d for d in self.dims if d.path == path), None)
@@ -279,6 +314,8 @@ class Space:
             value = point[d.path]
             if d.kind == "group":
                 parts.append("with-" + "+".join(value) if value else "alone")
+            elif d.kind == "groups":
+                parts.append("+".join(value))
             else:
                 parts.append(f"{name}{fmt(value)}")
         text = re.sub(r"[^A-Za-z0-9._+=-]", "-", "_".join(parts))
@@ -294,6 +331,8 @@ class Space:
         for d in self.dims:
             if d.kind == "group":
                 drop_other_tasks(raw, {central, *point[d.path]}, task_names)
+            elif d.kind == "groups":
+                drop_other_tasks(raw, set(point[d.path]), task_names)
             else:
                 set_path(raw, d.path, point[d.path])
         return raw
@@ -560,9 +599,12 @@ def _range_problem(r: RangeSettings, given: Mapping[str, Any],
 
 def _parse_group(path: str, spec: Any, tasks: Sequence[str], problems: list[str],
                  where: str) -> Dimension | None:
+    if path == GROUP and isinstance(spec, Mapping) and "groups_of" in spec:
+        return _parse_groups(spec, tasks, problems, where)
     if path != GROUP or not isinstance(spec, Mapping) or set(spec) != {"subsets_of"}:
         problems.append(f"{where}: the task grouping space is written tasks: {{subsets_of: "
-                        "[task, ...]}} (candidate auxiliary tasks from train.tasks)")
+                        "[task, ...]}} (candidate auxiliary tasks from train.tasks), or tasks: "
+                        "{groups_of: [task, ...]} (every network of a budgeted grouping)")
         return None
     candidates = spec["subsets_of"]
     if not isinstance(candidates, list) or not candidates:
@@ -575,3 +617,39 @@ def _parse_group(path: str, spec: Any, tasks: Sequence[str], problems: list[str]
     order = {t: i for i, t in enumerate(tasks)}
     return Dimension(GROUP, candidates=tuple(sorted(out, key=lambda t: order.get(t, 0))))
 
+
+
+def _parse_groups(spec: Mapping[str, Any], tasks: Sequence[str], problems: list[str],
+                  where: str) -> Dimension | None:
+    """`{groups_of: [task, ...], max_size: k}`: the budgeted grouping space. Every task of
+    train.tasks must be in some group: the selection serves every task."""
+    unknown_keys(spec, ["groups_of", "max_size"], problems, f"{where}.",
+                 owner="a grouping space")
+    listed = spec["groups_of"]
+    if not isinstance(listed, list) or not listed:
+        problems.append(f"{where}.groups_of: expected a non-empty list of task names from "
+                        f"train.tasks, got {listed!r}")
+        return None
+    before = len(problems)
+    out = task_names_in(listed, tasks, f"{where}.groups_of", "add it there or leave it out",
+                        problems)
+    left_out = [t for t in tasks if t not in out]
+    if left_out:
+        problems.append(f"{where}.groups_of: no group contains {', '.join(left_out)} (in "
+                        "train.tasks), so no budget could serve it; list it in groups_of or "
+                        "remove it from train.tasks")
+    max_size = spec.get("max_size")
+    if max_size is not None and (not isinstance(max_size, int) or isinstance(max_size, bool)
+                                 or not 2 <= max_size <= max(2, len(out))):
+        problems.append(f"{where}.max_size: expected a whole number from 2 (single-task and "
+                        f"pairwise networks) to {max(2, len(out))} (every group), got "
+                        f"{max_size!r}; leave it out to train every group")
+    if len(problems) > before:
+        # Refused already; still a grouping space, so that the checks that follow judge the
+        # study as one (and not as the default weight search) and add no other message.
+        max_size = None
+        if not out:
+            return None
+    order = {t: i for i, t in enumerate(tasks)}
+    return Dimension(GROUP, candidates=tuple(sorted(out, key=lambda t: order.get(t, 0))),
+                     groups_of=True, max_size=None if max_size == len(out) else max_size)

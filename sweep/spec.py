@@ -9,6 +9,8 @@
                                       # other task of train.tasks
     search:                           # what varies and how points are chosen (sweep/space.py,
       strategy: grid                  # sweep/strategies/): grid | guided | halving | forward
+      # space: {tasks: {groups_of: [rte, mrpc, stsb, cola]}}: networks to deploy under a
+      #   budget, no central task (sweep/space.py, studies/grouping.py)
       space: {weighting.central_weight: [1, 3, 6, 9, 12, 15]}   # the default space
     weights: [1, 3, 6, 9, 12, 15]     # shorthand for the central weight alone: a grid, or
                                       # {low, high, n_trials, sampler: tpe, step} (guided)
@@ -44,7 +46,14 @@ from typing import Any
 
 import yaml
 
-from studies.schema import DEFAULT_GRID, STAGES, STUDY_NAME_FIX, STUDY_NAME_PATTERN
+from studies.schema import (
+    DEFAULT_GRID,
+    GROUPS_STUDY,
+    STAGES,
+    STUDY_NAME_FIX,
+    STUDY_NAME_PATTERN,
+)
+from studies.schema import T_GROUP_PATH as GROUP_PATH
 from studies.storage import default_storage_url
 from sweep.space import (
     CENTRAL_WEIGHT,
@@ -242,7 +251,8 @@ class StudySpec:
             "version": SPEC_VERSION,
             "study": self.study,
             "train": json.loads(json.dumps(self.train)),
-            "central_tasks": list(self.central_tasks),
+            # a grouping study has none (its one study is named GROUPS_STUDY)
+            "central_tasks": None if self.space.groups else list(self.central_tasks),
             "aux_tasks": None if self.aux_tasks is None else list(self.aux_tasks),
         }
         if self.search.shorthand:
@@ -288,7 +298,7 @@ class StudySpec:
         raw = self.space.apply(self.train, point, central, self.tasks)
         if self.aux_tasks is not None:
             drop_other_tasks(raw, {central, *self.aux_tasks}, self.tasks)
-        raw["central_task"] = central
+        raw["central_task"] = self.space.run_central(point, central)
         raw["seed"] = int(seed)
         raw["output_dir"] = output_dir
         # A cell's score lands in the study; its model is kept only when the study asks.
@@ -397,7 +407,10 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
     tasks = _task_names(train_raw.get("tasks")) if isinstance(train_raw, Mapping) else ()
     search = _parse_search(raw, tasks, problems)
     train = _parse_train(train_raw, search.space, problems, where)
-    central = _parse_central(raw.get("central_tasks"), tasks, problems)
+    if search.space.groups is not None:
+        central = _grouping_checks(raw, train, search, problems)
+    else:
+        central = _parse_central(raw.get("central_tasks"), tasks, problems)
     aux = _parse_aux(raw.get("aux_tasks"), tasks, search, problems)
     seeds = _parse_seeds(raw.get("seeds", [1]), problems)
     resources = _parse_resources(raw.get("resources"), problems)
@@ -572,7 +585,7 @@ def _check_points(train: Mapping[str, Any], tasks: tuple[str, ...], central: tup
             raw = space.apply(train, point, c or "", tasks)
             raw.update(seed=seeds[0] if seeds else 1, output_dir=workdir)
             if c is not None:
-                raw["central_task"] = c
+                raw["central_task"] = space.run_central(point, c)
             try:
                 cfg = load_config(raw)
                 epochs = cfg.epochs
@@ -655,11 +668,46 @@ def _parse_aux(raw: Any, tasks: tuple[str, ...], search: Search,
         problems.append(f"aux_tasks: expected a list of task names, got {raw!r}; leave it out "
                         "to train every task of train.tasks together")
         return None
-    if search.space.group is not None:
+    if search.space.groups is not None:
+        problems.append("aux_tasks: a grouping study's space (tasks: {groups_of: [...]}) "
+                        "chooses every network's tasks; remove aux_tasks")
+    elif search.space.group is not None:
         problems.append("aux_tasks: the search space's `tasks: {subsets_of: [...]}` already "
                         "chooses the auxiliary tasks; remove one of the two")
     return tuple(task_names_in(raw, tasks, "aux_tasks", "add it there or remove it here",
                                problems))
+
+
+def _grouping_checks(raw: Mapping[str, Any], train: dict[str, Any], search: Search,
+                     problems: list[str]) -> tuple[str, ...]:
+    """A budgeted grouping study (`tasks: {groups_of: [...]}`) has no central task: every
+    task of a network is scored alike, each network trains its group with a weighting that
+    favours none of them, and the study is the one `<study>/groups`."""
+    fix = "a grouping study (search.space.tasks: {groups_of: [...]})"
+    if raw.get("central_tasks") is not None:
+        problems.append(f"central_tasks: {fix} has no central task: every task of a network "
+                        "is scored; remove central_tasks")
+    others = [p for p in search.space.paths if p != GROUP_PATH]
+    if others:
+        problems.append(f"search.space: {fix} searches the groups alone; remove "
+                        f"{', '.join(others)} (set them in train: instead)")
+    if search.strategy != "grid":
+        problems.append(f"search.strategy: {fix} trains every group once per seed; use "
+                        "strategy: grid or leave it out")
+    weighting = train.get("weighting")
+    if isinstance(weighting, Mapping) and has_central_weight(weighting.get("scheme", "siwlm")):
+        problems.append(f"train.weighting: {fix} weighs every task of a network alike; use "
+                        "weighting: {scheme: equal} (the default) or leave it out")
+    objective = raw.get("objective")
+    if objective is not None and objective != {"stage": "multitask", "metric": "primary"}:
+        problems.append(f"objective: {fix} scores each task by its primary metric in the "
+                        "multi-task stage; remove objective")
+    scheduler = raw.get("scheduler", "fifo")
+    if scheduler not in ("fifo", {"name": "fifo"}) and not (
+            isinstance(scheduler, Mapping) and scheduler.get("name") == "fifo"):
+        problems.append(f"scheduler: {fix} trains every network to its last epoch; use "
+                        "scheduler: fifo")
+    return (GROUPS_STUDY,)
 
 
 def _parse_objective(raw: Any, train: Mapping[str, Any], central: tuple[str, ...],

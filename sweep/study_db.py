@@ -36,6 +36,8 @@ def describe(spec: StudySpec, central: str) -> Central:
     """The central task's run config and sizes (reads the train files: DataError surfaces here)."""
     import trainer
 
+    if spec.space.groups is not None:
+        return _describe_groups(spec)
     cfg = spec.for_cell(central, _widest(spec, central), spec.seeds[0], spec.workdir)
     sizes = trainer.task_sizes(cfg)
     aux = spec.aux_of(central)
@@ -66,6 +68,37 @@ def describe(spec: StudySpec, central: str) -> Central:
         attrs[S.A_SPACE] = list(spec.space.paths)
         attrs[S.A_STRATEGY] = spec.search.strategy
     return Central(central, cfg, sizes, attrs)
+
+
+def _describe_groups(spec: StudySpec) -> Central:
+    """A budgeted grouping study (no central task): every task's primary metric and size, from
+    the run that trains every task together (the widest group, trained or not)."""
+    import trainer
+
+    groups = spec.space.groups
+    assert groups is not None  # the caller checked
+    point = {groups.path: groups.candidates}
+    cfg = spec.for_cell(S.GROUPS_STUDY, point, spec.seeds[0], spec.workdir)
+    sizes = trainer.task_sizes(cfg)
+    attrs = {
+        S.A_STUDY: spec.study,
+        S.A_CENTRAL: S.GROUPS_STUDY,
+        S.A_GROUP_TASKS: list(groups.candidates),
+        S.A_GROUP_METRICS: {t: cfg.task(t).primary_metric for t in groups.candidates},
+        S.A_GROUP_SIZES: {t: sizes[t] for t in groups.candidates if t in sizes},
+        S.A_PRIMARY: S.GROUP_MEAN,
+        S.A_STAGE: "multitask",
+        S.A_ENCODER: cfg.encoder,
+        S.A_ENCODER_SIZE: encoder_size(cfg.encoder),
+        S.A_DIGEST: spec.digest(),
+        S.A_SPEC: spec.to_dict(),
+        S.A_SOURCE: S.SOURCE_SWEEP,
+        S.A_SPACE: list(spec.space.paths),
+        S.A_STRATEGY: spec.search.strategy,
+    }
+    if groups.max_size is not None:
+        attrs[S.A_GROUP_MAX_SIZE] = groups.max_size
+    return Central(S.GROUPS_STUDY, cfg, sizes, attrs)
 
 
 def _widest(spec: StudySpec, central: str) -> dict[str, Any]:

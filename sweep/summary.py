@@ -49,6 +49,9 @@ class SweepSummary:
         for c in self.centrals:
             if c.best_value is None:
                 out.append(f"  {c.central}: no finished trial yet")
+            elif c.primary_metric == S.GROUP_MEAN:  # networks, not rival points
+                out.append(f"  {c.central}: {c.complete} networks finished; `weightsearch "
+                           f"inspect {self.study}` chooses the networks for each budget")
             elif c.verdict is not None and (self.classic or not c.verdict.clear):
                 gain = (f"; {c.best_label}: {c.gain:+.4f} over {c.central} alone"
                         if c.gain is not None else "")

@@ -26,7 +26,10 @@ import json
 import math
 import os
 import shutil
+import statistics
 from typing import Any
+
+from studies.schema import GROUP_MEAN
 
 # Keys of the results this trainable reports (read by sweep.searcher).
 OBJECTIVE = "objective"  # the central task's objective metric at this epoch (ASHA's metric)
@@ -89,7 +92,8 @@ def run_cell(config: dict[str, Any]) -> None:
                          FINETUNE_EPOCH: int(epoch_report.epoch), FINETUNE_VALUE: _finite(value)})
             return
         end = budget is not None and epoch_report.epoch >= budget
-        last[OBJECTIVE] = float(epoch_report.metrics[central][metric])
+        last[OBJECTIVE] = epoch_objective(epoch_report.metrics, epoch_report.primary, central,
+                                          metric)
         row = {
             EPOCH: int(epoch_report.epoch),
             OBJECTIVE: last[OBJECTIVE],
@@ -119,11 +123,24 @@ def run_cell(config: dict[str, Any]) -> None:
         raise
     drop_earlier_checkpoints(config["base_dir"], int(config.get("attempt", 0)))
     last = max((h["epoch"] for h in result.history), default=0)
-    value = float(result.stage_best(stage)[central][metric])
+    if metric == GROUP_MEAN:  # one network, one epoch: the one where its tasks do best
+        value = max(epoch_objective(h["metrics"], h["primary"], central, metric)
+                    for h in result.history)
+    else:
+        value = float(result.stage_best(stage)[central][metric])
     tune.report({
         EPOCH: int(last), OBJECTIVE: value, **held,
         VALUE: value, SUMMARY_JSON: json.dumps(result.to_dict(), default=str), DONE: True,
     })
+
+
+def epoch_objective(metrics: dict[str, dict[str, float]], primary: dict[str, float],
+                    central: str, metric: str) -> float:
+    """An epoch's objective: the central task's `metric`, or in a budgeted grouping study
+    (`GROUP_MEAN`) the mean of the primary metrics of every task the network trains."""
+    if metric == GROUP_MEAN:
+        return statistics.fmean(float(v) for v in primary.values())
+    return float(metrics[central][metric])
 
 
 def attempt_folder(base: str, attempt: int) -> str:

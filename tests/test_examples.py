@@ -73,3 +73,63 @@ def test_domain_adaptation_example_starts_from_the_source_run(sample_data_dir, t
         # The rows drawn: those trained plus the over-long ones (dropped by default).
         sizes.append(result.train_sizes["rte"] + result.truncated["rte"]["train"])
     assert sizes == [3, 300]  # ceil(1% of 300), all 300
+
+
+def test_budget_glue_example_loads_every_group(sample_data_dir):
+    from studies import schema as S
+    from sweep.spec import load_study_spec
+
+    spec = load_study_spec(EXAMPLES / "study-budget-glue.yaml",
+                           overrides=[f"train.data_dir={sample_data_dir}"])
+    assert spec.central_tasks == (S.GROUPS_STUDY,) and spec.tasks == ("rte", "mrpc", "stsb",
+                                                                      "cola")
+    assert len(spec.space.grid(S.GROUPS_STUDY)) == 15 and spec.seeds == (1,)
+
+
+@pytest.mark.integration
+def test_budget_sample_study_runs_and_inspect_prints_the_table(sample_data_dir, tiny_encoder,
+                                                               tmp_path, capsys):
+    """The shipped budgeted-grouping example end to end on Ray: its 15 networks (tiny encoder,
+    48 rows, one epoch: CI time), then `inspect` through the command line."""
+    import ray
+
+    from studies import schema as S
+    from sweep.launch import launch
+    from sweep.spec import load_study_spec
+    from weightsearch.cli import main
+
+    url = f"sqlite:///{tmp_path / 'budget.db'}"
+    spec = load_study_spec(EXAMPLES / "study-budget-sample.yaml", overrides=[
+        f"storage={url}", f"workdir={tmp_path / 'runs'}", f"train.encoder={tiny_encoder}",
+        "train.max_train_examples=48", "train.max_eval_examples=24", "train.max_seq_len=64",
+        "train.epochs=1", "train.device=cpu"])
+    assert spec.central_tasks == (S.GROUPS_STUDY,) and spec.space.size(S.GROUPS_STUDY) == 15
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        summary = launch(spec, progress=False)
+    finally:
+        ray.shutdown()
+    assert summary.finished and summary.ran == 15 and summary.failed == 0
+    import optuna
+
+    study = optuna.load_study(study_name="budget-sample/groups", storage=url)
+    primary = study.user_attrs[S.A_GROUP_METRICS]
+    assert list(primary) == ["sst2", "mrpc", "stsb", "cola"]
+    groups = set()
+    for t in study.get_trials():  # every task of the network scored; value: their mean
+        group = t.user_attrs[S.T_POINT]["tasks"]
+        groups.add(tuple(group))
+        metrics = t.user_attrs[S.T_METRICS]
+        assert set(metrics) == set(group) and t.user_attrs[S.T_GROUP] == group
+        mean = sum(metrics[task][primary[task]] for task in group) / len(group)
+        assert t.value == pytest.approx(mean)
+    assert len(groups) == 15
+    capsys.readouterr()
+    assert main(["inspect", "budget-sample", "--storage", url]) == 0
+    out = capsys.readouterr().out
+    assert "networks per budget" in out and "single run" in out
+    rows = [ln.split() for ln in out.splitlines() if ln.split()[:1] in (
+        ["1"], ["2"], ["3"], ["4"], ["singles"], ["all"])]
+    assert [r[0] for r in rows][-6:] == ["1", "2", "3", "4", "singles", "all"]
+    totals = [float(r[-2]) for r in rows[-6:-2]]
+    assert totals == sorted(totals)  # a larger budget never scores less
