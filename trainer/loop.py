@@ -41,7 +41,7 @@ from trainer.device import Runtime, select_runtime
 from trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
 from trainer.heads import EvalSplit, head_class
 from trainer.init_weights import init_head_weights
-from trainer.memory import peak_memory
+from trainer.memory import give_back, peak_memory
 from trainer.model import MTDNN, load_encoder
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.results import EpochReport, Metrics, RunResult
@@ -350,8 +350,10 @@ def _end_epoch(run: StageRun, epoch: int, train_loss: float, progress: Progress,
                tracker: Tracker, report: Report | None, quiet: bool) -> None:
     """Evaluate, log the metrics, checkpoint, and report the epoch."""
     cfg, out = run.cfg, run.out
+    give_back()  # the epoch's freed activations, before evaluation allocates its own
     metrics = evaluate(run.model, run.data, run.runtime, cfg.eval_batch_size, run.pad_id, out,
                        epoch)
+    give_back()
     if cfg.stop_on_divergence:
         _check_metrics(metrics, epoch)
     primary = {t.name: metrics[t.name][t.primary_metric] for t in cfg.tasks}
