@@ -21,6 +21,16 @@ SQLite database; then the cost of the claims themselves, timed on their own (cla
 release per cell) against the study's wall time.
 
     python benchmarks/bench_sweep_overhead.py --drivers --repeats 2
+
+`--versus-plain` compares a study with what a user would write without weightsearch: a plain
+Ray Tune script whose OptunaSearch walks the same grid (Optuna's GridSampler, results in an
+Optuna SQLite study) and whose trainable calls `trainer.train` on the same run config. Both run
+32 cells (2 central tasks x 4 weights x 4 seeds) at max_concurrent 2 with a fresh worker per
+trial (Tune's default), alternating `--repeats` times; the table gives each one's wall time and
+the machine's CPU time over it (all processes: run it on an otherwise idle machine), and the
+ratio study / plain.
+
+    python benchmarks/bench_sweep_overhead.py --versus-plain --repeats 3
 """
 
 from __future__ import annotations
@@ -85,6 +95,111 @@ def run(encoder: str | None, concurrency: int, work: Path, epochs: int, examples
     return {"concurrency": concurrency, "trials": summary.ran, "wall_s": wall,
             "trials_s": own, "ratio": wall / own if own else float("nan"),
             "overhead": wall * concurrency / own - 1 if own else float("nan")}
+
+
+# --- a study against a plain Tune + OptunaSearch script ----------------------------------------
+CENTRALS, WEIGHTS, SEEDS = ("rte", "mrpc"), (1, 3, 9, 12), (1, 2, 3, 4)
+
+
+def _machine_cpu_s() -> float:
+    """CPU seconds every process of the machine has spent (user + system), from /proc/stat."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    user, nice, system = (int(v) for v in fields[:3])
+    return (user + nice + system) / os.sysconf("SC_CLK_TCK")
+
+
+def _plain_train(config: dict) -> None:
+    """The trainable a plain script would write: one run per config, one report per epoch."""
+    from ray import tune
+
+    import trainer
+
+    cfg = trainer.load_config({**config["train"], "central_task": config["central"],
+                               "seed": config["seed"], "checkpoints": "none",
+                               "weighting": {"scheme": "siwlm",
+                                             "central_weight": config["weight"]},
+                               "output_dir": f"{config['workdir']}/{config['central']}-"
+                                             f"{config['weight']}-{config['seed']}"})
+    metric = cfg.task(config["central"]).primary_metric
+    trainer.train(cfg, quiet=True, report=lambda r: tune.report(
+        {"value": float(r.metrics[config["central"]][metric]), "epoch": int(r.epoch)}))
+
+
+def _plain_run(train: dict, work: Path, tag: str) -> float:
+    import optuna
+    import ray
+    from ray import tune
+    from ray.tune.search.optuna import OptunaSearch
+
+    grid = {"central": list(CENTRALS), "weight": list(WEIGHTS), "seed": list(SEEDS)}
+    search = OptunaSearch(
+        space={k: optuna.distributions.CategoricalDistribution(v) for k, v in grid.items()},
+        metric="value", mode="max", sampler=optuna.samplers.GridSampler(grid, seed=0),
+        study_name=tag, storage=optuna.storages.RDBStorage(f"sqlite:///{work / tag}.db"))
+    started = time.perf_counter()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    cells = len(CENTRALS) * len(WEIGHTS) * len(SEEDS)
+    try:
+        results = tune.Tuner(
+            tune.with_parameters(_plain_train),
+            param_space={"train": train, "workdir": str(work / tag)},
+            tune_config=tune.TuneConfig(search_alg=search, num_samples=cells,
+                                        max_concurrent_trials=2),
+            run_config=tune.RunConfig(storage_path=str(work / f"ray-{tag}"), verbose=0),
+        ).fit()
+    finally:
+        ray.shutdown()
+    if results.num_errors or len(results) != cells:
+        raise SystemExit(f"the plain script ran {len(results)} trials ({results.num_errors} "
+                         f"failed), expected {cells}")
+    return time.perf_counter() - started
+
+
+def _study_run(train: dict, work: Path, tag: str) -> float:
+    from sweep.launch import launch
+    from sweep.spec import load_study_spec
+
+    spec = load_study_spec({
+        "study": tag, "storage": f"sqlite:///{work / tag}.db", "train": train,
+        "central_tasks": list(CENTRALS), "weights": list(WEIGHTS), "seeds": list(SEEDS),
+        "max_concurrent": 2, "resources": {"cpu": 1, "gpu": 0}, "workdir": str(work / tag),
+    })
+    started = time.perf_counter()
+    summary = launch(spec, progress=False)
+    if summary.ran != len(CENTRALS) * len(WEIGHTS) * len(SEEDS):
+        raise SystemExit(f"the study trained {summary.ran} cells, expected 32")
+    return time.perf_counter() - started
+
+
+def versus_plain_main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-plain-") as tmp:
+        work = Path(tmp)
+        os.environ.setdefault("WEIGHTSEARCH_CACHE", str(work / "cache"))
+        train = {"data_dir": str(ROOT / "data" / "glue_sample"), "tasks": ["rte", "mrpc"],
+                 "epochs": args.epochs, "batch_size": 16,
+                 "max_train_examples": args.max_train_examples, "num_threads": 1}
+        if args.encoder == "tiny":
+            train["encoder"] = tiny_encoder(work / "tiny")
+        rows = []
+        for r in range(args.repeats):
+            for name, run_one in (("study", _study_run), ("plain", _plain_run)):
+                cpu = _machine_cpu_s()
+                wall = run_one(train, work, f"{name}{r}")
+                rows.append((name, wall, _machine_cpu_s() - cpu))
+    print(f"encoder={args.encoder} epochs={args.epochs} max_train_examples="
+          f"{args.max_train_examples} cells=32 max_concurrent=2 cpus={os.cpu_count()}")
+    print("run     wall_s  machine_cpu_s")
+    for name, wall, cpu in rows:
+        print(f"{name:<6} {wall:>7.1f} {cpu:>14.1f}")
+    for i, what in ((1, "wall"), (2, "CPU")):
+        study = sorted(r[i] for r in rows if r[0] == "study")
+        plain = sorted(r[i] for r in rows if r[0] == "plain")
+        ratios = sorted(s / p for s, p in zip([r[i] for r in rows if r[0] == "study"],
+                                              [r[i] for r in rows if r[0] == "plain"],
+                                              strict=True))
+        print(f"{what}: study median {study[len(study) // 2]:.1f}, plain median "
+              f"{plain[len(plain) // 2]:.1f}; study / plain per pair "
+              + ", ".join(f"{x:.2f}" for x in ratios))
 
 
 # --- two drivers sharing one study ---------------------------------------------------------
@@ -222,12 +337,17 @@ def main() -> None:
     parser.add_argument("--max-train-examples", type=int, default=100)
     parser.add_argument("--drivers", action="store_true",
                         help="two drivers sharing one study against one driver")
+    parser.add_argument("--versus-plain", action="store_true",
+                        help="a 32-cell study against a plain Tune + OptunaSearch script")
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if args.drivers:
         drivers_main(args)
+        return
+    if args.versus_plain:
+        versus_plain_main(args)
         return
     with tempfile.TemporaryDirectory(prefix="bench-sweep-") as tmp:
         work = Path(tmp)

@@ -302,7 +302,10 @@ class CellSearcher(Searcher):
         trial, plan = live.trial, live.plan
         if not error and live.summary is not None:
             value, attrs, steps = self._complete(live)
-            finish_trial(plan.study, trial._trial_id, TrialState.COMPLETE, value, attrs, steps)
+            state = finish_trial(plan.study, trial._trial_id, TrialState.COMPLETE, value, attrs,
+                                 steps)
+            if state != TrialState.COMPLETE:  # a NaN value: failed, as tell fails it
+                return "FAIL", None, "its value is not a number"
             return "COMPLETE", value, None
         if not error and (trial_id in self.stopped or live.stint_end) and live.values:
             attrs = {**self._history_attrs(live), S.T_WALL_TIME: elapsed}

@@ -9,8 +9,8 @@ here one session does them all, with the storage's own methods and models (not S
 tables), so the rows are the ones Optuna would write and its cache reads them back as usual.
 Other storages (in-memory, journal) take the public API, piece by piece.
 
-The state rules are `Study.tell`'s: a COMPLETE trial whose value is not finite becomes FAIL,
-and a PRUNED trial takes its last finite intermediate value as its value.
+The state rules are `Study.tell`'s: a COMPLETE trial whose value is NaN becomes FAIL, and a
+PRUNED trial takes its last intermediate value as its value unless that is NaN.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ def finish_trial(study: optuna.Study, trial_id: int, state: TrialState,
                  steps: Mapping[int, float] | None = None) -> TrialState:
     """End the RUNNING trial `trial_id` of `study` as `state` (COMPLETE with `value`, PRUNED or
     FAIL), with its user `attrs` and the intermediate values `steps` (step -> value) it has
-    not reported yet. Returns the state written (FAIL for a COMPLETE trial whose value is not
-    finite). Raises optuna's UpdateFinishedTrialError, writing nothing, when the trial already
+    not reported yet. Returns the state written (FAIL for a COMPLETE trial whose value is
+    NaN). Raises optuna's UpdateFinishedTrialError, writing nothing, when the trial already
     finished."""
     attrs, steps = dict(attrs or {}), dict(steps or {})
-    if state == TrialState.COMPLETE and (value is None or not math.isfinite(value)):
+    if state == TrialState.COMPLETE and (value is None or math.isnan(value)):
         state, value = TrialState.FAIL, None
     backend = _rdb(study)
     if backend is None:
@@ -76,7 +76,7 @@ def _rdb(study: optuna.Study) -> RDBStorage | None:
 
 
 def _last_step_value(session: Any, models: Any, trial_id: int) -> float | None:
-    """The trial's intermediate value at its last step, where it is a finite number."""
+    """The trial's intermediate value at its last step, unless that is NaN."""
     row = (session.query(models.TrialIntermediateValueModel)
            .filter(models.TrialIntermediateValueModel.trial_id == trial_id)
            .order_by(models.TrialIntermediateValueModel.step.desc()).first())
@@ -84,7 +84,7 @@ def _last_step_value(session: Any, models: Any, trial_id: int) -> float | None:
         return None
     v = models.TrialIntermediateValueModel.stored_repr_to_intermediate_value(
         row.intermediate_value, row.intermediate_value_type)
-    return v if math.isfinite(v) else None
+    return None if math.isnan(v) else v
 
 
 def _piece_by_piece(study: optuna.Study, trial_id: int, state: TrialState,
@@ -99,6 +99,6 @@ def _piece_by_piece(study: optuna.Study, trial_id: int, state: TrialState,
         trial = storage.get_trial(trial_id)
         last = trial.last_step
         v = trial.intermediate_values[last] if last is not None else math.nan
-        value = v if math.isfinite(v) else None
+        value = None if math.isnan(v) else v
     storage.set_trial_state_values(trial_id, state, None if value is None else [value])
     return state

@@ -71,16 +71,18 @@ def test_pruned_takes_its_last_value_and_a_nan_value_fails_as_tell_does(url):
     storage = open_storage(url)
     study = optuna.create_study(study_name="end", storage=storage, direction="maximize")
     for state, value in ((TrialState.PRUNED, None), (TrialState.COMPLETE, math.nan),
-                         (TrialState.FAIL, None)):
+                         (TrialState.FAIL, None), (TrialState.COMPLETE, math.inf)):
         by_api, ours = _running(study), _running(study)
-        with pytest.warns(UserWarning) if value is not None else contextlib.nullcontext():
+        nan = value is not None and math.isnan(value)
+        with pytest.warns(UserWarning) if nan else contextlib.nullcontext():
             study.tell(by_api, value, state=None if value is not None else state)
         written = finish_trial(study, ours._trial_id, state, value)
         trials = study.get_trials()
         _same(trials[-1], trials[-2])
         assert written == trials[-1].state
     assert [t.state for t in study.get_trials()][1::2] == [
-        TrialState.PRUNED, TrialState.FAIL, TrialState.FAIL]
+        TrialState.PRUNED, TrialState.FAIL, TrialState.FAIL, TrialState.COMPLETE]
+    assert study.get_trials()[-1].value == math.inf  # tell fails only NaN
     assert study.get_trials()[1].value == 0.5  # the pruned trial's last intermediate value
 
 
