@@ -63,6 +63,7 @@ class DwaScheme(Scheme):
                  central_task: str | None) -> None:
         super().__init__(settings, tasks, central_task)
         self.epoch_losses: dict[int, dict[str, float]] = {}
+        self._by_epoch: dict[int, dict[str, float]] = {}  # weights once per epoch, not per update
 
     def weights(self, epoch: int) -> dict[str, float]:
         """Every task's weight in `epoch`."""
@@ -82,10 +83,13 @@ class DwaScheme(Scheme):
 
     def weight(self, task: str, epoch: int, step: int) -> float:
         self._check_position(epoch, step, task)
-        return float(self.weights(epoch)[task])
+        if epoch not in self._by_epoch:
+            self._by_epoch[epoch] = self.weights(epoch)
+        return float(self._by_epoch[epoch][task])
 
     def end_epoch(self, epoch: int, task_losses: Mapping[str, float]) -> None:
         self.epoch_losses[int(epoch)] = {t: float(v) for t, v in task_losses.items()}
+        self._by_epoch.clear()
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch_losses": {e: dict(v) for e, v in self.epoch_losses.items()}}
@@ -94,6 +98,7 @@ class DwaScheme(Scheme):
         saved = state.get("epoch_losses", {})
         self.epoch_losses = {int(e): {t: float(x) for t, x in v.items()}
                              for e, v in saved.items()}
+        self._by_epoch.clear()
 
 
 def _ratio(last: float | None, before: float | None) -> float:
