@@ -9,6 +9,7 @@ from studies import schema
 from studies.budget import BudgetReport, budget_report, unusable_text
 from studies.budget import rows as budget_rows
 from studies.budget import to_dict as budget_dict
+from studies.methods import conclusion, is_methods_study, method_rows, study_epochs_note
 from studies.reading import CentralStudy, read_all, read_central, resolve
 from studies.storage import shown_url
 from studies.verdict import by_seed, judge
@@ -197,15 +198,21 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
             return df.to_csv(index=False)
         return _table(rows) if rows else "no studies yet"
     cells, best, points = cell_rows(studies), best_rows(studies), point_rows(studies)
+    methods = {s.name: method_rows(s) for s in studies if is_methods_study(s)}
     if fmt == "json":
         best_point = {r["central_task"]: r for r in points}
         out = [{**s.summary(), "curve": [vars(w) for w in s.curve],
                 "cells": [r for r in cells if r["central_task"] == s.central_task],
                 **({"best_point": best_point[s.central_task]}
-                   if s.central_task in best_point else {})}
+                   if s.central_task in best_point else {}),
+                **({"methods": methods[s.name],
+                    "methods_conclusion": conclusion(methods[s.name], s.maximize)}
+                   if s.name in methods else {})}
                for s in studies]
         return json.dumps({"study": name, "central_tasks": out}, indent=2)
     if fmt == "csv":
+        if methods:  # a comparison of methods: its rows (`export` writes the cells)
+            return _frame([r for rows in methods.values() for r in rows]).to_csv(index=False)
         return _frame(cells).to_csv(index=False)
     parts = [f"{s.name} ({s.source}, {s.counts['complete']} complete; {value_note(s)}):\n"
              + _table([r for r in cells if r["central_task"] == s.central_task])
@@ -220,6 +227,9 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
                      "separated from every other point, 95% t-interval):\n"
                      + _table([{k: v for k, v in r.items() if k != "verdict"} for r in points])
                      + "".join(f"\n{r['central_task']}: {r['verdict']}" for r in points))
+    for s in studies:
+        if s.name in methods:
+            parts.append(_methods_text(s, methods[s.name]))
     for r in points:
         if "best_group" in r:
             gain = (f", {r['gain']:+.4f} over {r['central_task']} alone" if "gain" in r
@@ -228,6 +238,16 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
             parts.append(f"{word} for {r['central_task']}: {r['best_group']} "
                          f"({r['primary_metric']} {r['mean']:.4f}{gain})")
     return "\n\n".join(parts)
+
+
+def _methods_text(s: CentralStudy, rows: list[dict]) -> str:
+    shown = [{**{k: v for k, v in r.items() if k not in ("central_task", "primary_metric")},
+              "best": "yes" if r["best"] else ""} for r in rows]
+    return (f"methods for {s.central_task}, compute-fair ({s.primary_metric or 'score'}: mean "
+            "and 95% t-interval over seeds; diff: seed-paired difference from the best method "
+            f"with its 95% interval; {study_epochs_note(s)}; best w: chosen on the same seeds, "
+            "optimistic; search: the weight chosen on the other seeds):\n"
+            + _table(shown) + f"\n{conclusion(rows, s.maximize)}")
 
 
 def _render_grouped(studies: list[CentralStudy], name: str, fmt: str,
@@ -265,11 +285,14 @@ def plot(studies: list[CentralStudy], title: str, path: str | Path) -> Path:
     """Primary metric vs central weight, one panel per central task: every seed as a dot, mean
     +- 1 sd over seeds, the best weight marked (cf. the SIWLM paper's Fig. 3); studies.plots
     has the figure itself."""
-    from studies.plots import plot_budget, plot_study
+    from studies.plots import plot_budget, plot_methods, plot_study
 
     grouped = [s for s in studies if s.grouping]
     if grouped:
         return plot_budget([budget_report(s) for s in grouped], title, path)
+    compared = [(s, rows) for s in studies if is_methods_study(s) and (rows := method_rows(s))]
+    if compared:
+        return plot_methods(compared, title, path)
     shown = [s for s in studies if s.curve]
     if not shown:
         raise ConfigError(f"--plot: {title} has no COMPLETE trials to plot yet")

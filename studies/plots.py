@@ -158,3 +158,52 @@ def plot_budget(reports: list[Any], title: str, path: str | Path) -> Path:
     fig.legend(list(found.values()), list(found), loc="upper center",
                bbox_to_anchor=(0.5, 0.0), ncol=len(found), frameon=False)
     return save(fig, path)
+
+
+
+def plot_methods(panels: list[tuple[Any, list[dict]]], title: str, path: str | Path) -> Path:
+    """One panel per central task of a methods study ((CentralStudy,
+    `studies.methods.method_rows`) pairs): each method's mean with its 95% t-interval over
+    seeds, one row per method (best first), its compute in trial-epochs per seed in the label;
+    the best method's mean as a line."""
+    plt = pyplot()
+    ncols = min(2, len(panels))
+    nrows = -(-len(panels) // ncols)
+    height = max(len(rows) for _, rows in panels) * 0.32 + 1.2
+    fig, axes = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, height * nrows), squeeze=False)
+    styles = {"one run per seed": ("o", "tab:blue"),
+              "weight search, weight chosen on the other seeds": ("s", "tab:red"),
+              "weight search, best weight in-sample (optimistic)": ("s", "0.6")}
+    found: dict[str, Any] = {}
+    for ax, (s, rows) in zip(axes.flat, panels, strict=False):
+        labels = []
+        for y, r in enumerate(rows):
+            kind = ("weight search, best weight in-sample (optimistic)"
+                    if (r["choice"] or "").startswith("best w")
+                    else "weight search, weight chosen on the other seeds" if r["choice"]
+                    else "one run per seed")
+            err = None if r["low"] is None else [[r["mean"] - r["low"]], [r["high"] - r["mean"]]]
+            marker, color = styles[kind]
+            found.setdefault(kind, ax.errorbar([r["mean"]], [y], xerr=err, fmt=marker,
+                                               color=color, capsize=3, markersize=5))
+            what = r["method"] + (f" [{r['choice'].split(' (')[0]}]" if r["choice"] else "")
+            cost = "" if r["per_seed"] is None else f" · {r['per_seed']:g} ep/seed"
+            labels.append(f"{what}{cost}")
+            if r["best"]:
+                ax.axvline(r["mean"], color="tab:red", linestyle=":", linewidth=1, zorder=1)
+        ax.set_yticks(range(len(rows)), labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(f"{s.central_task} ({train_size_text(s.train_size)}, "
+                     f"{max(r['seeds'] for r in rows)} seeds)")
+        ax.set_xlabel(metric_label(s.primary_metric, [r["mean"] for r in rows]))
+        ax.grid(axis="x", alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    studies = [s for s, _ in panels]
+    regime = regime_text((s.encoder for s in studies), (s.stage for s in studies))
+    fig.suptitle(f"{title}: {regime}\nmean and 95% t-interval over seeds; "
+                 "ep/seed: multi-task epochs per seed")
+    fig.tight_layout()
+    fig.legend(list(found.values()), list(found), loc="upper center",
+               bbox_to_anchor=(0.5, 0.0), ncol=len(found), frameon=False)
+    return save(fig, path)

@@ -41,6 +41,8 @@ class Cell:
     point: dict = field(default_factory=dict)
     # flattened "<task>.<metric>": each fine-tuned task's best, in a study with that stage
     finetuned: dict[str, float] = field(default_factory=dict)
+    epochs: int | None = None  # multi-task epochs trained; None: not recorded
+    wall_s: float | None = None  # the trial's own training time; None: not recorded
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class CentralStudy:
     # task order, and the largest group trained (None: every group); None elsewhere.
     group_metrics: dict[str, str] | None = None
     group_max_size: int | None = None
+    epochs: int | None = None  # a launched study's multi-task epochs per trial (its template)
 
     @property
     def grouping(self) -> bool:
@@ -241,6 +244,8 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
             metrics=_flatten(t.user_attrs.get(schema.T_METRICS)),
             point=_point(t.user_attrs.get(schema.T_POINT)),
             finetuned=_flatten(t.user_attrs.get(schema.T_FINETUNED_METRICS)),
+            epochs=_as_count(t.user_attrs.get(schema.T_EPOCHS)),
+            wall_s=_as_float(t.user_attrs.get(schema.T_WALL_TIME)),
         ))
     counts = _counts(cells, attrs)
     return CentralStudy(
@@ -256,7 +261,21 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
         dataset=_as_str(attrs.get(schema.A_DATASET)) or _dataset_from_spec(attrs, central),
         group_metrics=_group_metrics(attrs),
         group_max_size=_as_int(attrs.get(schema.A_GROUP_MAX_SIZE)),
+        epochs=_spec_epochs(attrs),
     )
+
+
+def _as_count(v) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _spec_epochs(attrs: dict) -> int | None:
+    """The multi-task epochs of a launched study's run template (its stored study file)."""
+    spec = attrs.get(schema.A_SPEC)
+    train = spec.get("train") if isinstance(spec, dict) else None
+    epochs = train.get("epochs") if isinstance(train, dict) else None
+    return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) \
+        and epochs > 0 else None
 
 
 def _group_metrics(attrs: dict) -> dict[str, str] | None:
@@ -316,7 +335,8 @@ def _grid_cells(attrs: dict) -> int | None:
 
 # What `build_central` reads of a trial (`studies.bulk` reads nothing else).
 CELL_PARAMS = (schema.PARAM,)
-CELL_ATTRS = (schema.T_SEED, schema.T_METRICS, schema.T_POINT, schema.T_FINETUNED_METRICS)
+CELL_ATTRS = (schema.T_SEED, schema.T_METRICS, schema.T_POINT, schema.T_FINETUNED_METRICS,
+              schema.T_EPOCHS, schema.T_WALL_TIME)
 
 
 def cell_trials(storage, study_id: int) -> list:

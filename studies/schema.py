@@ -77,6 +77,9 @@ T_FINETUNED_METRICS = "finetuned_metrics"
 T_HISTORY = "history"  # [{"epoch": e, "metrics": {task: {metric: value}}}, ...]
 T_BEST_EPOCH = "best_epoch"
 T_WALL_TIME = "wall_time_s"  # the trial's own training time, evaluation included
+# The multi-task epochs the trial trained (its compute in trial-epochs; fine-tuning, the same
+# for every trial of a study, is not counted); absent on trials from before it was recorded.
+T_EPOCHS = "epochs_trained"
 T_EXAMPLES_PER_S = "examples_per_s"
 T_ATTEMPT = "attempt"  # 0 for the first try of a cell, +1 per retry or resume
 T_SLOT = "slot"  # guided search: "slot:<seed>:<i>", the claimable unit the trial fills

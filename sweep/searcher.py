@@ -387,7 +387,7 @@ class CellSearcher(Searcher):
         history = [{"epoch": e, "metrics": m, "primary": {live.plan.central: live.values.get(e)}}
                    for e, m in sorted(live.history.items())]
         best = max(live.values, key=lambda e: (live.values[e], -e))
-        return {S.T_HISTORY: history, S.T_BEST_EPOCH: best,
+        return {S.T_HISTORY: history, S.T_BEST_EPOCH: best, S.T_EPOCHS: len(history),
                 S.T_METRICS: live.history.get(best, {}),
                 S.T_FINAL_METRICS: history[-1]["metrics"]}
 
@@ -410,6 +410,7 @@ def _end_attrs(summary: dict[str, Any], at_best: dict[str, Any],
         S.T_FINAL_METRICS: summary.get("final", {}),
         S.T_HISTORY: summary.get("history") or [],
         S.T_BEST_EPOCH: best_epoch,
+        S.T_EPOCHS: len(summary.get("history") or []),
         S.T_WALL_TIME: float(summary.get("wall_time_s", 0.0)),
         S.T_EXAMPLES_PER_S: float(summary.get("train_examples_per_s", 0.0)),
         "output_dir": summary.get("output_dir"),
@@ -432,10 +433,12 @@ def _create_trial(plan: CentralPlan, unit: Unit, point: Point, cell: str,
         attrs[S.T_GROUP] = list(point[grouped.path])
     if unit.budget is not None:
         attrs[S.T_BUDGET] = unit.budget
+    params = space.params(point, plan.central)
+    # Only the params the point sets (a conditional central weight may be absent).
+    dists = {k: v for k, v in space.distributions(plan.central, guided=guided).items()
+             if k in params}
     template = optuna.trial.create_trial(
-        state=TrialState.RUNNING, params=space.params(point, plan.central),
-        distributions=space.distributions(plan.central, guided=guided), user_attrs=attrs,
-    )
+        state=TrialState.RUNNING, params=params, distributions=dists, user_attrs=attrs)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trial_id = plan.study._storage.create_new_trial(plan.study._study_id,

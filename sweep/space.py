@@ -23,6 +23,13 @@ the larger groups then estimated from the pairs, `studies.grouping`). Every task
 scored in that network; the study is the one Optuna study `<study>/groups` (GROUPS_STUDY), and
 each cell's run names the group's first task as its central task, which equal weighting ignores.
 
+A space that searches `weighting.scheme` beside the central weight compares SIWLM with schemes
+that take no central weight: the central weight applies only at points whose scheme takes one
+(`trainer.weighting.has_central_weight`), so `{weighting.scheme: {choices: [siwlm, dwa]},
+weighting.central_weight: [1, 9]}` is three points (siwlm at 1 and 9, dwa once), and a point
+without it has no `central_weight` param. Where a point sets a scheme (`weighting.scheme`,
+`sampling.scheme`), that section of the template keeps only the settings its scheme takes.
+
 Optuna params are the space's values under the path's name, except two: the central weight
 keeps the name `central_weight` that every study, the recommender and the dashboard read, and a
 task group becomes one 0/1 param per candidate (`tasks.<task>`), which samplers handle and the
@@ -44,9 +51,15 @@ from typing import Any
 from studies import schema as S
 from studies.grouping import all_groups
 from trainer.sampling import keep_tasks as keep_sampling_tasks
+from trainer.sampling import scheme_keys as sampling_keys
+from trainer.weighting import has_central_weight
+from trainer.weighting import scheme_keys as weighting_keys
 from weightsearch.fields import Flag, Number, check_fields, setting, unknown_keys
 
 CENTRAL_WEIGHT = "weighting.central_weight"
+WEIGHTING_SCHEME = "weighting.scheme"
+# The sections whose scheme a point may set: {section: the keys its scheme `name` takes}.
+SCHEME_KEYS = {"weighting": weighting_keys, "sampling": sampling_keys}
 # A listed dimension's cap, checked before anything lists it (a step of 1e-9 over 1-15 would
 # be 1.4e10 values); a whole search's cap is sweep.spec's MAX_CELLS.
 MAX_DIMENSION_VALUES = 10_000
@@ -246,20 +259,49 @@ class Space:
         return next((d for d in self.dims if d.path == path), None)
 
     # --- points ---------------------------------------------------------------------------
+    @property
+    def conditional(self) -> bool:
+        """The central weight beside a searched weighting scheme: it applies only at the points
+        whose scheme takes one (SIWLM's), the others have no central weight."""
+        return self.dim(CENTRAL_WEIGHT) is not None and self.dim(WEIGHTING_SCHEME) is not None
+
+    def applies(self, path: str, point: Mapping[str, Any]) -> bool:
+        """Whether `path` is set at `point` (every path but a conditional central weight)."""
+        if path != CENTRAL_WEIGHT or not self.conditional:
+            return True
+        return has_central_weight(point.get(WEIGHTING_SCHEME))
+
+    def settle(self, point: Mapping[str, Any]) -> Point:
+        """`point` without the paths that do not apply at it."""
+        return {p: v for p, v in point.items() if self.applies(p, point)}
+
     def grid(self, central: str) -> list[Point] | None:
         """Every point (first dimension slowest), or None when a dimension is continuous."""
         options = [d.options(central) for d in self.dims]
         if any(o is None for o in options):
             return None
-        return [dict(zip(self.paths, combo, strict=True))
-                for combo in itertools.product(*options)]  # type: ignore[arg-type]
+        points = (self.settle(dict(zip(self.paths, combo, strict=True)))
+                  for combo in itertools.product(*options))  # type: ignore[arg-type]
+        if not self.conditional:
+            return list(points)
+        seen: dict[str, Point] = {}
+        for p in points:  # a scheme without a central weight: once, not once per weight
+            seen.setdefault(self.point_key(p), p)
+        return list(seen.values())
 
     def size(self, central: str) -> float:
-        return math.prod(d.size(central) for d in self.dims)
+        if not self.conditional:
+            return math.prod(d.size(central) for d in self.dims)
+        weight, scheme = self.dim(CENTRAL_WEIGHT), self.dim(WEIGHTING_SCHEME)
+        rest = math.prod(d.size(central) for d in self.dims if d not in (weight, scheme))
+        schemes = scheme.options(central) or []
+        taking = sum(1 for s in schemes if has_central_weight(s))
+        return rest * (taking * weight.size(central) + len(schemes) - taking)
 
     def contains(self, point: Mapping[str, Any], central: str) -> bool:
-        return set(point) == set(self.paths) and all(
-            d.contains(point[d.path], central) for d in self.dims)
+        paths = {p for p in self.paths if self.applies(p, point)}
+        return set(point) == paths and all(
+            d.contains(point[d.path], central) for d in self.dims if d.path in paths)
 
     def normalise(self, point: Mapping[str, Any]) -> Point:
         return {d.path: d.normalise(point[d.path]) for d in self.dims if d.path in point}
@@ -273,11 +315,12 @@ class Space:
     def params(self, point: Mapping[str, Any], central: str) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for d in self.dims:
-            out.update(d.to_params(point[d.path], central))
+            if d.path in point:  # a conditional central weight may be absent
+                out.update(d.to_params(point[d.path], central))
         return out
 
     def point_from_params(self, params: Mapping[str, Any], central: str) -> Point | None:
-        point = {d.path: d.from_params(params, central) for d in self.dims}
+        point = self.settle({d.path: d.from_params(params, central) for d in self.dims})
         return None if any(v is None for v in point.values()) else point
 
     # --- names ----------------------------------------------------------------------------
@@ -285,7 +328,7 @@ class Space:
         """The point as text, the same in every driver (the cell key without the seed)."""
         if self.central_weight_only:
             return f"{float(point[CENTRAL_WEIGHT]):g}"
-        body = ",".join(f"{d.path}={fmt(point[d.path])}" for d in self.dims)
+        body = ",".join(f"{d.path}={fmt(point[d.path])}" for d in self.dims if d.path in point)
         if len(body) > _KEY_MAX:
             body = "h" + hashlib.sha1(body.encode()).hexdigest()[:20]
         return body
@@ -305,9 +348,10 @@ class Space:
         """A cell's folder name: `w9_s1` for the classic search, readable otherwise."""
         if self.central_weight_only:
             return f"w{float(point[CENTRAL_WEIGHT]):g}_s{int(seed)}"
-        lasts = [d.path.rsplit(".", 1)[-1] for d in self.dims]
+        dims = [d for d in self.dims if d.path in point]
+        lasts = [d.path.rsplit(".", 1)[-1] for d in dims]
         parts = []
-        for d, last in zip(self.dims, lasts, strict=True):
+        for d, last in zip(dims, lasts, strict=True):
             name = last if lasts.count(last) == 1 else d.path.replace(".", "-")
             if d.path == CENTRAL_WEIGHT:
                 name = "w"
@@ -328,13 +372,22 @@ class Space:
               task_names: Sequence[str]) -> dict[str, Any]:
         """The run-config mapping of `point`: `train` with every path of the point set."""
         raw = copy.deepcopy(dict(train))
+        point = self.settle(point)
         for d in self.dims:
+            if d.path not in point:  # a central weight that does not apply at this point
+                continue
             if d.kind == "group":
                 drop_other_tasks(raw, {central, *point[d.path]}, task_names)
             elif d.kind == "groups":
                 drop_other_tasks(raw, set(point[d.path]), task_names)
             else:
                 set_path(raw, d.path, point[d.path])
+        for section, keys_of in SCHEME_KEYS.items():
+            if f"{section}.scheme" in point and isinstance(raw.get(section), dict):
+                keys = keys_of(raw[section]["scheme"])
+                if keys is not None:  # an unknown scheme: the trainer names it
+                    raw[section] = {k: v for k, v in raw[section].items()
+                                    if k == "scheme" or k in keys}
         return raw
 
     def to_plain(self) -> dict[str, Any]:

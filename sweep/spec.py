@@ -58,7 +58,9 @@ from studies.storage import default_storage_url
 from sweep.space import (
     CENTRAL_WEIGHT,
     EXHAUSTIVE_GROUP_MAX,
+    SCHEME_KEYS,
     SWEEP_OWNED,
+    WEIGHTING_SCHEME,
     Dimension,
     Point,
     Space,
@@ -416,6 +418,10 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
     resources = _parse_resources(raw.get("resources"), problems)
     scheduler = _parse_scheduler(raw.get("scheduler", "fifo"), problems)
     stops_early = STRATEGIES[search.strategy].stops_early
+    if search.space.conditional and search.strategy != "grid":
+        problems.append(f"search.strategy: {search.strategy} cannot search a central weight "
+                        "that applies only to some of search.space.weighting.scheme; use "
+                        "strategy: grid (every method at every listed weight)")
     if scheduler.name == "asha" and stops_early:
         problems.append(f"scheduler: asha and strategy {search.strategy} both stop trials "
                         f"early; use scheduler: fifo with {search.strategy}")
@@ -621,7 +627,18 @@ def _parse_train(raw: Any, space: Space, problems: list[str], where: Any) -> dic
                             "instead")
             train.pop(key)
     weighting = train.get("weighting")
-    if space.dim(CENTRAL_WEIGHT) is not None and weighting is not None:
+    _scheme_sections(train, space, problems)
+    if space.conditional:
+        schemes = space.dim(WEIGHTING_SCHEME).options("") or []
+        if not any(has_central_weight(s) for s in schemes):
+            problems.append("search.space.weighting.central_weight: no scheme of "
+                            "search.space.weighting.scheme takes a central weight; add siwlm "
+                            "to its choices or remove the central weight")
+        if isinstance(weighting, Mapping) and "central_weight" in weighting:
+            problems.append("train.weighting.central_weight: set per trial by the sweep; "
+                            "remove it here")
+            train["weighting"] = {k: v for k, v in weighting.items() if k != "central_weight"}
+    elif space.dim(CENTRAL_WEIGHT) is not None and weighting is not None:
         if not isinstance(weighting, Mapping) or not has_central_weight(
                 weighting.get("scheme", "siwlm")):
             problems.append("train.weighting: a weight search sweeps SIWLM's central weight; "
@@ -633,6 +650,23 @@ def _parse_train(raw: Any, space: Space, problems: list[str], where: Any) -> dic
             train["weighting"] = {k: v for k, v in weighting.items() if k != "central_weight"}
     # Ray runs trials in their own folders: pin relative paths now.
     return anchor_paths(train, lambda key: where(f"train.{key}"), _absolute)
+
+
+def _scheme_sections(train: Mapping[str, Any], space: Space, problems: list[str]) -> None:
+    """Where the space searches a section's scheme, each point keeps only the template
+    settings its scheme takes (`Space.apply`): a setting that no searched scheme takes would be
+    dropped everywhere unseen, so it is refused."""
+    for section, keys_of in SCHEME_KEYS.items():
+        dim, given = space.dim(f"{section}.scheme"), train.get(section)
+        if dim is None or not isinstance(given, Mapping):
+            continue
+        schemes = [s for s in dim.options("") or [] if keys_of(s) is not None]
+        taken = {k for s in schemes for k in keys_of(s)}
+        for key in given:
+            if key != "scheme" and key not in taken and schemes:
+                problems.append(f"train.{section}.{key}: no scheme of search.space.{section}"
+                                f".scheme ({', '.join(map(str, schemes))}) takes this "
+                                "setting; correct its name or remove it")
 
 
 def _task_names(raw_tasks: Any) -> tuple[str, ...]:

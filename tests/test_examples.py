@@ -91,10 +91,7 @@ def test_budget_sample_study_runs_and_inspect_prints_the_table(sample_data_dir, 
                                                                tmp_path, capsys):
     """The shipped budgeted-grouping example end to end on Ray: its 15 networks (tiny encoder,
     48 rows, one epoch: CI time), then `inspect` through the command line."""
-    import ray
-
     from studies import schema as S
-    from sweep.launch import launch
     from sweep.spec import load_study_spec
     from weightsearch.cli import main
 
@@ -104,11 +101,7 @@ def test_budget_sample_study_runs_and_inspect_prints_the_table(sample_data_dir, 
         "train.max_train_examples=48", "train.max_eval_examples=24", "train.max_seq_len=64",
         "train.epochs=1", "train.device=cpu"])
     assert spec.central_tasks == (S.GROUPS_STUDY,) and spec.space.size(S.GROUPS_STUDY) == 15
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        summary = launch(spec, progress=False)
-    finally:
-        ray.shutdown()
+    summary = _launch_on_two_cpus(spec)
     assert summary.finished and summary.ran == 15 and summary.failed == 0
     import optuna
 
@@ -133,3 +126,69 @@ def test_budget_sample_study_runs_and_inspect_prints_the_table(sample_data_dir, 
     assert [r[0] for r in rows][-6:] == ["1", "2", "3", "4", "singles", "all"]
     totals = [float(r[-2]) for r in rows[-6:-2]]
     assert totals == sorted(totals)  # a larger budget never scores less
+
+
+@pytest.mark.integration
+def test_methods_sample_study_runs_and_inspect_compares_the_methods(tiny_encoder, tmp_path,
+                                                                      capsys):
+    """The shipped methods example end to end on Ray (tiny encoder, 32 rows: CI time): every
+    method with the same seeds, a central weight for SIWLM's trials only, DWA's weights moving
+    in the third epoch, and `inspect`'s compute-fair table, CSV and plot."""
+    import json
+    from pathlib import Path
+
+    import optuna
+
+    from studies import schema as S
+    from sweep.spec import load_study_spec
+    from tests.helpers import read_jsonl
+    from weightsearch.cli import main
+
+    url = f"sqlite:///{tmp_path / 'methods.db'}"
+    spec = load_study_spec(EXAMPLES / "study-methods-sample.yaml", overrides=[
+        f"storage={url}", f"workdir={tmp_path / 'runs'}", f"train.encoder={tiny_encoder}",
+        "train.max_train_examples=32", "train.max_eval_examples=24", "train.max_seq_len=64",
+        "train.device=cpu"])
+    assert spec.space.size("sst2") == 10 and spec.epochs == 3
+    summary = _launch_on_two_cpus(spec)
+    assert summary.finished and summary.ran == 20 and summary.failed == 0
+    trials = optuna.load_study(study_name="methods-sample/sst2", storage=url).get_trials()
+    seen = set()
+    for t in trials:
+        point = t.user_attrs[S.T_POINT]
+        scheme = point["weighting.scheme"]
+        assert (S.PARAM in t.params) == (scheme == "siwlm")
+        assert t.user_attrs[S.T_EPOCHS] == 3
+        seen.add((scheme, point.get("weighting.central_weight"), point["sampling.scheme"],
+                  t.user_attrs[S.T_SEED]))
+        if scheme == "dwa":  # weights of 1 for two epochs, then the loss ratios' softmax
+            steps = read_jsonl(Path(t.user_attrs["output_dir"]) / "steps.jsonl")
+            assert {s["weight"] for s in steps if s["epoch"] < 3} == {1.0}
+            assert {round(s["weight"], 6) for s in steps if s["epoch"] == 3} != {1.0}
+    assert len(seen) == 20  # (2 siwlm weights + 3 schemes) x 2 samplings x 2 seeds
+    capsys.readouterr()
+    assert main(["inspect", "methods-sample", "--storage", url]) == 0
+    out = capsys.readouterr().out
+    assert "methods for sst2, compute-fair" in out and "search (w per seed:" in out
+    assert main(["inspect", "methods-sample", "--storage", url, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["central_tasks"][0]["methods"]
+    assert len(rows) == 2 * (2 + 3)  # per sampling: siwlm in-sample and search, 3 schemes
+    assert sum(r["best"] for r in rows) == 1
+    per_seed = {r["method"]: r["per_seed"] for r in rows}
+    assert per_seed["scheme=siwlm sampling.scheme=sqrt"] == 6  # 2 weights x 3 epochs
+    assert per_seed["scheme=dwa sampling.scheme=sqrt"] == 3
+    plot = tmp_path / "methods.png"
+    assert main(["inspect", "methods-sample", "--storage", url, "--plot", str(plot)]) == 0
+    assert plot.stat().st_size > 10_000
+
+
+def _launch_on_two_cpus(spec):
+    import ray
+
+    from sweep.launch import launch
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        return launch(spec, progress=False)
+    finally:
+        ray.shutdown()

@@ -69,7 +69,7 @@ del _builtin
 __all__ = ["SAMPLERS", "Batches", "Plan", "ProportionalSettings", "Sampler", "SamplerSettings",
            "ShuffleSettings", "SizeRuleSampler", "SqrtSettings", "TemperatureSettings",
            "UnimaxSettings", "WeightedSettings", "build_sampler", "keep_tasks", "parse_sampling",
-           "register_sampler", "unregister_sampler"]
+           "register_sampler", "scheme_keys", "unregister_sampler"]
 
 
 def parse_sampling(raw: object, tasks: Sequence[str], problems: list[str]) -> Any:
@@ -94,6 +94,12 @@ def parse_sampling(raw: object, tasks: Sequence[str], problems: list[str]) -> An
 
 def build_sampler(settings: Any, tasks: Sequence[str]) -> Sampler:
     return SAMPLERS[settings.scheme](settings, tasks)
+
+
+def scheme_keys(name: object) -> tuple[str, ...] | None:
+    """The YAML keys the sampler registered as `name` takes besides `scheme`; None if unknown."""
+    sampler = SAMPLERS.get(name) if isinstance(name, str) else None
+    return None if sampler is None else tuple(sampler.settings_type.KEYS)
 
 
 def keep_tasks(raw: Any, keep: set[str]) -> Any:

@@ -60,6 +60,7 @@ __all__ = [
     "has_central_weight",
     "parse_weighting",
     "register_scheme",
+    "scheme_keys",
     "scheme_problems",
     "unregister_scheme",
 ]
@@ -104,6 +105,12 @@ def has_central_weight(name: object) -> bool:
     weight search sweeps); False for an unknown name."""
     scheme = SCHEMES.get(name) if isinstance(name, str) else None
     return scheme is not None and bool(scheme.settings_type.has_central_weight)
+
+
+def scheme_keys(name: object) -> tuple[str, ...] | None:
+    """The YAML keys the scheme registered as `name` takes besides `scheme`; None if unknown."""
+    scheme = SCHEMES.get(name) if isinstance(name, str) else None
+    return None if scheme is None else tuple(scheme.settings_type.KEYS)
 
 
 def parse_weighting(raw: object, problems: list[str]) -> Settings | None:
