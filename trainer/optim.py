@@ -65,15 +65,44 @@ class AdamaxW(torch.optim.Adamax):
                 corrected.append(group)
             elif params:
                 self._uncorrected_step(group, params)
-        if corrected:
-            # torch's Adamax (foreach kernels) steps the bias-corrected groups only.
-            every = list(self.param_groups)
-            self.param_groups[:] = corrected
-            try:
-                super().step()
-            finally:
-                self.param_groups[:] = every
+        for group in corrected:
+            self._corrected_step(group)
         return loss
+
+    def _corrected_step(self, group: dict[str, Any]) -> None:
+        """torch's multi-tensor Adamax step, op for op (so bit for bit), except that |g| + eps
+        is formed in the gradients' own memory: torch copies every gradient for it at every
+        update (a 4-byte-per-parameter allocation, page faults included, 6.5% of a CPU step
+        on MiniLM). The gradients are read here last and zeroed before the next backward
+        pass (`loop.py`), so nothing sees them changed."""
+        beta1, beta2 = group["betas"]
+        lr, eps = float(group["lr"]), group["eps"]
+        params, grads, exp_avgs, exp_infs, steps = [], [], [], [], []
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            if p.grad.is_sparse:
+                raise RuntimeError("Adamax does not support sparse gradients")
+            state = self.state[p]
+            if not state:  # the same state layout as torch's Adamax
+                state["step"] = torch.tensor(0.0)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_inf"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            params.append(p)
+            grads.append(p.grad)
+            exp_avgs.append(state["exp_avg"])
+            exp_infs.append(state["exp_inf"])
+            steps.append(state["step"])
+        if not params:
+            return
+        torch._foreach_add_(steps, 1)
+        torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
+        torch._foreach_mul_(exp_infs, beta2)
+        torch._foreach_abs_(grads)
+        torch._foreach_add_(grads, eps)
+        torch._foreach_maximum_(exp_infs, grads)
+        clr = [-lr / (1 - beta1 ** float(s)) for s in steps]
+        torch._foreach_addcdiv_(params, exp_avgs, exp_infs, clr)
 
     def _uncorrected_step(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
         beta1, beta2 = group["betas"]
