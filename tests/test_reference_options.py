@@ -575,3 +575,51 @@ def test_dropping_by_default_warns_and_refuses_what_it_would_empty(
     err = capsys.readouterr().err
     assert "every example is longer than max_seq_len=8" in err and "overlong: truncate" in err
     assert "Traceback" not in err and not (tmp_path / "out-8").exists()
+
+
+def _attention_kernels(encoder: nn.Module) -> set[str]:
+    encoder.train()
+    ids = torch.randint(1000, 2000, (4, 24))
+    mask = torch.ones(4, 24, dtype=torch.long)
+    mask[:, 18:] = 0
+    with torch.profiler.profile() as prof:
+        encoder(input_ids=ids, attention_mask=mask).last_hidden_state.sum().backward()
+    return {e.name for e in prof.events() if "dot_product" in e.name}
+
+
+def test_attention_dropout_zero_runs_the_fused_kernel_and_none_keeps_the_encoders(
+        sample_data_dir, tiny_encoder, tmp_path):
+    from trainer.model import load_encoder
+
+    own = load_encoder(tiny_encoder, 1)
+    assert own.config.attention_probs_dropout_prob == 0.1  # BERT's, which MT-DNN keeps
+    assert "aten::_scaled_dot_product_attention_math" in _attention_kernels(own)
+    fused = load_encoder(tiny_encoder, 1, 0.0)
+    assert fused.config.attention_probs_dropout_prob == 0.0
+    kernels = _attention_kernels(fused)
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in kernels
+    assert "aten::_scaled_dot_product_attention_math" not in kernels
+    # Unset, the setting leaves the digest of configs as before it existed (runs resume).
+    default = run_config(sample_data_dir, tiny_encoder, tmp_path / "a")
+    assert "attention_dropout" not in default.to_dict()
+    assert run_config(sample_data_dir, tiny_encoder, tmp_path / "a",
+                      attention_dropout=0).to_dict()["attention_dropout"] == 0.0
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0, "none", True])
+def test_bad_attention_dropout_names_the_field(value, sample_data_dir, tiny_encoder, tmp_path):
+    with pytest.raises(ConfigError) as info:
+        run_config(sample_data_dir, tiny_encoder, tmp_path / "run", attention_dropout=value)
+    assert [p.split(":")[0] for p in info.value.problems] == ["attention_dropout"]
+
+
+def test_an_encoder_without_attention_dropout_is_refused(tmp_path):
+    from transformers import GPT2Config, GPT2Model
+
+    from trainer.model import load_encoder
+
+    folder = tmp_path / "gpt2ish"
+    GPT2Model(GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=50)).save_pretrained(folder)
+    with pytest.raises(ConfigError) as info:
+        load_encoder(str(folder), 1, 0.0)
+    assert info.value.problems[0].startswith("attention_dropout: the encoder ")

@@ -77,6 +77,12 @@ class RunConfig:
     # fraction of all updates with a linear warm-up
     warmup: float = setting(0.1, Number(integer=False, low=0, high=1))
     grad_clip: float = setting(1.0, Number(integer=False, low=0))
+    # The encoder's attention-probability dropout; None: its own config's (BERT and MiniLM:
+    # 0.1, which MT-DNN keeps). 0 lets PyTorch's fused attention kernel run (no dropout mask,
+    # no saved probabilities): faster and lighter on CPU (BENCHMARKS.md section 1), a named
+    # departure from the reference.
+    attention_dropout: float | None = setting(
+        None, Number(integer=False, low=0, high=0.9, optional=True))
     weight_decay: float = setting(0.0, Number(integer=False, low=0))
     # Adamax's bias correction and eps (trainer/optim_settings.py); used by optimizer: adamax.
     adamax: AdamaxSettings = field(default_factory=AdamaxSettings)
@@ -184,6 +190,8 @@ class RunConfig:
             del out["tracking"]
         if self.batches == "reshuffle":  # as before the setting existed: older runs resume
             del out["batches"]
+        if self.attention_dropout is None:  # the encoder's own, as before the setting existed
+            del out["attention_dropout"]
         for section in (out, out.get("finetune") or {}):
             adversarial = section.get("adversarial")
             # SMART off reads as before `project` existed, so older runs resume; a run with it

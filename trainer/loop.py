@@ -209,7 +209,7 @@ def _checkpoint_to_resume(cfg: RunConfig, out: Path, resume: bool, runtime: Runt
 def _build_model(cfg: RunConfig, encoder_path: str, ckpt: Checkpoint | None,
                  runtime: Runtime) -> MTDNN:
     try:
-        encoder = load_encoder(encoder_path, cfg.seed)
+        encoder = load_encoder(encoder_path, cfg.seed, cfg.attention_dropout)
     except OSError as exc:
         raise ConfigError(
             [

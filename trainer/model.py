@@ -12,6 +12,7 @@ from torch import nn
 from trainer.heads import Encoded, Head, build_head
 from trainer.mixture import MixtureSettings
 from trainer.tasks import TaskSpec
+from weightsearch.errors import ConfigError
 
 POOLINGS = ("pooler", "cls", "mean", "task-pooler")
 
@@ -129,12 +130,28 @@ class MTDNN(nn.Module):
         return hidden[:, 0]
 
 
-def load_encoder(name_or_path: str, seed: int) -> nn.Module:
-    """Load a pretrained encoder offline-capable, with PyTorch SDPA attention where supported."""
-    from transformers import AutoModel
+# The config keys of an encoder's attention-probability dropout (BERT, RoBERTa, MiniLM, ELECTRA:
+# the first; DistilBERT and others: the second).
+ATTENTION_DROPOUT_KEYS = ("attention_probs_dropout_prob", "attention_dropout")
+
+
+def load_encoder(name_or_path: str, seed: int,
+                 attention_dropout: float | None = None) -> nn.Module:
+    """Load a pretrained encoder offline-capable, with PyTorch SDPA attention where supported;
+    `attention_dropout` replaces its attention-probability dropout (None: its own)."""
+    from transformers import AutoConfig, AutoModel
 
     torch.manual_seed(seed)  # a pooler missing from a checkpoint is initialised reproducibly
+    extra: dict[str, float] = {}
+    if attention_dropout is not None:
+        config = AutoConfig.from_pretrained(name_or_path)
+        key = next((k for k in ATTENTION_DROPOUT_KEYS if hasattr(config, k)), None)
+        if key is None:
+            raise ConfigError([f"attention_dropout: the encoder {name_or_path!r} has no "
+                               f"attention dropout setting ({' or '.join(ATTENTION_DROPOUT_KEYS)}"
+                               " in its config); leave attention_dropout out"])
+        extra[key] = float(attention_dropout)
     try:
-        return AutoModel.from_pretrained(name_or_path, attn_implementation="sdpa")
+        return AutoModel.from_pretrained(name_or_path, attn_implementation="sdpa", **extra)
     except (ValueError, ImportError):
-        return AutoModel.from_pretrained(name_or_path)
+        return AutoModel.from_pretrained(name_or_path, **extra)
