@@ -7,6 +7,14 @@ machine drifts, so the runs alternate (trainer, plain, trainer, plain, ...) and 
 medians is the figure to quote.
 
     python benchmarks/bench_trainer_cpu.py --data-dir ../shared/data/glue --tasks rte,mrpc
+
+It also prints the trainer's achieved training FLOP/s per CPU-second against a bf16 matmul
+peak measured in the same invocation on the same threads (`--flops`). FLOPs of a training
+step, per sequence of padded length L (counted from every batch the encoder trains on):
+6 x N x L (forward and backward through the N non-embedding parameters of the encoder and
+heads) + 12 x layers x hidden x L^2 (attention scores and their weighted sum, forward and
+backward). The peak: the best of several timed bf16 matmuls shaped like the encoder's
+feed-forward layers ([batch x L, hidden] x [hidden, 4 hidden]), per thread.
 """
 
 from __future__ import annotations
@@ -102,11 +110,67 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
             "dev": scores}
 
 
+class TrainingShapes:
+    """Counts the (rows, padded length) of every batch an encoder trains on, by a forward
+    pre-hook on the encoder `trainer.model.load_encoder` returns (the trainer's own code runs
+    unchanged), with the CPU time spent inside `train`."""
+
+    def __init__(self) -> None:
+        self.shapes: list[tuple[int, int]] = []
+        self.encoder = None
+
+    def install(self):
+        import trainer.loop as loop
+
+        original = loop.load_encoder
+
+        def counting(*args, **kwargs):
+            encoder = original(*args, **kwargs)
+            self.encoder = encoder
+
+            def hook(module, _args, kw):
+                ids = kw.get("input_ids")
+                if module.training and ids is not None:
+                    self.shapes.append(tuple(ids.shape))
+            encoder.register_forward_pre_hook(hook, with_kwargs=True)
+            return encoder
+
+        loop.load_encoder = counting
+        return lambda: setattr(loop, "load_encoder", original)
+
+    def flops(self) -> float:
+        cfg = self.encoder.config
+        params = sum(p.numel() for n, p in self.encoder.named_parameters()
+                     if not n.startswith("embeddings."))
+        layers, hidden = cfg.num_hidden_layers, cfg.hidden_size
+        return sum(rows * (6 * params * length + 12 * layers * hidden * length ** 2)
+                   for rows, length in self.shapes)
+
+
+def matmul_peak(hidden: int, tokens: int, repeats: int = 20) -> float:
+    """The best bf16 matmul rate, FLOP/s per thread, of a feed-forward-shaped product."""
+    import torch
+
+    a = torch.randn(tokens, hidden, dtype=torch.bfloat16)
+    b = torch.randn(hidden, 4 * hidden, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.process_time()
+        for _ in range(5):
+            a @ b
+        best = min(best, (time.process_time() - start) / 5)
+    return 2 * tokens * hidden * 4 * hidden / best
+
+
 def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: int, max_len: int,
                 encoder: str, seed: int, cache_dir: str, bucketing: bool, lr: float,
-                precision: str = "auto") -> dict:
+                precision: str = "auto", attention_dropout: float | None = None) -> dict:
     from trainer import load_config, train
 
+    shapes = TrainingShapes()
+    restore = shapes.install()
     with tempfile.TemporaryDirectory() as out:
         cfg = load_config({
             "encoder": encoder, "data_dir": data_dir, "tasks": tasks,
@@ -116,14 +180,23 @@ def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: in
             "lr": lr, "warmup": 0.0,  # the plain loop decays linearly too, without warm-up
             "length_bucketing": bucketing,
             "pooling": "pooler",  # the same head input as the plain loop
-            "precision": precision,
+            "precision": precision, "attention_dropout": attention_dropout,
         })
-        result = train(cfg, quiet=True)
+        try:
+            result = train(cfg, quiet=True)
+        finally:
+            restore()
         with open(os.path.join(out, "run", "steps.jsonl")) as log:
             steps = sum(1 for _ in log)
     dev = {t: round(result.final[t][cfg.task(t).primary_metric], 4) for t in tasks}
+    import torch
+
     return {"examples_per_s": result.train_examples_per_s, "updates": steps,
-            "examples": sum(result.train_sizes.values()), "dev": dev}
+            "examples": sum(result.train_sizes.values()), "dev": dev,
+            # the training loop's own time (no evaluation), on every thread torch uses
+            "flop_per_s_per_thread": shapes.flops() / result.train_time_s
+            / torch.get_num_threads(),
+            "peak_rss_mib": result.extra.get("peak_rss_mib")}
 
 
 def main() -> None:
@@ -142,6 +215,11 @@ def main() -> None:
                         help="trainer batches in random order, to isolate length bucketing")
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
                         help="the trainer's precision (the plain loop is always fp32)")
+    parser.add_argument("--attention-dropout", type=float, default=None,
+                        help="the trainer's attention_dropout (default: the encoder's own)")
+    parser.add_argument("--versus", default="plain",
+                        help="what alternates with the trainer: `plain` (the plain loop) or "
+                             "`attention-dropout=X` (the trainer with that attention dropout)")
     args = parser.parse_args()
 
     import torch
@@ -156,17 +234,37 @@ def main() -> None:
     # Warm the tokenization cache: the trainer tokenizes once per study, not once per run.
     trainer_run(args.data_dir, tasks, 32, args.batch_size, args.max_seq_len, args.encoder, 0,
                 cache, True, args.lr)
+    from transformers import AutoConfig
+
+    hidden = AutoConfig.from_pretrained(encoder_path).hidden_size
+    peaks = [matmul_peak(hidden, args.batch_size * args.max_seq_len)]
     runs: dict[str, list[dict]] = {"trainer": [], "plain": []}
+
+    def versus(seed: int) -> dict:
+        if args.versus == "plain":
+            return plain_loop(args.data_dir, tasks, args.examples, args.batch_size,
+                              args.max_seq_len, encoder_path, seed, args.lr)
+        value = float(args.versus.split("=", 1)[1])
+        return trainer_run(args.data_dir, tasks, args.examples, args.batch_size,
+                           args.max_seq_len, args.encoder, seed, cache,
+                           not args.no_bucketing, args.lr, args.precision, value)
+
     for rep in range(args.repeats):
         runs["trainer"].append(trainer_run(args.data_dir, tasks, args.examples, args.batch_size,
                                            args.max_seq_len, args.encoder, rep + 1, cache,
-                                           not args.no_bucketing, args.lr, args.precision))
-        runs["plain"].append(plain_loop(args.data_dir, tasks, args.examples, args.batch_size,
-                                        args.max_seq_len, encoder_path, rep + 1, args.lr))
+                                           not args.no_bucketing, args.lr, args.precision,
+                                           args.attention_dropout))
+        runs["plain"].append(versus(rep + 1))
         t, p = runs["trainer"][-1], runs["plain"][-1]
-        print(f"repeat {rep + 1}: trainer {t['examples_per_s']:.1f} ex/s dev {t['dev']}; "
-              f"plain {p['examples_per_s']:.1f} ex/s dev {p['dev']}", flush=True)
+        print(f"repeat {rep + 1}: trainer {t['examples_per_s']:.1f} ex/s "
+              f"{t['flop_per_s_per_thread'] / 1e9:.1f} GFLOP/s per thread, peak RSS "
+              f"{t['peak_rss_mib']:.0f} MiB, dev {t['dev']}; {args.versus} "
+              f"{p['examples_per_s']:.1f} ex/s dev {p['dev']}"
+              + (f", {p['flop_per_s_per_thread'] / 1e9:.1f} GFLOP/s per thread, peak RSS "
+                 f"{p['peak_rss_mib']:.0f} MiB" if "peak_rss_mib" in p else ""), flush=True)
+    peaks.append(matmul_peak(hidden, args.batch_size * args.max_seq_len))
     med = {k: statistics.median(r["examples_per_s"] for r in v) for k, v in runs.items()}
+    achieved = statistics.median(r["flop_per_s_per_thread"] for r in runs["trainer"])
     summary = {
         "tasks": tasks, "examples_per_task": args.examples, "batch_size": args.batch_size,
         "max_seq_len": args.max_seq_len, "threads": torch.get_num_threads(),
@@ -176,6 +274,11 @@ def main() -> None:
         "ratio": round(med["trainer"] / med["plain"], 2),
         "dev_trainer": [r["dev"] for r in runs["trainer"]],
         "dev_plain": [r["dev"] for r in runs["plain"]],
+        "versus": args.versus,
+        "trainer_gflop_per_s_per_thread": round(achieved / 1e9, 1),
+        "bf16_matmul_peak_gflop_per_s_per_thread": [round(p / 1e9, 1) for p in peaks],
+        "share_of_peak": round(achieved / max(peaks), 3),
+        "trainer_peak_rss_mib": [round(r["peak_rss_mib"]) for r in runs["trainer"]],
     }
     print(json.dumps(summary, indent=1))
 

@@ -197,8 +197,10 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
                     df[col] = df[col].map(_compact)
             return df.to_csv(index=False)
         return _table(rows) if rows else "no studies yet"
-    cells, best, points = cell_rows(studies), best_rows(studies), point_rows(studies)
     methods = {s.name: method_rows(s) for s in studies if is_methods_study(s)}
+    # A study that compares methods: its methods table says which is best, not a best point.
+    cells, best = cell_rows(studies), best_rows(studies)
+    points = point_rows([s for s in studies if s.name not in methods])
     if fmt == "json":
         best_point = {r["central_task"]: r for r in points}
         out = [{**s.summary(), "curve": [vars(w) for w in s.curve],
@@ -211,8 +213,9 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
                for s in studies]
         return json.dumps({"study": name, "central_tasks": out}, indent=2)
     if fmt == "csv":
-        if methods:  # a comparison of methods: its rows (`export` writes the cells)
-            return _frame([r for rows in methods.values() for r in rows]).to_csv(index=False)
+        compared = [r for rows in methods.values() for r in rows]
+        if compared:  # a comparison of methods: its rows (`export` writes the cells)
+            return _frame(compared).to_csv(index=False)
         return _frame(cells).to_csv(index=False)
     parts = [f"{s.name} ({s.source}, {s.counts['complete']} complete; {value_note(s)}):\n"
              + _table([r for r in cells if r["central_task"] == s.central_task])
@@ -290,8 +293,10 @@ def plot(studies: list[CentralStudy], title: str, path: str | Path) -> Path:
     grouped = [s for s in studies if s.grouping]
     if grouped:
         return plot_budget([budget_report(s) for s in grouped], title, path)
-    compared = [(s, rows) for s in studies if is_methods_study(s) and (rows := method_rows(s))]
-    if compared:
+    if studies and all(is_methods_study(s) for s in studies):
+        compared = [(s, rows) for s in studies if (rows := method_rows(s))]
+        if not compared:
+            raise ConfigError(f"--plot: {title} has no COMPLETE trials to plot yet")
         return plot_methods(compared, title, path)
     shown = [s for s in studies if s.curve]
     if not shown:

@@ -175,6 +175,7 @@ def plot_methods(panels: list[tuple[Any, list[dict]]], title: str, path: str | P
               "weight search, weight chosen on the other seeds": ("s", "tab:red"),
               "weight search, best weight in-sample (optimistic)": ("s", "0.6")}
     found: dict[str, Any] = {}
+    several = len({s.study for s, _ in panels}) > 1  # panels then say which study they show
     for ax, (s, rows) in zip(axes.flat, panels, strict=False):
         labels = []
         for y, r in enumerate(rows):
@@ -193,8 +194,8 @@ def plot_methods(panels: list[tuple[Any, list[dict]]], title: str, path: str | P
                 ax.axvline(r["mean"], color="tab:red", linestyle=":", linewidth=1, zorder=1)
         ax.set_yticks(range(len(rows)), labels, fontsize=7)
         ax.invert_yaxis()
-        ax.set_title(f"{s.central_task} ({train_size_text(s.train_size)}, "
-                     f"{max(r['seeds'] for r in rows)} seeds)")
+        ax.set_title(f"{s.name if several else s.central_task} "
+                     f"({train_size_text(s.train_size)}, {max(r['seeds'] for r in rows)} seeds)")
         ax.set_xlabel(metric_label(s.primary_metric, [r["mean"] for r in rows]))
         ax.grid(axis="x", alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:

@@ -27,8 +27,10 @@ A space that searches `weighting.scheme` beside the central weight compares SIWL
 that take no central weight: the central weight applies only at points whose scheme takes one
 (`trainer.weighting.has_central_weight`), so `{weighting.scheme: {choices: [siwlm, dwa]},
 weighting.central_weight: [1, 9]}` is three points (siwlm at 1 and 9, dwa once), and a point
-without it has no `central_weight` param. Where a point sets a scheme (`weighting.scheme`,
-`sampling.scheme`), that section of the template keeps only the settings its scheme takes.
+without it has no `central_weight` param. The same holds for any searched setting of a section
+whose scheme the space searches (`weighting.temperature`: dwa's only). Where a point sets a
+scheme (`weighting.scheme`, `sampling.scheme`), that section of the template keeps only the
+settings its scheme takes.
 
 Optuna params are the space's values under the path's name, except two: the central weight
 keeps the name `central_weight` that every study, the recommender and the dashboard read, and a
@@ -52,7 +54,6 @@ from studies import schema as S
 from studies.grouping import all_groups
 from trainer.sampling import keep_tasks as keep_sampling_tasks
 from trainer.sampling import scheme_keys as sampling_keys
-from trainer.weighting import has_central_weight
 from trainer.weighting import scheme_keys as weighting_keys
 from weightsearch.fields import Flag, Number, check_fields, setting, unknown_keys
 
@@ -60,6 +61,7 @@ CENTRAL_WEIGHT = "weighting.central_weight"
 WEIGHTING_SCHEME = "weighting.scheme"
 # The sections whose scheme a point may set: {section: the keys its scheme `name` takes}.
 SCHEME_KEYS = {"weighting": weighting_keys, "sampling": sampling_keys}
+SCHEME_PATHS = tuple(f"{section}.scheme" for section in SCHEME_KEYS)  # the methods a study compares
 # A listed dimension's cap, checked before anything lists it (a step of 1e-9 over 1-15 would
 # be 1.4e10 values); a whole search's cap is sweep.spec's MAX_CELLS.
 MAX_DIMENSION_VALUES = 10_000
@@ -68,6 +70,7 @@ EXHAUSTIVE_GROUP_MAX = 5  # candidates up to which every subset is trained (2^5 
 # Keys of the run config that the sweep sets per cell; a space may not vary them.
 SWEEP_OWNED = ("central_task", "seed", "output_dir")
 _PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_][A-Za-z0-9_-]*)*$")
+_COUNT_MAX = 1_000_000  # a conditional space's points are counted by listing up to this many
 _KEY_MAX = 100  # a cell key is a claim's unit (128 characters with its prefix)
 _FOLDER_MAX = 120
 
@@ -261,15 +264,23 @@ class Space:
     # --- points ---------------------------------------------------------------------------
     @property
     def conditional(self) -> bool:
-        """The central weight beside a searched weighting scheme: it applies only at the points
-        whose scheme takes one (SIWLM's), the others have no central weight."""
-        return self.dim(CENTRAL_WEIGHT) is not None and self.dim(WEIGHTING_SCHEME) is not None
+        """Whether some path applies only at some points: a setting of a section whose scheme
+        the space also searches (SIWLM's central weight beside `weighting.scheme`)."""
+        return any(_scheme_setting(d.path) is not None and self.dim(
+            f"{_scheme_setting(d.path)[0]}.scheme") is not None for d in self.dims)
 
     def applies(self, path: str, point: Mapping[str, Any]) -> bool:
-        """Whether `path` is set at `point` (every path but a conditional central weight)."""
-        if path != CENTRAL_WEIGHT or not self.conditional:
+        """Whether `path` is set at `point`: a setting of a section whose scheme the point
+        sets applies only where that scheme takes it (`weighting.central_weight`: siwlm)."""
+        found = _scheme_setting(path)
+        if found is None:
             return True
-        return has_central_weight(point.get(WEIGHTING_SCHEME))
+        section, key = found
+        scheme = f"{section}.scheme"
+        if self.dim(scheme) is None or scheme not in point:
+            return True
+        keys = SCHEME_KEYS[section](point[scheme])
+        return keys is None or key in keys
 
     def settle(self, point: Mapping[str, Any]) -> Point:
         """`point` without the paths that do not apply at it."""
@@ -285,18 +296,15 @@ class Space:
         if not self.conditional:
             return list(points)
         seen: dict[str, Point] = {}
-        for p in points:  # a scheme without a central weight: once, not once per weight
+        for p in points:  # a scheme without a setting: once, not once per value of it
             seen.setdefault(self.point_key(p), p)
         return list(seen.values())
 
     def size(self, central: str) -> float:
-        if not self.conditional:
-            return math.prod(d.size(central) for d in self.dims)
-        weight, scheme = self.dim(CENTRAL_WEIGHT), self.dim(WEIGHTING_SCHEME)
-        rest = math.prod(d.size(central) for d in self.dims if d not in (weight, scheme))
-        schemes = scheme.options(central) or []
-        taking = sum(1 for s in schemes if has_central_weight(s))
-        return rest * (taking * weight.size(central) + len(schemes) - taking)
+        product = math.prod(d.size(central) for d in self.dims)
+        if not self.conditional or not math.isfinite(product) or product > _COUNT_MAX:
+            return product  # an upper bound, where too many to list
+        return len(self.grid(central) or ())
 
     def contains(self, point: Mapping[str, Any], central: str) -> bool:
         paths = {p for p in self.paths if self.applies(p, point)}
@@ -406,6 +414,15 @@ def fmt(value: Any) -> str:
     if isinstance(value, tuple | list):
         return "+".join(map(str, value)) or "none"
     return str(value)
+
+
+def _scheme_setting(path: str) -> tuple[str, str] | None:
+    """(section, key) of a path that sets one of a scheme's settings (`weighting.central_weight`
+    -> ("weighting", "central_weight")); None for a scheme itself or any other path."""
+    parts = path.split(".")
+    if len(parts) >= 2 and parts[0] in SCHEME_KEYS and parts[1] != "scheme":
+        return parts[0], parts[1]
+    return None
 
 
 def _short(path: str) -> str:

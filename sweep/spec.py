@@ -59,6 +59,7 @@ from sweep.space import (
     CENTRAL_WEIGHT,
     EXHAUSTIVE_GROUP_MAX,
     SCHEME_KEYS,
+    SCHEME_PATHS,
     SWEEP_OWNED,
     WEIGHTING_SCHEME,
     Dimension,
@@ -419,9 +420,17 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
     scheduler = _parse_scheduler(raw.get("scheduler", "fifo"), problems)
     stops_early = STRATEGIES[search.strategy].stops_early
     if search.space.conditional and search.strategy != "grid":
-        problems.append(f"search.strategy: {search.strategy} cannot search a central weight "
-                        "that applies only to some of search.space.weighting.scheme; use "
-                        "strategy: grid (every method at every listed weight)")
+        problems.append(f"search.strategy: {search.strategy} cannot search a setting that "
+                        "applies only to some of the searched schemes (such as SIWLM's central "
+                        "weight beside weighting.scheme); use strategy: grid")
+    compares = [p for p in search.space.paths if p in SCHEME_PATHS]
+    if compares and (scheduler.name == "asha" or stops_early):
+        stopper = "scheduler: asha" if scheduler.name == "asha" else \
+            f"search.strategy: {search.strategy}"
+        problems.append(f"{stopper.split(':')[0]}: a study that compares methods "
+                        f"({', '.join(compares)}) scores every method on its finished runs; "
+                        f"{stopper} stops some early, so use scheduler: fifo with strategy: "
+                        "grid")
     if scheduler.name == "asha" and stops_early:
         problems.append(f"scheduler: asha and strategy {search.strategy} both stop trials "
                         f"early; use scheduler: fifo with {search.strategy}")
@@ -600,7 +609,7 @@ def _check_points(train: Mapping[str, Any], tasks: tuple[str, ...], central: tup
                     if p in seen:
                         continue
                     seen.add(p)
-                    at = "" if i == 0 else f" (at search point {space.label(point)})"
+                    at = "" if i == 0 else f" (at search point {space.label(space.settle(point))})"
                     problems.append(f"train.{p}{at}")
     return epochs
 
@@ -628,12 +637,7 @@ def _parse_train(raw: Any, space: Space, problems: list[str], where: Any) -> dic
             train.pop(key)
     weighting = train.get("weighting")
     _scheme_sections(train, space, problems)
-    if space.conditional:
-        schemes = space.dim(WEIGHTING_SCHEME).options("") or []
-        if not any(has_central_weight(s) for s in schemes):
-            problems.append("search.space.weighting.central_weight: no scheme of "
-                            "search.space.weighting.scheme takes a central weight; add siwlm "
-                            "to its choices or remove the central weight")
+    if space.dim(WEIGHTING_SCHEME) is not None and space.dim(CENTRAL_WEIGHT) is not None:
         if isinstance(weighting, Mapping) and "central_weight" in weighting:
             problems.append("train.weighting.central_weight: set per trial by the sweep; "
                             "remove it here")
@@ -658,15 +662,28 @@ def _scheme_sections(train: Mapping[str, Any], space: Space, problems: list[str]
     dropped everywhere unseen, so it is refused."""
     for section, keys_of in SCHEME_KEYS.items():
         dim, given = space.dim(f"{section}.scheme"), train.get(section)
-        if dim is None or not isinstance(given, Mapping):
+        if dim is None:
             continue
         schemes = [s for s in dim.options("") or [] if keys_of(s) is not None]
         taken = {k for s in schemes for k in keys_of(s)}
+        names = ", ".join(map(str, schemes))
+        for path in space.paths:  # a searched setting that no searched scheme takes
+            key = path.split(".")[1] if path.startswith(f"{section}.") else "scheme"
+            if key == "scheme" or key in taken or not schemes:
+                continue
+            weight = key == "central_weight"
+            what, fix = ("a central weight", "add siwlm to its choices or remove the central "
+                         "weight") if weight else (key, "add a scheme that takes it, or remove "
+                                                   f"search.space.{path}")
+            problems.append(f"search.space.{path}: no scheme of search.space.{section}.scheme "
+                            f"({names}) takes {what}; {fix}")
+        if not isinstance(given, Mapping):
+            continue
         for key in given:
             if key != "scheme" and key not in taken and schemes:
                 problems.append(f"train.{section}.{key}: no scheme of search.space.{section}"
-                                f".scheme ({', '.join(map(str, schemes))}) takes this "
-                                "setting; correct its name or remove it")
+                                f".scheme ({names}) takes this setting; correct its name or "
+                                "remove it")
 
 
 def _task_names(raw_tasks: Any) -> tuple[str, ...]:

@@ -175,8 +175,8 @@ def test_methods_sample_study_runs_and_inspect_compares_the_methods(tiny_encoder
     assert len(rows) == 2 * (2 + 3)  # per sampling: siwlm in-sample and search, 3 schemes
     assert sum(r["best"] for r in rows) == 1
     per_seed = {r["method"]: r["per_seed"] for r in rows}
-    assert per_seed["scheme=siwlm sampling.scheme=sqrt"] == 6  # 2 weights x 3 epochs
-    assert per_seed["scheme=dwa sampling.scheme=sqrt"] == 3
+    assert per_seed["weighting.scheme=siwlm sampling.scheme=sqrt"] == 6  # 2 weights x 3 epochs
+    assert per_seed["weighting.scheme=dwa sampling.scheme=sqrt"] == 3
     plot = tmp_path / "methods.png"
     assert main(["inspect", "methods-sample", "--storage", url, "--plot", str(plot)]) == 0
     assert plot.stat().st_size > 10_000

@@ -3,6 +3,8 @@
 A preset is plain config data. Keys the config sets win; a mapping the config sets (for example
 `weighting` or `finetune`) is merged key by key into the preset's, so
 `{preset: siwlm-paper, weighting: {central_weight: 9}}` keeps the preset's scheme and variant.
+A mapping that names another scheme than the preset's (`weighting: {scheme: dwa}`) replaces the
+preset's: one scheme's settings mean nothing to another.
 A preset may also shape the task list: settings for the GLUE tasks it names (a task's own keys
 win, and one that sets its own `type` keeps every setting of its own), the tasks to train when
 the config lists none, and the order of the auxiliary tasks.
@@ -129,7 +131,8 @@ def _preset_tasks(items: list[Any], settings: Mapping[str, Mapping[str, Any]],
 def _merge(base: Mapping[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in top.items():
-        if isinstance(value, Mapping) and isinstance(base.get(key), Mapping):
+        if isinstance(value, Mapping) and isinstance(base.get(key), Mapping) \
+                and value.get("scheme", base[key].get("scheme")) == base[key].get("scheme"):
             out[key] = _merge(base[key], value)
         else:
             out[key] = value
