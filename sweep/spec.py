@@ -20,6 +20,7 @@
     scheduler: fifo                   # or asha, or {name: asha, grace_period: 1,
                                       #                reduction_factor: 3}
     max_failures: 1                   # Ray retries per trial; a retry resumes its checkpoint
+    reuse_workers: true               # a worker trains trial after trial (imports once)
     workdir: ./weightsearch_runs      # trial outputs and checkpoints; every node must reach it
     warm_start: [9]                   # guided/halving: points tried first, or `recommend`
     objective: {stage: multitask, metric: primary}  # the score a trial is: which stage, which
@@ -76,6 +77,7 @@ from weightsearch.errors import ConfigError
 from weightsearch.fields import (
     MAX_SEED,
     Choice,
+    Flag,
     Number,
     Text,
     check_fields,
@@ -179,6 +181,9 @@ class StudyFile:
     scheduler: Any = setting(None, doc="fifo, asha or {name, grace_period, reduction_factor}")
     max_failures: int = setting(1, Number(integer=True, low=0),
                                 doc="retries of a failed trial")
+    reuse_workers: bool = setting(True, Flag(),
+                                  doc="a Ray worker trains one trial after another (imports "
+                                      "once); false: a fresh process per trial")
     workdir: str = setting(DEFAULT_WORKDIR, Text("a folder path"),
                            doc="where trials write their run folders")
     warm_start: Any = setting(None, doc="points to try first, or recommend")
@@ -238,6 +243,7 @@ class StudySpec:
     warm_recommend: bool = False
     objective: Objective = Objective()
     aux_tasks: tuple[str, ...] | None = None  # None: every task but the central one
+    reuse_workers: bool = True  # Ray workers train trial after trial (results are the same)
     _strategies: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -274,6 +280,8 @@ class StudySpec:
             "warm_start": "recommend" if self.warm_recommend else self._warm_plain(),
             "objective": {"stage": self.objective.stage, "metric": self.objective.metric},
         })
+        if not self.reuse_workers:  # written only when off: stored studies keep their digest
+            out["reuse_workers"] = False
         return out
 
     def _warm_plain(self) -> list[Any]:
@@ -437,6 +445,7 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
 
     max_concurrent = plain.get("max_concurrent")
     max_failures = plain.get("max_failures", 1)
+    reuse_workers = plain.get("reuse_workers", True)
     workdir = _absolute(plain.get("workdir", DEFAULT_WORKDIR), where("workdir"))
     if (problem := writable_folder_problem(workdir, "workdir")) is not None:
         problems.append(problem)
@@ -472,6 +481,7 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
         search=search, seeds=seeds, resources=resources, max_concurrent=max_concurrent,
         scheduler=scheduler, max_failures=max_failures, workdir=workdir, epochs=epochs,
         warm_start=warm, warm_recommend=warm_recommend, objective=objective, aux_tasks=aux,
+        reuse_workers=reuse_workers,
     )
 
 

@@ -137,10 +137,12 @@ def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, clai
             scheduler=_scheduler(spec, stopped, searcher),
             num_samples=max(1, budget),
             max_concurrent_trials=parallel,
-            # Each trial in a fresh worker. Reused workers grew by hundreds of MB per MiniLM
-            # trial (11.7 and 9.3 GB after about twenty trials each on the SST-2 ladder, until
-            # Ray's memory monitor killed one); a fresh worker costs seconds of imports.
-            reuse_actors=False,
+            # A worker trains trial after trial: torch, transformers and the tokenizer load
+            # once, not once per trial (BENCHMARKS.md section 3). Safe since a run gives its
+            # freed heap back and measures its own peak (trainer/memory.py): before that,
+            # reused workers grew to 9-12 GB over twenty MiniLM trials. A run seeds everything
+            # it draws, so a reused worker trains what a fresh one would (tests check this).
+            reuse_actors=spec.reuse_workers,
             trial_dirname_creator=_trial_dirname,
         ),
         run_config=tune.RunConfig(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,45 @@ def test_bad_objectives_are_refused(tiny_encoder, sample_data_dir, tmp_path, obj
     with pytest.raises(ConfigError) as err:
         load_study_spec(raw)
     assert words in str(err.value)
+
+
+def test_a_reused_worker_trains_what_a_fresh_one_would(
+    tiny_encoder: str, sample_data_dir: Path, tmp_path: Path
+) -> None:
+    """One worker trains the four cells one after another (reuse_workers, the default), and
+    again with a fresh process per trial: every cell's score and peak memory come out the
+    same way, and the reused worker's process serves more than one trial."""
+    import optuna
+    import ray
+
+    from sweep.launch import launch
+    from sweep.spec import load_study_spec
+
+    values: dict[tuple, list] = {}
+    pids: dict[bool, set] = {}
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        for reuse in (True, False):
+            raw = study_dict(f"reuse-{reuse}", tiny_encoder, sample_data_dir, tmp_path)
+            raw["train"].pop("tracking")
+            raw.update(reuse_workers=reuse, max_concurrent=1,
+                       storage=f"sqlite:///{tmp_path / f'{reuse}.db'}",
+                       workdir=str(tmp_path / f"runs-{reuse}"))
+            spec = load_study_spec(raw)
+            assert spec.reuse_workers is reuse
+            summary = launch(spec, progress=False)
+            assert summary.finished and summary.ran == 4 and summary.failed == 0
+            for central in ("rte", "stsb"):
+                study = optuna.load_study(study_name=f"reuse-{reuse}/{central}",
+                                          storage=spec.storage)
+                for t in study.get_trials():
+                    values.setdefault((central, t.params[S.PARAM]), []).append(t.value)
+            # Tune's own result lines name the worker process of every trial.
+            pids[reuse] = {json.loads(line)["pid"]
+                           for f in (tmp_path / f"runs-{reuse}" / "ray").rglob("result.json")
+                           for line in f.read_text().splitlines() if line.strip()}
+    finally:
+        ray.shutdown()
+    assert len(values) == 4 and all(len(v) == 2 and v[0] == v[1] for v in values.values()), \
+        values
+    assert len(pids[False]) == 4 and len(pids[True]) < 4, pids
