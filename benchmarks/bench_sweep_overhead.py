@@ -31,6 +31,9 @@ the machine's CPU time over it (all processes: run it on an otherwise idle machi
 ratio study / plain.
 
     python benchmarks/bench_sweep_overhead.py --versus-plain --repeats 3
+
+`--versus-plain --fresh-workers` runs the study against itself with a fresh worker per trial
+(`reuse_workers: false`) instead: what reusing workers saves.
 """
 
 from __future__ import annotations
@@ -155,7 +158,7 @@ def _plain_run(train: dict, work: Path, tag: str) -> float:
     return time.perf_counter() - started
 
 
-def _study_run(train: dict, work: Path, tag: str) -> float:
+def _study_run(train: dict, work: Path, tag: str, reuse: bool = True) -> float:
     from sweep.launch import launch
     from sweep.spec import load_study_spec
 
@@ -163,6 +166,7 @@ def _study_run(train: dict, work: Path, tag: str) -> float:
         "study": tag, "storage": f"sqlite:///{work / tag}.db", "train": train,
         "central_tasks": list(CENTRALS), "weights": list(WEIGHTS), "seeds": list(SEEDS),
         "max_concurrent": 2, "resources": {"cpu": 1, "gpu": 0}, "workdir": str(work / tag),
+        "reuse_workers": reuse,
     })
     started = time.perf_counter()
     summary = launch(spec, progress=False)
@@ -181,8 +185,10 @@ def versus_plain_main(args: argparse.Namespace) -> None:
         if args.encoder == "tiny":
             train["encoder"] = tiny_encoder(work / "tiny")
         rows = []
+        other = ("fresh", lambda *a: _study_run(*a, reuse=False)) if args.fresh_workers \
+            else ("plain", _plain_run)
         for r in range(args.repeats):
-            for name, run_one in (("study", _study_run), ("plain", _plain_run)):
+            for name, run_one in (("study", _study_run), other):
                 cpu = _machine_cpu_s()
                 wall = run_one(train, work, f"{name}{r}")
                 rows.append((name, wall, _machine_cpu_s() - cpu))
@@ -193,12 +199,12 @@ def versus_plain_main(args: argparse.Namespace) -> None:
         print(f"{name:<6} {wall:>7.1f} {cpu:>14.1f}")
     for i, what in ((1, "wall"), (2, "CPU")):
         study = sorted(r[i] for r in rows if r[0] == "study")
-        plain = sorted(r[i] for r in rows if r[0] == "plain")
+        plain = sorted(r[i] for r in rows if r[0] == other[0])
         ratios = sorted(s / p for s, p in zip([r[i] for r in rows if r[0] == "study"],
-                                              [r[i] for r in rows if r[0] == "plain"],
+                                              [r[i] for r in rows if r[0] == other[0]],
                                               strict=True))
-        print(f"{what}: study median {study[len(study) // 2]:.1f}, plain median "
-              f"{plain[len(plain) // 2]:.1f}; study / plain per pair "
+        print(f"{what}: study median {study[len(study) // 2]:.1f}, {other[0]} median "
+              f"{plain[len(plain) // 2]:.1f}; study / {other[0]} per pair "
               + ", ".join(f"{x:.2f}" for x in ratios))
 
 
@@ -339,6 +345,9 @@ def main() -> None:
                         help="two drivers sharing one study against one driver")
     parser.add_argument("--versus-plain", action="store_true",
                         help="a 32-cell study against a plain Tune + OptunaSearch script")
+    parser.add_argument("--fresh-workers", action="store_true",
+                        help="with --versus-plain: against the same study with a fresh worker "
+                             "per trial (reuse_workers: false) instead of the plain script")
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
