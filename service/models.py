@@ -47,12 +47,16 @@ class StudyList(BaseModel):
 
 
 class CentralTaskDetail(BaseModel):
-    """One central task: its summary, the metric per weight (`curve`) and every cell."""
+    """One central task: its summary, the metric per weight (`curve`) and every cell; in a
+    study that compares methods, the compute-fair comparison (`methods`, one row per method,
+    and `methods_conclusion`, as `weightsearch inspect` prints them)."""
 
     model_config = ConfigDict(extra="allow")
 
     curve: list[dict[str, Any]]
     cells: list[dict[str, Any]]
+    methods: list[dict[str, Any]] | None = None
+    methods_conclusion: str | None = None
 
 
 class StudyDetail(BaseModel):

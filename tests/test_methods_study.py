@@ -334,3 +334,17 @@ def test_a_preset_keeps_its_weighting_for_siwlm_only(sample_data_dir):
     siwlm = found["siwlm", 9.0]
     assert (siwlm.variant, siwlm.focus_span, siwlm.off_focus) == ("reference", 20, 0.1)
     assert found["dwa", None].scheme == "dwa" and found["equal", None].scheme == "equal"
+
+
+def test_the_service_shows_the_comparison(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    _stored_methods_study(url)
+    with TestClient(create_app(url, log_dir=tmp_path)) as client:
+        body = client.get("/studies/methods").json()
+    (task,) = body["central_tasks"]
+    rows, text = _rows(url)
+    assert task["methods"] == json.loads(json.dumps(rows)) and task["methods_conclusion"] == text

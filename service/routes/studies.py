@@ -22,6 +22,7 @@ def get_study(name: str, database: Database) -> dict:
     # A study by its full name, or every central-task study under a base name. (No docstring:
     # FastAPI would publish it as the operation's description.)
     from studies.inspection import cell_rows
+    from studies.methods import conclusion, is_methods_study, method_rows
 
     every = database.studies()
     studies = [s for s in every if s.name == name] or \
@@ -29,7 +30,12 @@ def get_study(name: str, database: Database) -> dict:
     if not studies:
         raise HTTPException(404, f"no study named {name!r}; GET /studies lists them")
     cells = cell_rows(studies)
-    return {"study": name, "central_tasks": [
-        {**s.summary(), "curve": [vars(w) for w in s.curve],
-         "cells": [c for c in cells if c["central_task"] == s.central_task]}
-        for s in studies]}
+    out = []
+    for s in studies:
+        detail = {**s.summary(), "curve": [vars(w) for w in s.curve],
+                  "cells": [c for c in cells if c["central_task"] == s.central_task]}
+        if is_methods_study(s):  # the compute-fair comparison, as `inspect` gives it
+            rows = method_rows(s)
+            detail.update(methods=rows, methods_conclusion=conclusion(rows, s.maximize))
+        out.append(detail)
+    return {"study": name, "central_tasks": out}
