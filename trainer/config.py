@@ -78,9 +78,9 @@ class RunConfig:
     warmup: float = setting(0.1, Number(integer=False, low=0, high=1))
     grad_clip: float = setting(1.0, Number(integer=False, low=0))
     # The encoder's attention-probability dropout; None: its own config's (BERT and MiniLM:
-    # 0.1, which MT-DNN keeps). 0 lets PyTorch's fused attention kernel run (no dropout mask,
-    # no saved probabilities): faster and lighter on CPU (BENCHMARKS.md section 1), a named
-    # departure from the reference.
+    # 0.1, which MT-DNN keeps). 0, a named departure from the reference, lets PyTorch's fused
+    # attention kernel run (no dropout mask, no saved probabilities); on an AMX CPU that kernel
+    # trained slower than the bf16 math path (0.77x, BENCHMARKS.md section 1).
     attention_dropout: float | None = setting(
         None, Number(integer=False, low=0, high=0.9, optional=True))
     weight_decay: float = setting(0.0, Number(integer=False, low=0))
