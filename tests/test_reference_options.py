@@ -623,3 +623,30 @@ def test_an_encoder_without_attention_dropout_is_refused(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_encoder(str(folder), 1, 0.0)
     assert info.value.problems[0].startswith("attention_dropout: the encoder ")
+
+
+def test_bf16_autocast_keeps_attention_in_bf16_and_puts_the_flag_back():
+    """PyTorch's math attention upcasts bf16 to fp32 unless bf16 reductions are allowed; the
+    run's autocast allows them while it is on, so attention's saved tensors are bf16, and
+    restores the process's setting after."""
+    import torch.nn.functional as F
+
+    from trainer.device import Runtime
+
+    runtime = Runtime(torch.device("cpu"), torch.bfloat16)
+    q = torch.randn(2, 4, 16, 8, requires_grad=True)
+    saved: set[torch.dtype] = set()
+
+    def pack(t):
+        if t.dim() == 4 and t.shape[-1] == t.shape[-2] == 16:  # scores / probabilities
+            saved.add(t.dtype)
+        return t
+
+    before = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), runtime.autocast():
+        assert torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
+        out = F.scaled_dot_product_attention(q, q, q, dropout_p=0.1)  # the math path
+    assert out.dtype == torch.bfloat16 and saved == {torch.bfloat16}
+    assert torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed() == before
+    out.float().sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
