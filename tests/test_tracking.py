@@ -175,3 +175,26 @@ def test_runs_naming_one_parent_nest_under_one_parent_run(sample_data_dir, tiny_
                              tags={"weightsearch.parent": "study-1"})
     assert _parent_run(client, experiment, "study-1") == parents[0].info.run_id
     client.delete_run(late.info.run_id)
+
+
+def test_a_run_stopped_by_its_report_closes_its_writers(sample_data_dir, tiny_encoder,
+                                                         tmp_path):
+    """A report that stops the run (a halving stint, ASHA, a diverged loss) still closes its
+    TensorBoard writer: a Ray worker that trains trial after trial keeps no thread per stop."""
+    import threading
+
+    class Stop(Exception):
+        pass
+
+    def stop(_report):
+        raise Stop
+
+    threads = []
+    for i in range(3):
+        cfg = _config(sample_data_dir, tiny_encoder, tmp_path / f"run{i}", tmp_path / "mlruns",
+                      tracking={"tensorboard": True})
+        with pytest.raises(Stop):
+            train(cfg, report=stop, quiet=True)
+        threads.append(threading.active_count())
+    assert threads[0] == threads[1] == threads[2], threads
+    assert _scalars(tmp_path / "run0" / "tensorboard")["train/loss"]  # what it wrote is there

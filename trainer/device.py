@@ -31,13 +31,17 @@ class Runtime:
 
 @contextlib.contextmanager
 def _autocast(device_type: str, dtype: torch.dtype):
-    """Autocast in which attention, too, runs in `dtype`. PyTorch's math attention (the path
-    that supports attention dropout, so the one BERT trains on the CPU) upcasts bf16 to fp32
-    unless fp16/bf16 reductions are allowed: the scores, softmax, dropout mask and weighted
-    values then run and are saved for the backward pass in fp32. Allowed while autocast is on
-    (and put back after), as GPU attention kernels compute them: on MiniLM at batch 32 and 128
-    tokens the saved activations drop from 915 to 645 MB, the step's peak RSS from 2,063 to
-    1,709 MiB, and a step takes 0.89-0.92x the time (BENCHMARKS.md section 1)."""
+    """Autocast in which attention, too, runs in `dtype` on the CPU. PyTorch's math attention
+    (the path that supports attention dropout, so the one BERT trains on the CPU) upcasts bf16
+    to fp32 unless fp16/bf16 reductions are allowed: the scores, softmax, dropout mask and
+    weighted values then run and are saved for the backward pass in fp32. Allowed while
+    autocast is on (and put back after), as GPU attention kernels compute them: on MiniLM at
+    batch 32 and 128 tokens the saved activations drop from 915 to 645 MB, the step's peak RSS
+    from 2,063 to 1,709 MiB, and a step takes 0.89-0.92x the time (BENCHMARKS.md section 1)."""
+    if device_type != "cpu":  # GPU attention runs its own kernels in bf16 already
+        with torch.autocast(device_type, dtype=dtype):
+            yield
+        return
     allowed = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
     torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
     try:

@@ -166,11 +166,13 @@ def train_stage(run: StageRun, report: Report | None = None, quiet: bool = False
                            resumed_at=progress.global_step if run.ckpt is not None else None)
     bar = tqdm(total=run.total_steps, initial=progress.global_step, disable=quiet, unit="step",
                dynamic_ncols=True, desc="train")
-    for epoch in range(run.ckpt.epoch + 1 if run.ckpt else 1, cfg.epochs + 1):
-        train_loss = _train_epoch(run, epoch, progress, tracker, bar, quiet)
-        _end_epoch(run, epoch, train_loss, progress, tracker, report, quiet)
-    bar.close()
-    tracker.close()
+    try:
+        for epoch in range(run.ckpt.epoch + 1 if run.ckpt else 1, cfg.epochs + 1):
+            train_loss = _train_epoch(run, epoch, progress, tracker, bar, quiet)
+            _end_epoch(run, epoch, train_loss, progress, tracker, report, quiet)
+    finally:  # also when a report stops the run (a halving stint, ASHA, divergence): a reused
+        bar.close()  # worker must not keep a writer thread per stopped trial
+        tracker.close()
     return _result(cfg, progress.history, out, {n: d.train_size for n, d in run.data.items()},
                    {n: d.truncated for n, d in run.data.items()}, progress.train_time,
                    progress.examples_seen,

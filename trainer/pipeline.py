@@ -54,6 +54,8 @@ def train(
         return _train(cfg, report, resume, stage, quiet)
     finally:  # num_threads is this run's: a notebook's next run keeps its own thread count
         torch.set_num_threads(threads)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()  # a reused worker does not hold this run's GPU reservation
 
 
 def _train(cfg: RunConfig, report: Report | None, resume: bool, stage: str,
