@@ -9,7 +9,13 @@ from studies import schema
 from studies.budget import BudgetReport, budget_report, unusable_text
 from studies.budget import rows as budget_rows
 from studies.budget import to_dict as budget_dict
-from studies.methods import conclusion, is_methods_study, method_rows, study_epochs_note
+from studies.methods import (
+    comparison,
+    conclusion,
+    is_methods_study,
+    method_rows,
+    study_epochs_note,
+)
 from studies.reading import CentralStudy, read_all, read_central, resolve
 from studies.storage import shown_url
 from studies.verdict import by_seed, judge
@@ -45,7 +51,7 @@ def cell_rows(studies: list[CentralStudy]) -> list[dict]:
         for c in sorted(s.cells, key=lambda c: (c.weight is None, c.weight or 0,
                                                 _point_text(c.point), c.seed or 0)):
             shown = {k: _value_text(k, v) for k, v in c.point.items()
-                     if k != "weighting.central_weight"}
+                     if k != schema.T_CENTRAL_WEIGHT_PATH}
             rows.append({"central_task": s.central_task, "central_weight": c.weight, **shown,
                          "seed": c.seed, "state": c.state, "value": c.value,
                          **_stage_metrics(s, c)})
@@ -207,9 +213,7 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
                 "cells": [r for r in cells if r["central_task"] == s.central_task],
                 **({"best_point": best_point[s.central_task]}
                    if s.central_task in best_point else {}),
-                **({"methods": methods[s.name],
-                    "methods_conclusion": conclusion(methods[s.name], s.maximize)}
-                   if s.name in methods else {})}
+                **(comparison(s, methods[s.name]) if s.name in methods else {})}
                for s in studies]
         return json.dumps({"study": name, "central_tasks": out}, indent=2)
     if fmt == "csv":

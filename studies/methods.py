@@ -39,10 +39,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from studies.reading import Cell, CentralStudy
+from studies.schema import T_CENTRAL_WEIGHT_PATH as CENTRAL
+from studies.schema import T_SCHEME_PATHS as SCHEME_PATHS
+from studies.verdict import mean_interval
 
-CENTRAL = "weighting.central_weight"
-SCHEME_PATHS = ("weighting.scheme", "sampling.scheme")
-LEVEL = 0.95
 IN_SAMPLE, SEARCH = "best w", "search"
 
 
@@ -114,17 +114,6 @@ def _held_out(scores: dict[float, dict[int, float]], sign: float) -> tuple[dict[
     return out, chosen
 
 
-def _t_interval(values: Sequence[float]) -> tuple[float | None, float | None]:
-    if len(values) < 2:
-        return None, None
-    from scipy import stats
-
-    half = stats.t.ppf(0.5 + LEVEL / 2, len(values) - 1) * statistics.stdev(values) \
-        / math.sqrt(len(values))
-    mean = statistics.fmean(values)
-    return mean - half, mean + half
-
-
 def _compute(cells: Sequence[Cell], default_epochs: int | None) -> tuple[int | None,
                                                                           float | None]:
     epochs = [c.epochs if c.epochs is not None else default_epochs for c in cells]
@@ -166,10 +155,10 @@ def method_rows(s: CentralStudy) -> list[dict]:
     out = []
     for row, scores in rows:
         values = [scores[k] for k in sorted(scores)]
-        low, high = _t_interval(values)
+        low, high = mean_interval(values) or (None, None)
         common = sorted(set(scores) & set(ref_scores))
         diffs = [scores[k] - ref_scores[k] for k in common]
-        d_low, d_high = _t_interval(diffs) if row is not ref else (None, None)
+        d_low, d_high = (mean_interval(diffs) if row is not ref else None) or (None, None)
         out.append({"central_task": row["central_task"], "method": row["method"],
                     "choice": row["choice"], "primary_metric": s.primary_metric,
                     "mean": statistics.fmean(values), "low": low, "high": high,
@@ -215,6 +204,11 @@ def conclusion(rows: list[dict], maximize: bool) -> str:
     if unknown:
         parts.append(f"not comparable (fewer than two shared seeds): {', '.join(unknown)}")
     return "; ".join(parts)
+
+
+def comparison(s: CentralStudy, rows: list[dict]) -> dict:
+    """The comparison as `inspect --format json` and the service give it."""
+    return {"methods": rows, "methods_conclusion": conclusion(rows, s.maximize)}
 
 
 def study_epochs_note(s: CentralStudy) -> str:

@@ -269,11 +269,17 @@ def _as_count(v) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
-def _spec_epochs(attrs: dict) -> int | None:
-    """The multi-task epochs of a launched study's run template (its stored study file)."""
+def _spec_train(attrs: dict) -> dict | None:
+    """The run template (`train:`) of a launched study's stored study file."""
     spec = attrs.get(schema.A_SPEC)
     train = spec.get("train") if isinstance(spec, dict) else None
-    epochs = train.get("epochs") if isinstance(train, dict) else None
+    return train if attrs.get(schema.A_SOURCE) == schema.SOURCE_SWEEP \
+        and isinstance(train, dict) else None
+
+
+def _spec_epochs(attrs: dict) -> int | None:
+    """The multi-task epochs of a launched study's run template."""
+    epochs = (_spec_train(attrs) or {}).get("epochs")
     return epochs if isinstance(epochs, int) and not isinstance(epochs, bool) \
         and epochs > 0 else None
 
@@ -289,9 +295,8 @@ def _group_metrics(attrs: dict) -> dict[str, str] | None:
 def _dataset_from_spec(attrs: dict, central: str) -> str | None:
     """A launched study that predates the dataset attribute: its stored study file names the
     central task's definition (a preset with a cap of its own is the preset's data)."""
-    spec = attrs.get(schema.A_SPEC)
-    train = spec.get("train") if isinstance(spec, dict) else None
-    if attrs.get(schema.A_SOURCE) != schema.SOURCE_SWEEP or not isinstance(train, dict):
+    train = _spec_train(attrs)
+    if train is None:
         return None
     from trainer.tasks import dataset_name, parse_tasks
 

@@ -87,6 +87,9 @@ T_UNIT = "unit"  # the claimable unit of work the trial fills (a cell, a slot, a
 T_POINT = "point"  # {run-config path: value}: the search point the trial trained
 T_GROUP = "group"  # task grouping: the auxiliary tasks trained with the central task
 T_GROUP_PATH = "tasks"  # the key of a task group in a trial's `point`
+T_CENTRAL_WEIGHT_PATH = "weighting.central_weight"  # the central weight in a trial's `point`
+# The run-config paths of the methods a study may compare (a trial's `point` keys).
+T_SCHEME_PATHS = ("weighting.scheme", "sampling.scheme")
 T_BUDGET = "budget"  # successive halving: the epoch this trial's stint trains up to
 
 

@@ -113,15 +113,24 @@ def judge(values: dict[Any, list[float]], paired: bool = False,
     return Verdict(best, not reason, rival, lead, interval, seeds, paired, reason, kind)
 
 
+def mean_interval(values: list[float]) -> tuple[float, float] | None:
+    """The LEVEL Student-t interval of the mean of `values`; None with fewer than two."""
+    from scipy import stats
+
+    if len(values) < 2:
+        return None
+    half = stats.t.ppf(0.5 + LEVEL / 2, len(values) - 1) * statistics.stdev(values) \
+        / math.sqrt(len(values))
+    return statistics.fmean(values) - half, statistics.fmean(values) + half
+
+
 def _interval(a: list[float], b: list[float], paired: bool,
               sign: float) -> tuple[float, float] | None:
     """The LEVEL interval of mean(a) - mean(b) (times sign); None without two seeds each."""
     from scipy import stats
 
     if paired and len(a) == len(b) and len(a) >= 2:
-        d = [sign * (x - y) for x, y in zip(a, b, strict=True)]
-        half = stats.t.ppf(0.5 + LEVEL / 2, len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
-        return statistics.fmean(d) - half, statistics.fmean(d) + half
+        return mean_interval([sign * (x - y) for x, y in zip(a, b, strict=True)])
     if len(a) < 2 or len(b) < 2:
         return None
     va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)

@@ -57,11 +57,11 @@ from trainer.sampling import scheme_keys as sampling_keys
 from trainer.weighting import scheme_keys as weighting_keys
 from weightsearch.fields import Flag, Number, check_fields, setting, unknown_keys
 
-CENTRAL_WEIGHT = "weighting.central_weight"
+CENTRAL_WEIGHT = S.T_CENTRAL_WEIGHT_PATH
 WEIGHTING_SCHEME = "weighting.scheme"
 # The sections whose scheme a point may set: {section: the keys its scheme `name` takes}.
 SCHEME_KEYS = {"weighting": weighting_keys, "sampling": sampling_keys}
-SCHEME_PATHS = tuple(f"{section}.scheme" for section in SCHEME_KEYS)  # the methods a study compares
+SCHEME_PATHS = S.T_SCHEME_PATHS  # the methods a study compares: each section's scheme
 # A listed dimension's cap, checked before anything lists it (a step of 1e-9 over 1-15 would
 # be 1.4e10 values); a whole search's cap is sweep.spec's MAX_CELLS.
 MAX_DIMENSION_VALUES = 10_000
@@ -266,8 +266,8 @@ class Space:
     def conditional(self) -> bool:
         """Whether some path applies only at some points: a setting of a section whose scheme
         the space also searches (SIWLM's central weight beside `weighting.scheme`)."""
-        return any(_scheme_setting(d.path) is not None and self.dim(
-            f"{_scheme_setting(d.path)[0]}.scheme") is not None for d in self.dims)
+        sections = {found[0] for d in self.dims if (found := _scheme_setting(d.path))}
+        return any(self.dim(f"{section}.scheme") is not None for section in sections)
 
     def applies(self, path: str, point: Mapping[str, Any]) -> bool:
         """Whether `path` is set at `point`: a setting of a section whose scheme the point
@@ -382,7 +382,7 @@ class Space:
         raw = copy.deepcopy(dict(train))
         point = self.settle(point)
         for d in self.dims:
-            if d.path not in point:  # a central weight that does not apply at this point
+            if d.path not in point:  # a scheme's setting that does not apply at this point
                 continue
             if d.kind == "group":
                 drop_other_tasks(raw, {central, *point[d.path]}, task_names)

@@ -38,12 +38,9 @@ def _autocast(device_type: str, dtype: torch.dtype):
     autocast is on (and put back after), as GPU attention kernels compute them: on MiniLM at
     batch 32 and 128 tokens the saved activations drop from 915 to 645 MB, the step's peak RSS
     from 2,063 to 1,709 MiB, and a step takes 0.89-0.92x the time (BENCHMARKS.md section 1)."""
-    if device_type != "cpu":  # GPU attention runs its own kernels in bf16 already
-        with torch.autocast(device_type, dtype=dtype):
-            yield
-        return
     allowed = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
-    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)
+    # GPU attention runs its own kernels in bf16 already: the flag is the CPU's only
+    torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(allowed or device_type == "cpu")
     try:
         with torch.autocast(device_type, dtype=dtype):
             yield

@@ -22,7 +22,7 @@ def get_study(name: str, database: Database) -> dict:
     # A study by its full name, or every central-task study under a base name. (No docstring:
     # FastAPI would publish it as the operation's description.)
     from studies.inspection import cell_rows
-    from studies.methods import conclusion, is_methods_study, method_rows
+    from studies.methods import comparison, is_methods_study, method_rows
 
     every = database.studies()
     studies = [s for s in every if s.name == name] or \
@@ -35,7 +35,6 @@ def get_study(name: str, database: Database) -> dict:
         detail = {**s.summary(), "curve": [vars(w) for w in s.curve],
                   "cells": [c for c in cells if c["central_task"] == s.central_task]}
         if is_methods_study(s):  # the compute-fair comparison, as `inspect` gives it
-            rows = method_rows(s)
-            detail.update(methods=rows, methods_conclusion=conclusion(rows, s.maximize))
+            detail.update(comparison(s, method_rows(s)))
         out.append(detail)
     return {"study": name, "central_tasks": out}
