@@ -432,13 +432,12 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
                         "applies only to some of the searched schemes (such as SIWLM's central "
                         "weight beside weighting.scheme); use strategy: grid")
     compares = [p for p in search.space.paths if p in SCHEME_PATHS]
-    if compares and (scheduler.name == "asha" or stops_early):
-        stopper = "scheduler: asha" if scheduler.name == "asha" else \
-            f"search.strategy: {search.strategy}"
-        problems.append(f"{stopper.split(':')[0]}: a study that compares methods "
-                        f"({', '.join(compares)}) scores every method on its finished runs; "
-                        f"{stopper} stops some early, so use scheduler: fifo with strategy: "
-                        "grid")
+    for field_, value, early in (("scheduler", scheduler.name, scheduler.name == "asha"),
+                                 ("search.strategy", search.strategy, stops_early)):
+        if compares and early and not (field_ == "search.strategy" and search.space.conditional):
+            problems.append(f"{field_}: a study that compares methods ({', '.join(compares)}) "
+                            f"scores every method on its finished runs, and {value} stops some "
+                            "early; use scheduler: fifo with strategy: grid")
     if scheduler.name == "asha" and stops_early:
         problems.append(f"scheduler: asha and strategy {search.strategy} both stop trials "
                         f"early; use scheduler: fifo with {search.strategy}")
