@@ -8,15 +8,16 @@ medians is the figure to quote.
 
     python benchmarks/bench_trainer_cpu.py --data-dir ../shared/data/glue --tasks rte,mrpc
 
-It also prints the trainer's achieved training FLOP/s per CPU-second against a bf16 matmul
-peak measured in the same invocation on the same threads (`--flops`). FLOPs of a training
+It also prints the trainer's achieved training FLOP/s per CPU-second against matmul peaks
+measured in the same invocation on the same threads, and its share of the peak of the
+arithmetic it ran in (bf16 where the CPU has bf16 hardware, fp32 elsewhere). FLOPs of a training
 step, per sequence of padded length L (counted from every batch the encoder trains on):
 6 x N x L (forward and backward through the N non-embedding parameters of the encoder and
 heads) + 12 x layers x hidden x L^2 (attention scores and their weighted sum, forward and
 backward). The peak: the best of several timed bf16 matmuls shaped like the encoder's
-feed-forward layers ([batch x 64, hidden] x [hidden, 4 hidden]) per CPU-second, both as bf16
-tensors (the hardware's rate) and as an fp32 `F.linear` under bf16 autocast (the way the
-trainer multiplies, casts included).
+feed-forward layers ([batch x 64, hidden] x [hidden, 4 hidden]) per CPU-second, as bf16
+tensors (the hardware's bf16 rate), as an fp32 `F.linear` under bf16 autocast (the way the
+trainer multiplies in bf16, casts included) and as fp32 tensors.
 """
 
 from __future__ import annotations
@@ -149,14 +150,15 @@ class TrainingShapes:
                    for rows, length in self.shapes)
 
 
-def matmul_peak(hidden: int, tokens: int, repeats: int = 20,
-                autocast: bool = False) -> float:
-    """The best bf16 matmul rate, FLOP/s per CPU-second, of a feed-forward-shaped product:
-    bf16 tensors (the hardware's rate: AMX tiles where the CPU has them), or with `autocast`
-    an fp32 `F.linear` under bf16 autocast, as the trainer calls it (its casts included)."""
+def matmul_peak(hidden: int, tokens: int, repeats: int = 20, mode: str = "bf16") -> float:
+    """The best matmul rate, FLOP/s per CPU-second, of a feed-forward-shaped product, by
+    `mode`: bf16 tensors (the hardware's bf16 rate: AMX tiles where the CPU has them), fp32
+    tensors, or `autocast`: an fp32 `F.linear` under bf16 autocast, as the trainer calls it in
+    bf16 (its casts included)."""
     import torch
 
-    dtype = torch.float32 if autocast else torch.bfloat16
+    autocast = mode == "autocast"
+    dtype = torch.bfloat16 if mode == "bf16" else torch.float32
     a = torch.randn(tokens, hidden, dtype=dtype)
     w = torch.randn(4 * hidden, hidden, dtype=dtype)
 
@@ -179,6 +181,7 @@ def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: in
                 encoder: str, seed: int, cache_dir: str, bucketing: bool, lr: float,
                 precision: str = "auto", attention_dropout: float | None = None) -> dict:
     from trainer import load_config, train
+    from trainer.device import select_runtime
 
     shapes = TrainingShapes()
     restore = shapes.install()
@@ -207,7 +210,8 @@ def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: in
             # the training loop's own time (no evaluation), on every thread torch uses
             "flop_per_s_per_thread": shapes.flops() / result.train_time_s
             / torch.get_num_threads(),
-            "peak_rss_mib": result.extra.get("peak_rss_mib")}
+            "peak_rss_mib": result.extra.get("peak_rss_mib"),
+            "precision": select_runtime(cfg.device, cfg.precision, cfg.num_threads).precision}
 
 
 def main() -> None:
@@ -249,8 +253,8 @@ def main() -> None:
 
     hidden = AutoConfig.from_pretrained(encoder_path).hidden_size
     tokens = args.batch_size * 64  # about the padded length of an RTE/MRPC batch
-    peaks = [matmul_peak(hidden, tokens)]
-    linear_rates = [matmul_peak(hidden, tokens, autocast=True)]
+    modes = ("bf16", "autocast", "fp32")
+    rates = {mode: [matmul_peak(hidden, tokens, mode=mode)] for mode in modes}
     runs: dict[str, list[dict]] = {"trainer": [], "plain": []}
 
     def versus(seed: int) -> dict:
@@ -275,8 +279,12 @@ def main() -> None:
               f"{p['examples_per_s']:.1f} ex/s dev {p['dev']}"
               + (f", {p['flop_per_s_per_thread'] / 1e9:.1f} GFLOP/s per thread, peak RSS "
                  f"{p['peak_rss_mib']:.0f} MiB" if "peak_rss_mib" in p else ""), flush=True)
-    peaks.append(matmul_peak(hidden, tokens))
-    linear_rates.append(matmul_peak(hidden, tokens, autocast=True))
+    for mode in modes:
+        rates[mode].append(matmul_peak(hidden, tokens, mode=mode))
+    precision = runs["trainer"][0]["precision"]
+    # The peak that bounds the trainer is the rate of the arithmetic it ran in: bf16 where the
+    # CPU multiplies bf16 natively (`precision: auto`), fp32 elsewhere.
+    own = max(rates["bf16" if precision == "bf16" else "fp32"])
     med = {k: statistics.median(r["examples_per_s"] for r in v) for k, v in runs.items()}
     achieved = statistics.median(r["flop_per_s_per_thread"] for r in runs["trainer"])
     summary = {
@@ -290,10 +298,15 @@ def main() -> None:
         "dev_plain": [r["dev"] for r in runs["plain"]],
         "versus": args.versus,
         "trainer_gflop_per_s_per_thread": round(achieved / 1e9, 1),
-        "bf16_matmul_peak_gflop_per_s_per_thread": [round(p / 1e9, 1) for p in peaks],
-        "share_of_peak": round(achieved / max(peaks), 3),
-        "autocast_linear_gflop_per_s_per_thread": [round(p / 1e9, 1) for p in linear_rates],
-        "share_of_autocast_linear": round(achieved / max(linear_rates), 3),
+        "trainer_precision": precision,
+        "bf16_matmul_peak_gflop_per_s_per_thread": [round(p / 1e9, 1) for p in rates["bf16"]],
+        "share_of_bf16_peak": round(achieved / max(rates["bf16"]), 3),
+        "autocast_linear_gflop_per_s_per_thread": [
+            round(p / 1e9, 1) for p in rates["autocast"]],
+        "share_of_autocast_linear": round(achieved / max(rates["autocast"]), 3),
+        "fp32_matmul_peak_gflop_per_s_per_thread": [round(p / 1e9, 1) for p in rates["fp32"]],
+        "share_of_fp32_peak": round(achieved / max(rates["fp32"]), 3),
+        "share_of_peak_in_its_precision": round(achieved / own, 3),
         "trainer_peak_rss_mib": [round(r["peak_rss_mib"]) for r in runs["trainer"]],
     }
     print(json.dumps(summary, indent=1))

@@ -41,3 +41,53 @@ def _held_mib(setting: str) -> int:
 def test_freed_heap_memory_goes_back_to_the_system():
     assert _held_mib("off") > 300  # glibc's default keeps most of the 400 MiB
     assert _held_mib("on") < 40
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_recomputed_activations_train_the_same_run(precision, sample_data_dir, tiny_encoder,
+                                                   tmp_path):
+    """recompute_activations redraws each layer's dropout masks from the saved random state,
+    and recomputes attention in the forward pass's precision, so the run is the plain one:
+    the same loss at every step and the same dev metrics."""
+    from tests.helpers import read_jsonl, train_tiny_run
+    from trainer.resume import resume_settings
+
+    tiny_run = train_tiny_run(sample_data_dir, tiny_encoder, tmp_path / "plain",
+                              precision=precision)
+    run = train_tiny_run(sample_data_dir, tiny_encoder, tmp_path / "run",
+                         precision=precision, recompute_activations=True)
+    plain = [r["loss"] for r in read_jsonl(tiny_run.out / "steps.jsonl")]
+    recomputed = [r["loss"] for r in read_jsonl(run.out / "steps.jsonl")]
+    assert len(recomputed) == len(plain) > 10
+    assert recomputed == plain
+    assert run.result.final == tiny_run.result.final
+    # the same outcome, so a run may resume with the setting changed
+    assert resume_settings(run.cfg) == resume_settings(tiny_run.cfg)
+
+
+def test_recomputing_keeps_only_the_layer_inputs(sample_data_dir, tiny_encoder):
+    """What one training forward pass saves for its backward pass, with and without
+    recomputation, counted storage by storage."""
+    import torch
+
+    from trainer.model import load_encoder, recompute_activations
+
+    def saved_bytes(recompute: bool) -> int:
+        encoder = load_encoder(tiny_encoder, seed=1)
+        if recompute:
+            recompute_activations(encoder, tiny_encoder)
+        encoder.train()
+        seen: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        ids = torch.randint(1000, 20000, (8, 64))
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = encoder(input_ids=ids, attention_mask=torch.ones_like(ids))
+        out.last_hidden_state.sum().backward()
+        return sum(seen.values())
+
+    plain, recomputed = saved_bytes(False), saved_bytes(True)
+    assert recomputed < plain / 3

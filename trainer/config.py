@@ -143,6 +143,11 @@ class RunConfig:
     # torch.compile the encoder (dynamic shapes, since batches are padded to their own length);
     # pays off on GPUs for long runs, costs a warm-up compile.
     compile: bool = setting(False, Flag())
+    # Keep only each encoder layer's input from the forward pass and recompute the rest in the
+    # backward pass (activation checkpointing, the same dropout masks): one step's saved
+    # activations shrink to one layer's, for one more forward pass of compute. Off by default;
+    # the figures are in BENCHMARKS.md section 4.
+    recompute_activations: bool = setting(False, Flag())
     # What the heads see. auto: the pooling the encoder was trained with when its folder says
     # (sentence-transformers' 1_Pooling, mean for all-MiniLM-L6-v2, whose [CLS] and pooler were
     # never trained for sentences), else BERT's pooled [CLS] as in MT-DNN. task-pooler: each
@@ -192,6 +197,8 @@ class RunConfig:
             del out["batches"]
         if self.attention_dropout is None:  # the encoder's own, as before the setting existed
             del out["attention_dropout"]
+        if not self.recompute_activations:  # as before the setting existed: older runs resume
+            del out["recompute_activations"]
         for section in (out, out.get("finetune") or {}):
             adversarial = section.get("adversarial")
             # SMART off reads as before `project` existed, so older runs resume; a run with it

@@ -20,6 +20,13 @@ class Runtime:
             return contextlib.nullcontext()
         return _autocast(self.device.type, self.autocast_dtype)
 
+    def backward(self) -> contextlib.AbstractContextManager:
+        """Around a backward pass: attention that it recomputes (recompute_activations) runs in
+        the same precision as the forward pass it repeats."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return _bf16_attention(self.device.type)
+
     @property
     def precision(self) -> str:
         return "fp32" if self.autocast_dtype is None else "bf16"
@@ -38,12 +45,18 @@ def _autocast(device_type: str, dtype: torch.dtype):
     autocast is on (and put back after), as GPU attention kernels compute them: on MiniLM at
     batch 32 and 128 tokens the saved activations drop from 915 to 645 MB, the step's peak RSS
     from 2,063 to 1,709 MiB, and a step takes 0.89-0.92x the time (BENCHMARKS.md section 1)."""
+    with _bf16_attention(device_type), torch.autocast(device_type, dtype=dtype):
+        yield
+
+
+@contextlib.contextmanager
+def _bf16_attention(device_type: str):
+    """fp16/bf16 reductions allowed in math attention, on the CPU (see `_autocast`)."""
     allowed = torch.backends.cuda.fp16_bf16_reduction_math_sdp_allowed()
     # GPU attention runs its own kernels in bf16 already: the flag is the CPU's only
     torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(allowed or device_type == "cpu")
     try:
-        with torch.autocast(device_type, dtype=dtype):
-            yield
+        yield
     finally:
         torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(allowed)
 

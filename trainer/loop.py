@@ -42,7 +42,7 @@ from trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
 from trainer.heads import EvalSplit, head_class
 from trainer.init_weights import init_head_weights
 from trainer.memory import give_back, peak_memory
-from trainer.model import MTDNN, load_encoder
+from trainer.model import MTDNN, load_encoder, recompute_activations
 from trainer.optim import build_optimizer, build_scheduler
 from trainer.results import EpochReport, Metrics, RunResult
 from trainer.resume import (
@@ -219,6 +219,8 @@ def _build_model(cfg: RunConfig, encoder_path: str, ckpt: Checkpoint | None,
                 f"folder saved with save_pretrained, or leave it out for {DEFAULT_ENCODER}"
             ]
         ) from None
+    if cfg.recompute_activations:
+        recompute_activations(encoder, cfg.encoder)
     model = MTDNN(encoder, cfg.tasks, resolve_pooling(cfg.pooling, encoder_path), cfg.mixture)
     init_head_weights(model, cfg.head_init)  # before init_from, whose heads then replace them
     if cfg.init_from and ckpt is None:
@@ -333,7 +335,8 @@ def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.nda
         if cfg.adversarial.enabled:  # unweighted, as the reference adds it after the task weight
             total = total + cfg.adversarial.weight * smart_loss(
                 model, task, batch, logits, cfg.adversarial)
-        total.backward()
+        with run.runtime.backward():
+            total.backward()
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         run.optimizer.step()

@@ -155,3 +155,21 @@ def load_encoder(name_or_path: str, seed: int,
         return AutoModel.from_pretrained(name_or_path, attn_implementation="sdpa", **extra)
     except (ValueError, ImportError):
         return AutoModel.from_pretrained(name_or_path, **extra)
+
+
+def recompute_activations(encoder: nn.Module, name: str) -> None:
+    """Activation checkpointing of the encoder's layers in training mode, through transformers'
+    own support; the dropout masks are drawn again from the saved random state, so the
+    gradients are those of the plain backward pass."""
+    if not getattr(encoder, "supports_gradient_checkpointing", False):
+        raise ConfigError([f"recompute_activations: the encoder {name!r} does not support "
+                           "recomputing its activations; leave recompute_activations out"])
+    if getattr(encoder.config, "use_cache", None):  # a decoder's cache cannot be recomputed
+        encoder.config.use_cache = False
+    # Non-reentrant: it recomputes under the forward pass's autocast state and works when the
+    # inputs need no gradient (the embeddings' output does; an adversarial perturbation too).
+    kwargs = {"use_reentrant": False}
+    if hasattr(encoder, "activation_checkpointing_enable"):  # its name since transformers 5.x
+        encoder.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        encoder.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)

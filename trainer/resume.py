@@ -27,7 +27,7 @@ BY_CONTENT = "compared by content"  # a weight source's place in the settings
 
 # Settings that may differ between a run and its resumption without changing its outcome.
 RESUME_FREE = ("output_dir", "device", "num_threads", "cache_dir", "log_every", "keep_checkpoints",
-               "checkpoints", "stop_on_divergence", "tracking")
+               "checkpoints", "stop_on_divergence", "tracking", "recompute_activations")
 
 
 def resume_settings(cfg: RunConfig) -> dict[str, Any]:
