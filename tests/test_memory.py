@@ -65,9 +65,26 @@ def test_recomputed_activations_train_the_same_run(precision, sample_data_dir, t
     assert resume_settings(run.cfg) == resume_settings(tiny_run.cfg)
 
 
-def test_recomputing_keeps_only_the_layer_inputs(sample_data_dir, tiny_encoder):
-    """What one training forward pass saves for its backward pass, with and without
-    recomputation, counted storage by storage."""
+def test_a_run_with_the_setting_recomputes_its_layers(sample_data_dir, tiny_encoder, tmp_path):
+    """The setting reaches the encoder the run builds: its layers are checkpointed."""
+    from tests.helpers import run_config
+    from trainer.device import select_runtime
+    from trainer.loop import _build_model
+
+    for flag in (False, True):
+        cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run",
+                         recompute_activations=flag)
+        encoder = _build_model(cfg, tiny_encoder, None, select_runtime("cpu", "fp32")).encoder
+        # the property's name since transformers 5.x, and before
+        on = getattr(encoder, "is_activation_checkpointing", None)
+        assert (encoder.is_gradient_checkpointing if on is None else on) is flag
+
+
+def test_recomputing_saves_only_what_the_checkpoints_take(sample_data_dir, tiny_encoder):
+    """What one training forward pass hands autograd to save for its backward pass, with and
+    without recomputation, counted storage by storage: with it, the checkpointed layers' own
+    activations are not saved (what the layers save while recomputing is transient, and the
+    RSS it spares is measured in BENCHMARKS.md section 4)."""
     import torch
 
     from trainer.model import load_encoder, recompute_activations
