@@ -181,7 +181,6 @@ def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: in
                 encoder: str, seed: int, cache_dir: str, bucketing: bool, lr: float,
                 precision: str = "auto", attention_dropout: float | None = None) -> dict:
     from trainer import load_config, train
-    from trainer.device import select_runtime
 
     shapes = TrainingShapes()
     restore = shapes.install()
@@ -210,8 +209,7 @@ def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: in
             # the training loop's own time (no evaluation), on every thread torch uses
             "flop_per_s_per_thread": shapes.flops() / result.train_time_s
             / torch.get_num_threads(),
-            "peak_rss_mib": result.extra.get("peak_rss_mib"),
-            "precision": select_runtime(cfg.device, cfg.precision, cfg.num_threads).precision}
+            "peak_rss_mib": result.extra.get("peak_rss_mib")}
 
 
 def main() -> None:
@@ -239,6 +237,7 @@ def main() -> None:
 
     import torch
 
+    from trainer.device import select_runtime
     from trainer.encoders import resolve_encoder
 
     if args.threads:
@@ -281,7 +280,7 @@ def main() -> None:
                  f"{p['peak_rss_mib']:.0f} MiB" if "peak_rss_mib" in p else ""), flush=True)
     for mode in modes:
         rates[mode].append(matmul_peak(hidden, tokens, mode=mode))
-    precision = runs["trainer"][0]["precision"]
+    precision = select_runtime("cpu", args.precision).precision  # what the trainer ran in
     # The peak that bounds the trainer is the rate of the arithmetic it ran in: bf16 where the
     # CPU multiplies bf16 natively (`precision: auto`), fp32 elsewhere.
     own = max(rates["bf16" if precision == "bf16" else "fp32"])

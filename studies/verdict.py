@@ -119,9 +119,10 @@ def mean_interval(values: list[float]) -> tuple[float, float] | None:
 
     if len(values) < 2:
         return None
+    mean = statistics.fmean(values)
     half = stats.t.ppf(0.5 + LEVEL / 2, len(values) - 1) * statistics.stdev(values) \
         / math.sqrt(len(values))
-    return statistics.fmean(values) - half, statistics.fmean(values) + half
+    return mean - half, mean + half
 
 
 def _interval(a: list[float], b: list[float], paired: bool,

@@ -432,12 +432,13 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
                         "applies only to some of the searched schemes (such as SIWLM's central "
                         "weight beside weighting.scheme); use strategy: grid")
     compares = [p for p in search.space.paths if p in SCHEME_PATHS]
-    for field_, value, early in (("scheduler", scheduler.name, scheduler.name == "asha"),
-                                 ("search.strategy", search.strategy, stops_early)):
-        if compares and early and not (field_ == "search.strategy" and search.space.conditional):
-            problems.append(f"{field_}: a study that compares methods ({', '.join(compares)}) "
-                            f"scores every method on its finished runs, and {value} stops some "
-                            "early; use scheduler: fifo with strategy: grid")
+    stoppers = [("scheduler", scheduler.name)] if scheduler.name == "asha" else []
+    if stops_early and not search.space.conditional:  # a conditional space's is refused above
+        stoppers.append(("search.strategy", search.strategy))
+    for field_, value in stoppers if compares else []:
+        problems.append(f"{field_}: a study that compares methods ({', '.join(compares)}) "
+                        f"scores every method on its finished runs, and {value} stops some "
+                        "early; use scheduler: fifo with strategy: grid")
     if scheduler.name == "asha" and stops_early:
         problems.append(f"scheduler: asha and strategy {search.strategy} both stop trials "
                         f"early; use scheduler: fifo with {search.strategy}")

@@ -52,17 +52,17 @@ def test_recomputed_activations_train_the_same_run(precision, sample_data_dir, t
     from tests.helpers import read_jsonl, train_tiny_run
     from trainer.resume import resume_settings
 
-    tiny_run = train_tiny_run(sample_data_dir, tiny_encoder, tmp_path / "plain",
-                              precision=precision)
+    plain_run = train_tiny_run(sample_data_dir, tiny_encoder, tmp_path / "plain",
+                               precision=precision)
     run = train_tiny_run(sample_data_dir, tiny_encoder, tmp_path / "run",
                          precision=precision, recompute_activations=True)
-    plain = [r["loss"] for r in read_jsonl(tiny_run.out / "steps.jsonl")]
+    plain = [r["loss"] for r in read_jsonl(plain_run.out / "steps.jsonl")]
     recomputed = [r["loss"] for r in read_jsonl(run.out / "steps.jsonl")]
     assert len(recomputed) == len(plain) > 10
     assert recomputed == plain
-    assert run.result.final == tiny_run.result.final
+    assert run.result.final == plain_run.result.final
     # the same outcome, so a run may resume with the setting changed
-    assert resume_settings(run.cfg) == resume_settings(tiny_run.cfg)
+    assert resume_settings(run.cfg) == resume_settings(plain_run.cfg)
 
 
 def test_a_run_with_the_setting_recomputes_its_layers(sample_data_dir, tiny_encoder, tmp_path):
