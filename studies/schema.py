@@ -91,6 +91,10 @@ T_CENTRAL_WEIGHT_PATH = "weighting.central_weight"  # the central weight in a tr
 # The run-config paths of the methods a study may compare (a trial's `point` keys).
 T_SCHEME_PATHS = ("weighting.scheme", "sampling.scheme")
 T_BUDGET = "budget"  # successive halving: the epoch this trial's stint trains up to
+# {grad_clip, grad_clip_mode, tasks: {task: {updates, clipped, clip_share, median_norm,
+# acts_below}}}: the run's gradient clipping (trainer.clipping.clip_summary); absent on trials
+# from before it was recorded and on imported ones that did not give it.
+T_CLIPPING = "clipping"
 
 
 def study_name(study: str, central_task: str) -> str:

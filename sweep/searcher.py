@@ -414,6 +414,7 @@ def _end_attrs(summary: dict[str, Any], at_best: dict[str, Any],
         S.T_WALL_TIME: float(summary.get("wall_time_s", 0.0)),
         S.T_EXAMPLES_PER_S: float(summary.get("train_examples_per_s", 0.0)),
         "output_dir": summary.get("output_dir"),
+        **({S.T_CLIPPING: summary["clipping"]} if summary.get("clipping") else {}),
     }
 
 def _create_trial(plan: CentralPlan, unit: Unit, point: Point, cell: str,

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from trainer.clipping import DEFAULT_GRAD_CLIP_MODE, GRAD_CLIP_MODES, grad_clip_problems
 from trainer.config_paths import absolute, anchor_paths
 from trainer.distill_settings import DistillSettings, parse_distill
 from trainer.finetune_settings import HEAD_CHOICES, FinetuneSettings, parse_finetune
@@ -76,7 +77,12 @@ class RunConfig:
     optimizer: str = setting("adamax", Choice(OPTIMIZERS))
     # fraction of all updates with a linear warm-up
     warmup: float = setting(0.1, Number(integer=False, low=0, high=1))
-    grad_clip: float = setting(1.0, Number(integer=False, low=0))
+    grad_clip: float = setting(1.0, Number(integer=False, low=0))  # 0: no clipping
+    # What grad_clip bounds (trainer/clipping.py): the weighted gradient, as the reference
+    # MT-DNN/SIWLM code does (global; a weight times a gradient norm above grad_clip is clipped
+    # away), or each task's unweighted gradient, scaled by its weight after the clip
+    # (unweighted: the weight scales the step at any norm).
+    grad_clip_mode: str = setting(DEFAULT_GRAD_CLIP_MODE, Choice(GRAD_CLIP_MODES))
     # The encoder's attention-probability dropout; None: its own config's (BERT and MiniLM:
     # 0.1, which MT-DNN keeps). 0, a named departure from the reference, lets PyTorch's fused
     # attention kernel run (no dropout mask, no saved probabilities); on an AMX CPU that kernel
@@ -199,6 +205,8 @@ class RunConfig:
             del out["attention_dropout"]
         if not self.recompute_activations:  # as before the setting existed: older runs resume
             del out["recompute_activations"]
+        if self.grad_clip_mode == DEFAULT_GRAD_CLIP_MODE:  # as before the setting existed
+            del out["grad_clip_mode"]
         for section in (out, out.get("finetune") or {}):
             adversarial = section.get("adversarial")
             # SMART off reads as before `project` existed, so older runs resume; a run with it
@@ -308,6 +316,7 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     if weighting is not None and names:
         problems.extend(scheme_problems(weighting, names, central))
     values = check_fields(raw, RunConfig, problems)
+    problems.extend(grad_clip_problems(values.get("grad_clip", 1.0), values.get("grad_clip_mode")))
     if raw.get("train_fraction") is not None and raw.get("max_train_examples") is not None:
         problems.append("train_fraction: give either train_fraction or max_train_examples, "
                         "not both")

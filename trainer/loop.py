@@ -34,6 +34,7 @@ from trainer.checkpoint import (
     load_initial,
     save_checkpoint,
 )
+from trainer.clipping import clip_gradient, clip_summary, reading_fields, step_readings
 from trainer.config import DEFAULT_ENCODER, RunConfig
 from trainer.config_paths import writable_folder_problem
 from trainer.data import TaskData, batch_plan, eval_batches, token_limits
@@ -168,8 +169,8 @@ def train_stage(run: StageRun, report: Report | None = None, quiet: bool = False
                dynamic_ncols=True, desc="train")
     try:
         for epoch in range(run.ckpt.epoch + 1 if run.ckpt else 1, cfg.epochs + 1):
-            train_loss = _train_epoch(run, epoch, progress, tracker, bar, quiet)
-            _end_epoch(run, epoch, train_loss, progress, tracker, report, quiet)
+            train_loss, clipping = _train_epoch(run, epoch, progress, tracker, bar, quiet)
+            _end_epoch(run, epoch, train_loss, clipping, progress, tracker, report, quiet)
     finally:  # also when a report stops the run (a halving stint, ASHA, divergence): a reused
         bar.close()  # worker must not keep a writer thread per stopped trial
         tracker.close()
@@ -264,28 +265,31 @@ def _open_output(run: StageRun, quiet: bool) -> Progress:
 
 
 def _train_epoch(run: StageRun, epoch: int, progress: Progress, tracker: Tracker, bar: Any,
-                 quiet: bool) -> float:
-    """One pass over the epoch's batch plan; the epoch's mean training loss."""
+                 quiet: bool) -> tuple[float, dict[str, dict[str, Any]]]:
+    """One pass over the epoch's batch plan; the epoch's mean training loss and each task's
+    clipping (`trainer.clipping.clip_summary`)."""
     run.model.train()
     plan = run.plans[epoch]
     started = time.perf_counter()
     pending: list[tuple[dict[str, Any], torch.Tensor]] = []
     losses: list[torch.Tensor] = []
+    logged: list[dict[str, Any]] = []
     skipped = 0
     with (run.out / STEPS).open("a") as steps_log:
         for step, (task, indices) in enumerate(plan):
-            record, loss = _train_step(run, epoch, step, task, indices)
+            record, readings = _train_step(run, epoch, step, task, indices)
             skipped += record["skipped"]
             record["global_step"] = progress.global_step
-            # Keep losses on the device and read them in one go every `log_every`
-            # updates: a `.item()` per step would stall a GPU pipeline.
-            pending.append((record, loss))
-            losses.append(loss)
+            # Keep losses and gradient norms on the device and read them in one go every
+            # `log_every` updates: a `.item()` per step would stall a GPU pipeline.
+            pending.append((record, readings))
+            losses.append(readings[0])
             progress.global_step += 1
             progress.examples_seen += len(indices)
             bar.update(1)
             if len(pending) >= run.cfg.log_every or step == len(plan) - 1:
                 rows = _flush_steps(pending, steps_log, tracker)
+                logged.extend(rows)
                 if run.cfg.stop_on_divergence:
                     _check_losses(rows)
                 bar.set_postfix(epoch=epoch, loss=f"{rows[-1]['loss']:.4f}")
@@ -296,7 +300,8 @@ def _train_epoch(run: StageRun, epoch: int, progress: Progress, tracker: Tracker
     if skipped and not quiet:
         tqdm.write(f"epoch {epoch}: {skipped} batches with weight 0 skipped (no update)")
     run.scheme.end_epoch(epoch, _task_means(plan, losses))
-    return float(torch.stack(losses).mean()) if losses else float("nan")
+    clipping = clip_summary(logged, run.cfg.grad_clip, run.cfg.grad_clip_mode)
+    return float(torch.stack(losses).mean()) if losses else float("nan"), clipping
 
 
 def _task_means(plan: list[tuple[str, np.ndarray]], losses: list[torch.Tensor]
@@ -312,7 +317,8 @@ def _task_means(plan: list[tuple[str, np.ndarray]], losses: list[torch.Tensor]
 def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.ndarray
                 ) -> tuple[dict[str, Any], torch.Tensor]:
     """One batch: its weighted loss, and an update unless its weight is 0. The step's log
-    record (without its global step) and its unweighted loss, still on the device."""
+    record (without its global step) and its readings, still on the device: the unweighted
+    loss, the gradient's pre-clip norm and the clip's factor (`trainer.clipping`)."""
     cfg, model, data = run.cfg, run.model, run.data[task]
     batch = _to_device(data.collate(data.train, indices, run.pad_id), run.runtime)
     if task in run.soft:
@@ -322,6 +328,7 @@ def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.nda
     # A weight-0 batch contributes nothing: no optimizer step, which would still
     # move the weights through Adamax's momentum and the decoupled weight decay.
     skip = weight == 0
+    norm = scale = None
     with torch.set_grad_enabled(not skip):
         with run.runtime.autocast():
             logits = model(task, batch)
@@ -337,8 +344,7 @@ def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.nda
                 model, task, batch, logits, cfg.adversarial)
         with run.runtime.backward():
             total.backward()
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        norm, scale = clip_gradient(model.parameters(), cfg.grad_clip, cfg.grad_clip_mode, weight)
         run.optimizer.step()
     # The schedule counts every batch of the plan, skipped ones too; torch flags
     # a scheduler step before the first optimizer step, which is intended here.
@@ -348,11 +354,12 @@ def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.nda
     record = {"epoch": epoch, "step": step, "global_step": None, "task": task,
               "stage": run.scheme.stage(epoch), "focus": run.scheme.focus(epoch, step),
               "weight": weight, "lr": lr, "batch_size": len(indices), "skipped": skip}
-    return record, loss.detach()
+    return record, step_readings(norm, scale, loss)
 
 
-def _end_epoch(run: StageRun, epoch: int, train_loss: float, progress: Progress,
-               tracker: Tracker, report: Report | None, quiet: bool) -> None:
+def _end_epoch(run: StageRun, epoch: int, train_loss: float,
+               clipping: dict[str, dict[str, Any]], progress: Progress, tracker: Tracker,
+               report: Report | None, quiet: bool) -> None:
     """Evaluate, log the metrics, checkpoint, and report the epoch."""
     cfg, out = run.cfg, run.out
     give_back()  # the epoch's freed activations, before evaluation allocates its own
@@ -363,7 +370,8 @@ def _end_epoch(run: StageRun, epoch: int, train_loss: float, progress: Progress,
         _check_metrics(metrics, epoch)
     primary = {t.name: metrics[t.name][t.primary_metric] for t in cfg.tasks}
     progress.history.append(
-        {"epoch": epoch, "metrics": metrics, "primary": primary, "train_loss": train_loss}
+        {"epoch": epoch, "metrics": metrics, "primary": primary, "train_loss": train_loss,
+         "clipping": clipping}
     )
     with (out / METRICS).open("a") as metrics_log:
         for spec in cfg.tasks:
@@ -461,9 +469,24 @@ def _result(
             "central_task": cfg.central_task,
             "primary_metric": cfg.task(cfg.central_task).primary_metric,
             "pooling": pooling,
+            "clipping": run_clipping(cfg, out),
             **peak_memory(),
         },
     )
+
+
+def run_clipping(cfg: RunConfig, out: Path) -> dict[str, Any]:
+    """The clipping regime and each task's clipping over the whole stage, from its step log
+    (which a resumed run keeps whole: its earlier attempts' rows are in it)."""
+    rows = []
+    if (out / STEPS).is_file():
+        for line in (out / STEPS).read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return {"grad_clip": cfg.grad_clip, "grad_clip_mode": cfg.grad_clip_mode,
+            "tasks": clip_summary(rows, cfg.grad_clip, cfg.grad_clip_mode)}
 
 
 def _seed_everything(seed: int) -> None:
@@ -484,8 +507,9 @@ def _to_device(batch: dict[str, torch.Tensor], runtime: Runtime) -> dict[str, to
 
 def _flush_steps(pending: list[tuple[dict[str, Any], torch.Tensor]], log: Any,
                  tracker: Tracker) -> list[dict[str, Any]]:
-    losses = torch.stack([loss for _, loss in pending]).float().cpu().tolist()
-    rows = [{**record, "loss": value} for (record, _), value in zip(pending, losses, strict=True)]
+    readings = torch.stack([r for _, r in pending]).cpu().tolist()
+    rows = [{**record, "loss": loss, **reading_fields(record["weight"], norm, scale)}
+            for (record, _), (loss, norm, scale) in zip(pending, readings, strict=True)]
     for row in rows:
         log.write(json.dumps(row) + "\n")
     log.flush()

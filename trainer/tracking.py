@@ -164,8 +164,14 @@ class _All(Tracker):
 
 
 def _step_values(row: Mapping[str, Any]) -> dict[str, float]:
-    return {"train/loss": row["loss"], f"train/task_loss/{row['task']}": row["loss"],
-            "train/lr": row["lr"], "train/weight": row["weight"]}
+    values = {"train/loss": row["loss"], f"train/task_loss/{row['task']}": row["loss"],
+              "train/lr": row["lr"], "train/weight": row["weight"]}
+    if row.get("grad_norm") is not None:  # not for a skipped (weight 0) batch
+        values.update({"train/grad_norm": row["grad_norm"],
+                       f"train/grad_norm_unweighted/{row['task']}": row["grad_norm_unweighted"],
+                       "train/clip_scale": row["clip_scale"],
+                       f"train/clipped/{row['task']}": float(row["clipped"])})
+    return values
 
 
 def _epoch_values(metrics: Mapping[str, Mapping[str, float]],
