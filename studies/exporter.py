@@ -1,12 +1,17 @@
 """`weightsearch export`: a study's finished trials as an import file (studies/importer.py).
 
 One row per COMPLETE trial of each central task: the required columns, the regime the study
-recorded (encoder, stage, variant), the dataset its central task is drawn from, and the central
-task's further metrics as numeric columns. `weightsearch import` of the file rebuilds the same
-evidence in another database: the same scores per weight and seed, the same regime.
+recorded (encoder, stage, variant, the gradient clipping), the share of the central task's
+updates clipped and their median gradient norm, the dataset its central task is drawn from,
+and the central task's further metrics as numeric columns. A study that searched the clipping
+beside the central weight (`grad_clip`, `grad_clip_mode`) exports one task per clipping regime,
+named `<central task>-<regime>` (`sst2_700-clip1`, `sst2_700-noclip`;
+schema.clipping_label). `weightsearch import` of the file rebuilds the same evidence in
+another database: the same scores per weight and seed, the same regime.
 
-Only weight searches export: a study that searches more than the central weight has no place in
-the import format for its other dimensions, and a foreign study has no weightsearch settings.
+Only weight searches export: a study that searches more than the central weight and the
+clipping has no place in the import format for its other dimensions, and a foreign study has
+no weightsearch settings.
 The file is written whole or not at all (a temporary file renamed over the target).
 """
 
@@ -18,13 +23,14 @@ import tempfile
 from pathlib import Path
 
 from studies import schema
-from studies.reading import CentralStudy, read_central, resolve
+from studies.reading import Cell, CentralStudy, read_central, resolve
 from studies.storage import shown_url
 from weightsearch.errors import ConfigError, DataError
 
 FORMATS = {".csv": ",", ".tsv": "\t"}
 COLUMNS = ("central_task", "dataset", "task_type", "train_size", "central_weight", "seed",
-           "metric", "metric_name", "encoder", "stage", "variant")
+           "metric", "metric_name", "encoder", "stage", "variant", "grad_clip", "grad_clip_mode",
+           "clip_share", "central_norm")
 
 
 def export_rows(members: list[CentralStudy]) -> list[dict]:
@@ -33,9 +39,11 @@ def export_rows(members: list[CentralStudy]) -> list[dict]:
     for s in members:
         if s.source == schema.SOURCE_FOREIGN:
             problems.append(f"{s.name} is not a weightsearch study")
-        elif any(c.point for c in s.cells):
-            problems.append(f"{s.name} searches more than the central weight; the import "
-                            "format holds one weight per trial and nothing else")
+        elif any(set(c.point) - {schema.T_CENTRAL_WEIGHT_PATH, *schema.T_CLIP_PATHS}
+                 for c in s.cells):
+            problems.append(f"{s.name} searches more than the central weight and the "
+                            "clipping; the import format holds one weight per trial and "
+                            "nothing else")
         elif not s.train_size or not s.task_type:
             problems.append(f"{s.name} records no training size or task type")
     if problems:
@@ -43,20 +51,36 @@ def export_rows(members: list[CentralStudy]) -> list[dict]:
     rows = []
     for s in members:
         metric = s.primary_metric or "metric"
-        for c in sorted(s.cells, key=lambda c: (c.weight or 0, c.seed or 0)):
-            if c.state != "complete" or c.value is None or not math.isfinite(c.value):
-                continue
+        done = [c for c in s.cells
+                if c.state == "complete" and c.value is not None and math.isfinite(c.value)]
+        # A study that searched the clipping beside the weight: one task per clipping regime,
+        # since a task of the import format is trained one way.
+        split = len({s.cell_regime(c) for c in done}) > 1
+        for c in sorted(done, key=lambda c: (s.cell_regime(c), c.weight or 0, c.seed or 0)):
             prefix = f"{s.central_task}."
             further = {k[len(prefix):]: v for k, v in c.metrics.items()
                        if k.startswith(prefix) and k[len(prefix):] != metric}
             rows.append({
-                "central_task": s.central_task, "dataset": s.dataset or s.central_task,
+                "central_task": f"{s.central_task}-{s.cell_regime(c)}" if split
+                else s.central_task,
+                "dataset": s.dataset or s.central_task,
                 "task_type": s.task_type, "train_size": s.train_size,
                 "central_weight": c.weight, "seed": c.seed, "metric": c.value,
                 "metric_name": metric, "encoder": s.encoder or "", "stage": s.stage or "",
-                "variant": s.variant or "", **further,
+                "variant": s.variant or "", **_clip_columns(s, c), **further,
             })
     return rows
+
+
+def _clip_columns(s: CentralStudy, c: Cell) -> dict:
+    """The cell's clipping regime and, where its run recorded them, the share of the central
+    task's updates clipped and their median unweighted gradient norm (blank otherwise)."""
+    regime = s.cell_clipping(c)
+    central = c.task_clipping()
+    return {"grad_clip": regime[0] if regime else None,
+            "grad_clip_mode": regime[1] if regime else "",
+            "clip_share": central.get("clip_share"),
+            "central_norm": central.get("median_norm")}
 
 
 def export_study(storage_url: str, study: str, output: str | Path) -> int:

@@ -3,9 +3,12 @@
 File format (CSV, TSV or JSONL), one row per (central task, central weight, seed):
     central_task, task_type, train_size, central_weight, seed, metric
 Optional: `metric_name` (the primary metric's name, one per task; default "metric"), the
-regime the results were measured in, one per task: `encoder`, `stage` (multitask | finetuned) and
-`variant` (the weighting variant); without them the recommender counts the task as encoder
-"unknown", stage multitask; and `dataset`, one per task: the data the task is drawn from, when
+regime the results were measured in, one per task: `encoder`, `stage` (multitask | finetuned),
+`variant` (the weighting variant) and the gradient clipping, `grad_clip` (0: none) with
+`grad_clip_mode` (global, the default, or unweighted); without them the recommender counts the
+task as encoder "unknown", stage multitask, clipping unknown; per row, `clip_share` (the share
+of the central task's updates clipped, 0..1) and `central_norm` (their median unweighted
+gradient norm); and `dataset`, one per task: the data the task is drawn from, when
 several central tasks are sizes of one dataset (e.g. sst2_125 and sst2_4000, dataset sst2), so
 that the recommender counts them as one task (default: the central task). Any other
 column with numbers is kept as a further metric of the central task (e.g. f1); others are ignored.
@@ -30,6 +33,7 @@ from typing import Any
 from studies import schema
 from studies.storage import shown_url
 from trainer import task_types  # NAMES is read when a row is checked: the registry is live
+from trainer.clipping import GRAD_CLIP_MODES
 from weightsearch.errors import DataError, StorageError
 from weightsearch.fields import Text, check_fields, setting
 
@@ -108,6 +112,14 @@ class ImportColumns:
     stage: str | None = setting(None, _OneOf(lambda: schema.STAGES))
     variant: str | None = setting(None, Text())
     dataset: str | None = setting(None, Text())  # the data the task is drawn from
+    # The gradient clipping the scores were trained with (trainer.clipping), one per task;
+    # absent: not recorded. grad_clip alone means the reference's global clipping.
+    grad_clip: float | None = setting(None, _Numeral(bounds=(0.0, math.inf)))
+    grad_clip_mode: str | None = setting(None, _OneOf(lambda: GRAD_CLIP_MODES))
+    # Per row: the share of the central task's updates clipped, and the median norm of its
+    # unweighted gradient (what `weightsearch export` writes from a run's record).
+    clip_share: float | None = setting(None, _Numeral(bounds=(0.0, 1.0)))
+    central_norm: float | None = setting(None, _Numeral(bounds=(0.0, math.inf)))
 
 
 _COLUMNS = dataclasses.fields(ImportColumns)
@@ -129,6 +141,9 @@ class ImportRow:
     extra: dict[str, float]
     regime: dict[str, str] = field(default_factory=dict)  # encoder/stage/variant when given
     dataset: str | None = None
+    clipping: tuple[float, str] | None = None  # (grad_clip, grad_clip_mode) when given
+    clip_share: float | None = None
+    central_norm: float | None = None
 
 
 # --- reading and checking a file ---------------------------------------------------------
@@ -180,11 +195,31 @@ def _check_row(rec: Mapping[str, Any], line: int, metric_columns: list[str],
     if len(problems) > before:
         return None
     cols = ImportColumns(**values)
+    clipping = _clipping(cols, problems)
+    if len(problems) > before:
+        return None
     extra = {c: float(rec[c]) for c in metric_columns if str(rec[c]).strip() != ""}
     regime = {k: getattr(cols, k) for k in REGIME if getattr(cols, k) is not None}
+    if clipping is not None:
+        regime["clipping"] = schema.clipping_label(*clipping)
     return ImportRow(line, cols.central_task, cols.task_type, cols.train_size,
                      cols.central_weight, cols.seed, cols.metric, cols.metric_name, extra,
-                     regime, cols.dataset)
+                     regime, cols.dataset, clipping, cols.clip_share, cols.central_norm)
+
+
+def _clipping(cols: ImportColumns, problems: list[str]) -> tuple[float, str] | None:
+    """The row's clipping regime from its two columns, or None when not given."""
+    if cols.grad_clip is None:
+        if cols.grad_clip_mode is not None:
+            problems.append(f"grad_clip_mode {cols.grad_clip_mode!r} is given without "
+                            "grad_clip; give the norm it clips to in grad_clip")
+        return None
+    mode = cols.grad_clip_mode or "global"
+    if mode == "unweighted" and cols.grad_clip == 0:
+        problems.append("grad_clip_mode 'unweighted' with grad_clip 0: nothing is clipped; "
+                        "give grad_clip above 0, or leave grad_clip_mode blank")
+        return None
+    return cols.grad_clip, mode
 
 
 def _duplicate(row: ImportRow, seen: dict[tuple, int]) -> str | None:
@@ -204,7 +239,8 @@ def _differs(row: ImportRow, first_of_task: dict[str, ImportRow]) -> str | None:
 
     def meta(r: ImportRow) -> dict[str, Any]:
         return {"task_type": r.task_type, "train_size": r.train_size,
-                "metric_name": r.metric_name, "dataset": r.dataset or r.central_task}
+                "metric_name": r.metric_name, "dataset": r.dataset or r.central_task,
+                **{k: r.regime.get(k, "(blank)") for k in (*REGIME, "clipping")}}
 
     now, was = meta(row), meta(first)
     keys = [k for k in now if now[k] != was[k]]
@@ -212,7 +248,10 @@ def _differs(row: ImportRow, first_of_task: dict[str, ImportRow]) -> str | None:
         return None
     return (f"task {row.central_task}: {'/'.join(keys)} "
             f"{'/'.join(str(now[k]) for k in keys)} differ{'s' * (len(keys) == 1)} from line "
-            f"{first.line} ({'/'.join(str(was[k]) for k in keys)}); one task has one of each")
+            f"{first.line} ({'/'.join(str(was[k]) for k in keys)}); one task has one of each"
+            + ("; a task trained under two clipping regimes is two tasks: give each its own "
+               "central_task name (e.g. sst2_700-clip1, sst2_700-noclip)"
+               if "clipping" in keys else ""))
 
 
 def _problems_error(path: Path, problems: list[str]) -> DataError:
@@ -255,8 +294,10 @@ def _study_attrs(study: str, head: ImportRow, path: str | Path, now: str) -> dic
         schema.A_PRIMARY: head.metric_name, schema.A_AUX_TASKS: [], schema.A_AUX_SIZES: {},
         schema.A_SOURCE: schema.SOURCE_IMPORTED, schema.A_CREATED: now,
         A_IMPORTED_FROM: str(path),
-        **{regime_attrs[k]: v for k, v in head.regime.items()},
+        **{regime_attrs[k]: v for k, v in head.regime.items() if k in regime_attrs},
         **({schema.A_DATASET: head.dataset} if head.dataset else {}),
+        **({schema.A_GRAD_CLIP: head.clipping[0], schema.A_GRAD_CLIP_MODE: head.clipping[1]}
+           if head.clipping else {}),
     }
 
 
@@ -272,8 +313,25 @@ def _trial(row: ImportRow):
         user_attrs={
             schema.T_SEED: row.seed, schema.T_CELL: schema.cell_key(row.weight, row.seed),
             schema.T_METRICS: {row.central_task: {row.metric_name: row.metric, **row.extra}},
+            **({schema.T_CLIPPING: _clip_record(row)} if row.clipping else {}),
         },
     )
+
+
+def _clip_record(row: ImportRow) -> dict[str, Any]:
+    """The row's clipping as a launched trial records it (trainer.clipping.clip_summary),
+    as far as the file gives it."""
+    clip, mode = row.clipping  # type: ignore[misc]
+    central: dict[str, Any] = {}
+    if row.clip_share is not None:
+        central["clip_share"] = row.clip_share
+    if row.central_norm is not None:
+        central["median_norm"] = row.central_norm
+        central["acts_below"] = (clip / row.central_norm
+                                 if mode == "global" and clip > 0 and row.central_norm > 0
+                                 else None)
+    return {"grad_clip": clip, "grad_clip_mode": mode,
+            "tasks": {row.central_task: central} if central else {}}
 
 
 def import_file(path: str | Path, study: str, storage_url: str) -> list[str]:

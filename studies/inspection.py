@@ -106,14 +106,14 @@ def point_rows(studies: list[CentralStudy]) -> list[dict]:
                 points[key] = c.point
         if not values:
             continue
-        scores, paired = by_seed([(_point_text(c.point), c.seed, c.value) for c in s.cells
-                                  if c.point and c.state == "complete" and c.value is not None])
-        verdict = judge(scores, paired, maximize=s.maximize, kind="point")
+        scores, names = _arm_scores(s)
+        scores, paired = by_seed(scores)
+        verdict = judge(scores, paired, maximize=s.maximize, kind="point", names=names)
         # The verdict's best (its tie-break too), so that every line names the same point.
         best = next(k for k in values if _point_text(points[k]) == verdict.best)
         mean = statistics.fmean(values[best])
         row = {"central_task": s.central_task, "primary_metric": s.primary_metric,
-               "best": _point_text(points[best]), "mean": mean,
+               "best": verdict.show(verdict.best), "mean": mean,
                "sd": statistics.stdev(values[best]) if len(values[best]) > 1 else None,
                "seeds": len(values[best]), "points_done": len(values),
                "clear": "yes" if verdict.clear else "no",
@@ -130,6 +130,28 @@ def point_rows(studies: list[CentralStudy]) -> list[dict]:
     return rows
 
 
+def _arm_scores(s: CentralStudy) -> tuple[list[tuple[str, int | None, float]], dict]:
+    """(point label, seed, score) of the COMPLETE cells with a point, each arm of weights that
+    trained the same updates counted once, under its smallest weight; and the arms' names."""
+    from studies.treatments import rest_of
+
+    stand_ins = {(a.rest, a.weights[0]): a for a in s.arms}
+    members = {(a.rest, w) for a in s.arms for w in a.weights[1:]}
+    scores, names = [], {}
+    for c in s.cells:
+        if not c.point or c.state != "complete" or c.value is None:
+            continue
+        where = (rest_of(c.point), c.weight)
+        if where in members:
+            continue
+        label = _point_text(c.point)
+        scores.append((label, c.seed, c.value))
+        if where in stand_ins:
+            shown = {**c.point, schema.T_CENTRAL_WEIGHT_PATH: stand_ins[where].label}
+            names[label] = _point_text(shown)
+    return scores, names
+
+
 def best_rows(studies: list[CentralStudy]) -> list[dict]:
     rows = []
     for s in studies:
@@ -141,6 +163,9 @@ def best_rows(studies: list[CentralStudy]) -> list[dict]:
             "mean": b.mean if b else None, "sd": b.sd if b else None, "seeds": b.n if b else 0,
             "min": b.low if b else None, "max": b.high if b else None,
             "weights_done": len(s.curve), "clear": "yes" if verdict.clear else "no",
+            # the weights the best stands for, where clipping made them one treatment
+            **({"same_updates": verdict.names[verdict.best]}
+               if verdict.best in verdict.names else {}),
         })
     return rows
 
@@ -229,6 +254,14 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
                      "separated from every other weight, 95% t-interval):\n" + _table(best)
                      + "".join(f"\n{s.central_task}: {_verdict_text(s)}"
                                for s in studies if s.curve))
+    clipping = [r for s in studies for r in s.summary()["clipping"]]
+    if clipping:
+        parts.append("gradient clipping of the central task (clip_share: its updates clipped, "
+                     "all seeds; median_norm: of its unweighted gradient; acts_below: the "
+                     "weight above which its median update is clipped):\n"
+                     + _table([{k: v for k, v in r.items() if k != "central_task"}
+                               for r in clipping]))
+    parts.extend(f"{s.central_task}: {a.text()}" for s in studies for a in s.arms)
     if points:
         parts.append("best point per central task (mean over seeds, COMPLETE trials; clear: "
                      "separated from every other point, 95% t-interval):\n"

@@ -43,6 +43,15 @@ class Cell:
     finetuned: dict[str, float] = field(default_factory=dict)
     epochs: int | None = None  # multi-task epochs trained; None: not recorded
     wall_s: float | None = None  # the trial's own training time; None: not recorded
+    # The run's gradient clipping (schema.T_CLIPPING): {grad_clip, grad_clip_mode, tasks:
+    # {task: {clip_share, median_norm, acts_below, ...}}}; empty: not recorded.
+    clipping: dict = field(default_factory=dict)
+
+    def task_clipping(self, task: str | None = None) -> dict:
+        """One task's clipping record (default the central task); empty when not recorded."""
+        tasks = self.clipping.get("tasks")
+        found = tasks.get(task or self.central_task) if isinstance(tasks, dict) else None
+        return found if isinstance(found, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,25 @@ class CentralStudy:
     group_metrics: dict[str, str] | None = None
     group_max_size: int | None = None
     epochs: int | None = None  # a launched study's multi-task epochs per trial (its template)
+    # (grad_clip, grad_clip_mode) of the run template, or of the import file; None: unknown
+    clip_template: tuple[float, str] | None = None
+
+    def cell_clipping(self, cell: Cell) -> tuple[float, str] | None:
+        """The clipping a cell trained with: its run's record, else its search point over the
+        study's template; None when nothing says."""
+        record = cell.clipping
+        if record:
+            return record["grad_clip"], record["grad_clip_mode"]
+        if self.clip_template is None:
+            return None
+        clip = _as_float(cell.point.get("grad_clip", self.clip_template[0]))
+        mode = cell.point.get("grad_clip_mode", self.clip_template[1])
+        return (clip, mode) if clip is not None and isinstance(mode, str) else None
+
+    def cell_regime(self, cell: Cell) -> str:
+        """The cell's clipping in one word (schema.clipping_label)."""
+        found = self.cell_clipping(cell)
+        return schema.clipping_label(*found) if found else schema.clipping_label(None, None)
 
     @property
     def grouping(self) -> bool:
@@ -118,13 +146,36 @@ class CentralStudy:
         return [s.weight for s in ranked[:k]]
 
     @functools.cached_property
+    def arms(self) -> list:
+        """Weights that trained the same updates, clipping having taken the weight away
+        (`studies.treatments`)."""
+        from studies.treatments import arms
+
+        return arms(self)
+
+    @functools.cached_property
     def verdict(self) -> Verdict:
-        """Whether the trials separate the best weight from the others (`studies.verdict`);
-        computed once per study read (inspect, plots and summaries all ask for it)."""
-        values, paired = by_seed(self._scores())
-        return judge(values, paired, self.maximize)
+        """Whether the trials separate the best weight from the others (`studies.verdict`),
+        an arm of weights that trained the same updates counted once; computed once per study
+        read (inspect, plots and summaries all ask for it)."""
+        from studies.treatments import merge, rest_of
+
+        scores, names = self._scores(), {}
+        rests = {rest_of(c.point) for c in self.cells if c.state == "complete"}
+        if len(rests) == 1:  # one grid of weights; other points compare in `inspect`'s points
+            scores, names = merge(scores, self.arms, rests.pop())
+        values, paired = by_seed(scores)
+        return judge(values, paired, self.maximize, names=names, left_out=self.pruned_weights())
+
+    def pruned_weights(self) -> tuple[float, ...]:
+        """Weights whose every trial was pruned: no score stands for them."""
+        scored = {c.weight for c in self.cells if c.state == "complete"}
+        return tuple(sorted({c.weight for c in self.cells if c.state == "pruned"
+                             and c.weight is not None and c.weight not in scored}))
 
     def summary(self) -> dict:
+        from studies.treatments import clip_rows
+
         best, verdict = self.best, self.verdict
         return {
             "name": self.name, "study": self.study, "central_task": self.central_task,
@@ -138,6 +189,12 @@ class CentralStudy:
             # whether the trials separate best_weight from every other weight, and the words
             "best_clear": verdict.clear,
             "verdict": verdict.text(self.primary_metric or "score"),
+            "not_separated": list(verdict.not_separated),
+            "ties": list(verdict.ties),
+            # weights that trained the same updates (every central update clipped), and the
+            # central task's clipping per weight
+            "same_updates": [a.to_dict() for a in self.arms],
+            "clipping": clip_rows(self),
         }
 
 
@@ -246,6 +303,7 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
             finetuned=_flatten(t.user_attrs.get(schema.T_FINETUNED_METRICS)),
             epochs=_as_count(t.user_attrs.get(schema.T_EPOCHS)),
             wall_s=_as_float(t.user_attrs.get(schema.T_WALL_TIME)),
+            clipping=_clipping(t.user_attrs.get(schema.T_CLIPPING)),
         ))
     counts = _counts(cells, attrs)
     return CentralStudy(
@@ -262,7 +320,36 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
         group_metrics=_group_metrics(attrs),
         group_max_size=_as_int(attrs.get(schema.A_GROUP_MAX_SIZE)),
         epochs=_spec_epochs(attrs),
+        clip_template=_clip_template(attrs),
     )
+
+
+def _clip_template(attrs: dict) -> tuple[float, str] | None:
+    """The clipping of a launched study's run template (the trainer's defaults where it says
+    nothing), or the one an import file gave."""
+    train = _spec_train(attrs)
+    if train is not None:
+        clip, mode = train.get("grad_clip", 1.0), train.get("grad_clip_mode", "global")
+    else:
+        clip, mode = attrs.get(schema.A_GRAD_CLIP), attrs.get(schema.A_GRAD_CLIP_MODE, "global")
+    clip = _as_float(clip)
+    return (clip, mode) if clip is not None and isinstance(mode, str) else None
+
+
+def _clipping(raw) -> dict:
+    """A trial's clipping record, as far as it is well-formed (anything may share the database)."""
+    if not isinstance(raw, dict):
+        return {}
+    clip, mode, tasks = raw.get("grad_clip"), raw.get("grad_clip_mode"), raw.get("tasks")
+    if _as_float(clip) is None or not isinstance(mode, str):
+        return {}
+    kept = {}
+    for task, values in (tasks.items() if isinstance(tasks, dict) else ()):
+        if isinstance(values, dict):
+            kept[str(task)] = {k: v for k, v in values.items()
+                               if v is None or (isinstance(v, int | float)
+                                                and not isinstance(v, bool))}
+    return {"grad_clip": float(clip), "grad_clip_mode": mode, "tasks": kept}
 
 
 def _as_count(v) -> int | None:
@@ -341,7 +428,7 @@ def _grid_cells(attrs: dict) -> int | None:
 # What `build_central` reads of a trial (`studies.bulk` reads nothing else).
 CELL_PARAMS = (schema.PARAM,)
 CELL_ATTRS = (schema.T_SEED, schema.T_METRICS, schema.T_POINT, schema.T_FINETUNED_METRICS,
-              schema.T_EPOCHS, schema.T_WALL_TIME)
+              schema.T_EPOCHS, schema.T_WALL_TIME, schema.T_CLIPPING)
 
 
 def cell_trials(storage, study_id: int) -> list:

@@ -97,6 +97,24 @@ T_BUDGET = "budget"  # successive halving: the epoch this trial's stint trains u
 T_CLIPPING = "clipping"
 
 
+# The gradient clipping a study's scores were trained with (trainer.clipping): the run
+# template's, or the import file's columns; absent: not recorded.
+A_GRAD_CLIP = "grad_clip"
+A_GRAD_CLIP_MODE = "grad_clip_mode"
+# The run-config paths that set it, which a study may search beside the central weight.
+T_CLIP_PATHS = ("grad_clip", "grad_clip_mode")
+
+
+def clipping_label(grad_clip: float | None, mode: str | None) -> str:
+    """A clipping regime in one word: "clip1" (global at norm 1, the reference's), "uclip1"
+    (the unweighted gradient clipped), "noclip"; "unknown" when not recorded."""
+    if grad_clip is None:
+        return "unknown"
+    if grad_clip == 0:
+        return "noclip"
+    return f"{'u' if mode == 'unweighted' else ''}clip{grad_clip:g}"
+
+
 def study_name(study: str, central_task: str) -> str:
     return f"{study}{SEPARATOR}{central_task}"
 

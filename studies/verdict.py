@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 LEVEL = 0.95
@@ -33,9 +33,35 @@ class Verdict:
     paired: bool = False
     reason: str = ""  # why it is not clear ("" when it is)
     kind: str = "weight"  # what is compared: central weights, or search points (their labels)
+    # The others that the trials do not separate from the best (their LEVEL interval of the
+    # difference reaches 0, or seed noise is unknown), best first; those of them whose mean
+    # equals the best's exactly; and weights whose every trial was pruned (no score).
+    not_separated: tuple = ()
+    ties: tuple = ()
+    left_out: tuple = ()
+    # Display names of keys that stand for more: an arm of weights that trained the same
+    # updates is one key, its smallest weight, shown as "6=9=12=15" (studies.treatments).
+    names: dict = field(default_factory=dict)
 
     def text(self, metric: str = "score") -> str:
-        kind, best, rival = self.kind, _show(self.best), _show(self.rival)
+        main = self._main(metric)
+        extra = []
+        if self.ties:
+            extra.append(f"tied exactly with {self.show(self.best)}: "
+                         f"{', '.join(map(self.show, self.ties))}")
+        others = [k for k in self.not_separated if k not in self.ties]
+        if others and self.rival is not None:
+            extra.append(f"not separated from {self.show(self.best)} at {LEVEL:.0%}: "
+                         f"{', '.join(map(self.show, others))}")
+        if self.left_out:
+            extra.append(f"left out, every trial pruned: {', '.join(map(_show, self.left_out))}")
+        return main + "".join(f"; {e}" for e in extra)
+
+    def show(self, key: Any) -> str:
+        return self.names.get(key) or _show(key)
+
+    def _main(self, metric: str) -> str:
+        kind, best, rival = self.kind, self.show(self.best), self.show(self.rival)
         if self.best is None:
             return "no finished trial yet"
         if self.rival is None:
@@ -53,7 +79,10 @@ class Verdict:
     def to_dict(self) -> dict:
         return {"best_weight": self.best, "clear": self.clear, "rival": self.rival,
                 "lead": self.lead, "interval": list(self.interval) if self.interval else None,
-                "seeds": self.seeds, "paired": self.paired, "verdict": self.text()}
+                "seeds": self.seeds, "paired": self.paired,
+                "not_separated": list(self.not_separated), "ties": list(self.ties),
+                "left_out": list(self.left_out),
+                "names": {_show(k): v for k, v in self.names.items()}, "verdict": self.text()}
 
 
 def _show(key: Any) -> str:
@@ -78,10 +107,18 @@ def by_seed(scores: list[tuple[float, int | None, float]]) -> tuple[dict[float, 
 
 
 def judge(values: dict[Any, list[float]], paired: bool = False,
-          maximize: bool = True, kind: str = "weight") -> Verdict:
+          maximize: bool = True, kind: str = "weight", names: dict | None = None,
+          left_out: tuple = ()) -> Verdict:
     """`values`: each weight's (or point's) scores (with `paired`, each list in one seed
-    order)."""
-    values = {w: v for w, v in values.items() if v}
+    order); `names`: display names of keys that stand for an arm; `left_out`: weights whose
+    trials were all pruned."""
+    import dataclasses
+
+    verdict = _judge({w: v for w, v in values.items() if v}, paired, maximize, kind)
+    return dataclasses.replace(verdict, names=dict(names or {}), left_out=tuple(left_out))
+
+
+def _judge(values: dict[Any, list[float]], paired: bool, maximize: bool, kind: str) -> Verdict:
     if not values:
         return Verdict(None, False, kind=kind)
     sign = 1.0 if maximize else -1.0
@@ -110,7 +147,15 @@ def judge(values: dict[Any, list[float]], paired: bool = False,
         reason = "within seed noise"
     else:
         reason = ""
-    return Verdict(best, not reason, rival, lead, interval, seeds, paired, reason, kind)
+    # Exact ties compare sums: a mean of the same counts in another order may differ in the
+    # last bit, which must not break a tie.
+    ties = tuple(w for w in intervals
+                 if math.isclose(sum(values[w]), sum(values[best]), rel_tol=1e-12, abs_tol=0))
+    apart = [w for w in intervals if intervals[w] is None or not intervals[w][0] > 0
+             or w in ties]
+    not_separated = tuple(sorted(apart, key=lambda w: (-sign * means[w], w)))
+    return Verdict(best, not reason, rival, lead, interval, seeds, paired, reason, kind,
+                   not_separated, ties)
 
 
 def mean_interval(values: list[float]) -> tuple[float, float] | None:

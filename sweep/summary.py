@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from studies import schema as S
+from studies.reading import CentralStudy, read_central
 from studies.verdict import Verdict, by_seed, judge
 from sweep import study_db
 from sweep.space import CENTRAL_WEIGHT, Space
@@ -25,6 +26,8 @@ class CentralResult:
     best_label: str | None = None  # the best point, e.g. "w=9" or "group=mrpc+stsb"
     gain: float | None = None  # task grouping: best group's mean minus the central task alone
     verdict: Verdict | None = None  # is the best weight (or point) separated from the others?
+    # weights that trained the same updates, clipping having taken the weight away
+    same_updates: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -62,6 +65,7 @@ class SweepSummary:
                         else "")
                 out.append(f"  {c.central}: best {c.best_label} ({c.primary_metric} "
                            f"{c.best_value:.4f}, {c.complete} trials{gain})")
+            out.extend(f"    {note}" for note in c.same_updates)
         return out
 
 
@@ -88,8 +92,18 @@ def summarise(spec: StudySpec, storage: Any, url: str, centrals: Sequence[Any], 
         done, total = strategy.progress(records)
         summary.complete += done
         summary.total += total
-        summary.centrals.append(best_point(c.name, metric, spec.space, records))
+        summary.centrals.append(_with_arms(best_point(c.name, metric, spec.space, records),
+                                           read_central(storage, name), spec.space))
     return summary
+
+
+def _with_arms(result: CentralResult, study: CentralStudy, space: Space) -> CentralResult:
+    """The result with the study's arms of weights that trained the same updates: named, and
+    in a grid of the central weight alone compared as one (`studies.treatments`)."""
+    result.same_updates = [a.text() for a in study.arms]
+    if space.central_weight_only and result.verdict is not None and study.arms:
+        result.verdict = study.verdict
+    return result
 
 
 def best_point(central: str, metric: str, space: Space, records: Sequence[Any]

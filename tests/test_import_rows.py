@@ -23,7 +23,8 @@ def _problems(tmp_path, body: str) -> list[str]:
 def test_the_declared_columns_are_the_file_format():
     assert REQUIRED == ("central_task", "task_type", "train_size", "central_weight", "seed",
                         "metric")
-    assert OPTIONAL == ("metric_name", "encoder", "stage", "variant", "dataset")
+    assert OPTIONAL == ("metric_name", "encoder", "stage", "variant", "dataset", "grad_clip",
+                        "grad_clip_mode", "clip_share", "central_norm")
 
 
 def test_every_cell_of_every_row_is_reported_at_once_in_column_order(tmp_path):

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch-free at import: the import file's checks read GRAD_CLIP_MODES
+    import torch
 
 GRAD_CLIP_MODES = ("global", "unweighted")
 DEFAULT_GRAD_CLIP_MODE = "global"
@@ -34,6 +35,8 @@ def clip_gradient(parameters: Iterable[torch.nn.Parameter], grad_clip: float, mo
                   weight: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Clip the gradients of `parameters` in place as `mode` says; the weighted gradient's
     pre-clip norm and the factor applied to it (1: not clipped), both still on the device."""
+    import torch
+
     grads = [p.grad for p in parameters if p.grad is not None]
     norm = torch.nn.utils.get_total_norm(grads)
     if grad_clip <= 0:
@@ -82,6 +85,8 @@ def step_readings(norm: torch.Tensor | None, scale: torch.Tensor | None, loss: t
                   ) -> torch.Tensor:
     """One update's loss, pre-clip norm and clip factor as one device vector (NaN norm and
     factor for a skipped batch), so a flush reads every update in one transfer."""
+    import torch
+
     loss = loss.detach().float().reshape(())
     if norm is None or scale is None:
         nan = torch.full((), float("nan"), device=loss.device)

@@ -1,0 +1,146 @@
+"""Which central weights of a study were one treatment: clipping took the weight away.
+
+Every update trains loss x weight and then, under global clipping (`grad_clip_mode: global`,
+the reference's), clips the gradient to norm `grad_clip`. When every update of the central
+task was clipped, the applied gradient was g/||g|| x grad_clip at each of them whatever the
+central weight, so two cells of one seed (and one point otherwise) that differ only in the
+central weight, and clipped all their central updates, trained the same updates: the same
+run, to rounding. Such weights form one *arm*. A verdict compares arms, not labels: an arm's
+scores are counted once, under its smallest weight (`merge`), and every place that names a
+best weight says which weights it stands for.
+
+A cell's clipping record comes from its run (`Cell.clipping`, schema.T_CLIPPING); cells
+without one (trials from before it was recorded, imports without the columns) never join an
+arm, since nothing says what they trained.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from studies import schema
+
+FIX = ("search weights inside the live range, or set grad_clip_mode: unweighted (or "
+       "grad_clip: 0) so that the weight scales the step")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """Central weights whose cells trained the same updates."""
+
+    weights: tuple[float, ...]  # ascending; the first stands for the arm in verdicts
+    rest: str  # the rest of the search point, e.g. "grad_clip=1" ("" for a weight grid)
+    grad_clip: float
+    acts_below: float | None  # the median central update is clipped above this weight
+    whole_grid: bool  # every weight the study trained at this rest is in the arm
+
+    @property
+    def label(self) -> str:
+        return "=".join(f"{w:g}" for w in self.weights)
+
+    def text(self) -> str:
+        where = f" at {self.rest}" if self.rest else ""
+        acts = (f"; the weight acts below about {self.acts_below:.2g} here"
+                if self.acts_below is not None else "")
+        weights = ", ".join(f"{w:g}" for w in self.weights)
+        if self.whole_grid:
+            return (f"every weight of the grid{where} ({weights}) trained the same updates: "
+                    f"every central update was clipped at norm {self.grad_clip:g}{acts}; the "
+                    f"grid cannot tell weights apart: {FIX}")
+        return (f"weights {weights}{where} trained the same updates: every central update "
+                f"was clipped at norm {self.grad_clip:g}{acts}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"weights": list(self.weights), "rest": self.rest or None,
+                "grad_clip": self.grad_clip, "acts_below": self.acts_below,
+                "whole_grid": self.whole_grid, "text": self.text()}
+
+
+def rest_of(point: dict) -> str:
+    """A cell's search point without its central weight, as one label ("" when nothing)."""
+    rest = {k: v for k, v in point.items() if k != schema.T_CENTRAL_WEIGHT_PATH}
+    return " ".join(f"{k}={_show(v)}" for k, v in sorted(rest.items()))
+
+
+def clipped_away(cell: Any) -> bool:
+    """Whether global clipping clipped every update of the cell's central task."""
+    record, central = cell.clipping, cell.task_clipping()
+    return (record.get("grad_clip_mode") == "global" and (record.get("grad_clip") or 0) > 0
+            and central.get("updates") != 0 and central.get("clip_share") == 1.0)
+
+
+def arms(study: Any) -> list[Arm]:
+    """The study's arms of two or more weights, one at most per rest of the point."""
+    groups: dict[str, list[Any]] = {}
+    for c in study.cells:
+        if c.state == "complete" and c.weight is not None:
+            groups.setdefault(rest_of(c.point), []).append(c)
+    found = []
+    for rest, cells in sorted(groups.items()):
+        by_weight: dict[float, list[Any]] = {}
+        for c in cells:
+            by_weight.setdefault(c.weight, []).append(c)
+        inert = sorted(w for w, mine in by_weight.items() if all(map(clipped_away, mine)))
+        if len(inert) < 2:
+            continue
+        bounds = [b for c in cells if (b := c.task_clipping().get("acts_below")) is not None]
+        found.append(Arm(tuple(inert), rest, float(by_weight[inert[0]][0].clipping["grad_clip"]),
+                         statistics.median(bounds) if bounds else None,
+                         whole_grid=len(inert) == len(by_weight)))
+    return found
+
+
+def merge(triples: Iterable[tuple[float, int | None, float]], found: list[Arm], rest: str = ""
+          ) -> tuple[list[tuple[float, int | None, float]], dict[float, str]]:
+    """(weight, seed, score) triples of one rest with each arm's scores counted once, under
+    its smallest weight; and the display name of each such weight ("6=9=12=15")."""
+    arm = next((a for a in found if a.rest == rest), None)
+    if arm is None:
+        return list(triples), {}
+    kept = [t for t in triples if t[0] not in arm.weights[1:]]
+    return kept, {arm.weights[0]: arm.label}
+
+
+def notes(study: Any) -> list[str]:
+    """One sentence per arm, for inspect, the launch summary and the HTTP study view."""
+    return [a.text() for a in arms(study)]
+
+
+def clip_rows(study: Any) -> list[dict[str, Any]]:
+    """Per central weight (and rest of the point): the central task's clipping over the seeds."""
+    groups: dict[tuple[str, float], list[Any]] = {}
+    for c in study.cells:
+        if c.state == "complete" and c.weight is not None and c.task_clipping():
+            groups.setdefault((rest_of(c.point), c.weight), []).append(c)
+    rows = []
+    for (rest, weight), cells in sorted(groups.items()):
+        records = [c.task_clipping() for c in cells]
+        updates = sum(r.get("updates") or 0 for r in records)
+        clipped = sum(r.get("clipped") or 0 for r in records)
+        # imported records give shares, not counts: their mean
+        shares = [r["clip_share"] for r in records if r.get("clip_share") is not None]
+        norms = [r["median_norm"] for r in records if r.get("median_norm") is not None]
+        bounds = [r["acts_below"] for r in records if r.get("acts_below") is not None]
+        rows.append({"central_task": study.central_task, **({"point": rest} if rest else {}),
+                     "central_weight": weight, "seeds": len(cells),
+                     "grad_clip": cells[0].clipping.get("grad_clip"),
+                     "grad_clip_mode": cells[0].clipping.get("grad_clip_mode"),
+                     "clip_share": clipped / updates if updates
+                     else statistics.fmean(shares) if shares else None,
+                     "median_norm": statistics.median(norms) if norms else None,
+                     "acts_below": statistics.median(bounds) if bounds else None,
+                     "all_clipped": all(map(clipped_away, cells))})
+    return rows
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return v if isinstance(v, str) else json.dumps(v)
+
+
+__all__ = ["FIX", "Arm", "arms", "clip_rows", "clipped_away", "merge", "notes", "rest_of"]

@@ -1,0 +1,179 @@
+"""Weights that trained the same updates: found from the trials' clipping records, compared as
+one in verdicts, and said in `inspect` (table, JSON), the HTTP study view and on a real study."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from studies import schema
+from tests.helpers import SAMPLE
+
+
+def _clipping(clip_share: float, grad_clip: float = 1.0, mode: str = "global") -> dict:
+    updates = 12
+    return {"grad_clip": grad_clip, "grad_clip_mode": mode,
+            "tasks": {"rte": {"updates": updates, "clipped": round(clip_share * updates),
+                              "clip_share": clip_share, "median_norm": 0.5,
+                              "acts_below": grad_clip / 0.5 if mode == "global" else None}}}
+
+
+def _study(url: str, name: str, cells: list[tuple[float, int, float, dict | None]]) -> None:
+    """A launched-looking study of central task rte with COMPLETE trials (weight, seed,
+    value, clipping record or None)."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from studies.reading import open_quiet
+
+    study = optuna.create_study(study_name=f"{name}/rte", storage=open_quiet(url),
+                                direction="maximize")
+    for key, value in {schema.A_SOURCE: schema.SOURCE_SWEEP, schema.A_CENTRAL: "rte",
+                       schema.A_PRIMARY: "accuracy", schema.A_TASK_TYPE: "classification",
+                       schema.A_TRAIN_SIZE: 64}.items():
+        study.set_user_attr(key, value)
+    for weight, seed, value, clipping in cells:
+        attrs = {schema.T_SEED: seed, schema.T_METRICS: {"rte": {"accuracy": value}}}
+        if clipping is not None:
+            attrs[schema.T_CLIPPING] = clipping
+        study.add_trial(optuna.trial.create_trial(
+            params={schema.PARAM: weight},
+            distributions={schema.PARAM: FloatDistribution(1, 15)},
+            value=value, user_attrs=attrs))
+
+
+def _read(url: str, name: str):
+    from studies.reading import open_quiet, read_central
+
+    return read_central(open_quiet(url), f"{name}/rte")
+
+
+# Weight 1 unclipped; 6 and 15 clipped at every central update, so one run per seed.
+SCORES = {1: (0.50, 0.55, 0.52), 6: (0.60, 0.58, 0.61)}
+
+
+def _cells(clipped_weights=(6, 15), record=_clipping):
+    out = []
+    for seed in (1, 2, 3):
+        out.append((1.0, seed, SCORES[1][seed - 1], record(0.4)))
+        for w in clipped_weights:
+            out.append((float(w), seed, SCORES[6][seed - 1], record(1.0)))
+    return out
+
+
+@pytest.fixture
+def url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'studies.db'}"
+
+
+def test_weights_clipped_away_are_one_arm_and_one_verdict_key(url):
+    _study(url, "arm", _cells())
+    s = _read(url, "arm")
+    [arm] = s.arms
+    assert (arm.weights, arm.grad_clip, arm.acts_below, arm.whole_grid) == ((6.0, 15.0), 1.0,
+                                                                            2.0, False)
+    assert arm.text() == ("weights 6, 15 trained the same updates: every central update was "
+                          "clipped at norm 1; the weight acts below about 2 here")
+    verdict = s.verdict
+    # Compared once: two weights, not three (15's scores are 6's, counted under 6).
+    assert verdict.best == 6.0 and verdict.rival == 1.0 and verdict.seeds == 3
+    assert verdict.names == {6.0: "6=15"}
+    assert "6=15 leads 1" in verdict.text("accuracy")
+    summary = s.summary()
+    assert summary["same_updates"][0]["weights"] == [6.0, 15.0]
+    shares = {r["central_weight"]: r["clip_share"] for r in summary["clipping"]}
+    assert shares == {1.0: pytest.approx(5 / 12), 6.0: 1.0, 15.0: 1.0}
+
+
+def test_a_whole_inert_grid_says_so_with_the_fix(url):
+    _study(url, "inert", [c for c in _cells() if c[0] != 1.0])
+    [arm] = _read(url, "inert").arms
+    assert arm.whole_grid
+    text = arm.text()
+    assert "every weight of the grid (6, 15) trained the same updates" in text
+    assert "grad_clip_mode: unweighted" in text and "live range" in text
+
+
+@pytest.mark.parametrize("record", [
+    lambda share: None,  # not recorded: nothing says what the cells trained
+    lambda share: _clipping(share, mode="unweighted"),  # the weight scales the step
+    lambda share: _clipping(share, grad_clip=0.0),  # nothing clipped
+])
+def test_no_arm_without_a_record_of_global_clipping(url, record):
+    _study(url, "none", _cells(record=record))
+    s = _read(url, "none")
+    assert s.arms == [] and s.verdict.names == {}
+
+
+def test_one_weight_clipped_away_is_no_arm(url):
+    _study(url, "one", _cells(clipped_weights=(6,)))
+    assert _read(url, "one").arms == []
+
+
+def test_inspect_and_the_service_report_the_arm(url, capsys):
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from weightsearch.cli import main
+
+    _study(url, "shown", _cells())
+    assert main(["inspect", "shown", "--storage", url]) == 0
+    out = capsys.readouterr().out
+    assert "rte: weights 6, 15 trained the same updates" in out
+    assert "gradient clipping of the central task" in out and "6=15" in out
+    assert main(["inspect", "shown", "--storage", url, "--format", "json"]) == 0
+    [central] = json.loads(capsys.readouterr().out)["central_tasks"]
+    assert central["same_updates"][0]["weights"] == [6.0, 15.0]
+    detail = TestClient(create_app(url)).get("/studies/shown").json()
+    assert detail["central_tasks"][0]["same_updates"][0]["text"].startswith("weights 6, 15")
+
+
+def test_ties_and_weights_not_separated_are_named(url):
+    """Weight 9 ties 6 exactly; weight 3 is within noise of them; 1 is clearly behind."""
+    scores = {1: (0.40, 0.41, 0.42), 3: (0.58, 0.62, 0.59), 6: (0.60, 0.61, 0.60),
+              9: (0.61, 0.60, 0.60)}
+    _study(url, "ties", [(float(w), seed + 1, v[seed], None)
+                         for w, v in scores.items() for seed in range(3)])
+    verdict = _read(url, "ties").verdict
+    assert verdict.best == 6.0 and verdict.ties == (9.0,)
+    assert set(verdict.not_separated) == {9.0, 3.0}
+    text = verdict.text("accuracy")
+    assert "tied exactly with 6: 9" in text and "not separated from 6 at 95%: 3" in text
+
+
+@pytest.mark.integration
+def test_a_real_study_with_every_central_update_clipped(tiny_encoder, tmp_path):
+    """On Ray, central weights 6 and 15 at a clip every update exceeds: the trials record
+    their clipping, score the same, and the launch summary and inspect call them one."""
+    import ray
+
+    from studies.inspection import inspect
+    from sweep.launch import launch
+    from sweep.spec import load_study_spec
+
+    spec = load_study_spec({
+        "study": "clipped", "storage": f"sqlite:///{tmp_path / 'studies.db'}",
+        "train": {"encoder": tiny_encoder, "data_dir": str(SAMPLE),
+                  "tasks": ["rte", "mrpc"], "epochs": 1, "batch_size": 16,
+                  "max_train_examples": 32, "max_eval_examples": 32, "grad_clip": 1e-4,
+                  "precision": "fp32"},
+        "central_tasks": ["rte"], "weights": [6, 15], "seeds": [1],
+        "workdir": str(tmp_path / "runs"),
+    })
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        summary = launch(spec, progress=False)
+    finally:
+        ray.shutdown()
+    assert summary.finished and summary.failed == 0
+    lines = "\n".join(summary.lines())
+    assert "every weight of the grid (6, 15) trained the same updates" in lines
+    assert "one weight finished (6=15)" in lines  # one treatment: nothing to compare
+    s = _read(spec.storage, "clipped")
+    values = [c.value for c in s.cells]
+    assert values[0] == pytest.approx(values[1], abs=1e-9)
+    assert all(c.task_clipping()["clip_share"] == 1.0 for c in s.cells)
+    assert "trained the same updates" in inspect(spec.storage, "clipped")
+    assert Path(spec.workdir).is_dir()
