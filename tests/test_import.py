@@ -110,3 +110,72 @@ def test_a_task_with_two_datasets_is_refused(url, tmp_path):
     with pytest.raises(DataError, match="dataset mnli differs from line 2 \\(rte\\)"):
         import_file(f, "two", url)
     assert _names(url) == []
+
+
+CLIP_HEADER = HEADER.rstrip("\n") + ",grad_clip,grad_clip_mode,clip_share,central_norm\n"
+
+
+@pytest.mark.parametrize("rows,message", [
+    ("rte,classification,2490,1,0,70,1,global,1.5,2\n", r"line 2: clip_share 1.5 is outside 0..1"),
+    ("rte,classification,2490,1,0,70,1,global,-0.1,2\n", r"clip_share -0.1 is outside 0..1"),
+    ("rte,classification,2490,1,0,70,1,per-task,,\n", r"grad_clip_mode 'per-task' is not one of"),
+    ("rte,classification,2490,1,0,70,0,unweighted,,\n", r"unweighted' with grad_clip 0"),
+    ("rte,classification,2490,1,0,70,,unweighted,,\n", r"given without grad_clip"),
+    ("rte,classification,2490,1,0,70,-1,global,,\n", r"grad_clip -1 is outside"),
+    ("rte,classification,2490,1,0,70,1,global,0.5,-2\n", r"central_norm -2 is outside"),
+    # a clipping that differs between cells of one task: two regimes are two tasks
+    ("rte,classification,2490,1,0,70,1,global,,\nrte,classification,2490,9,0,71,0,,,\n",
+     r"line 3: task rte: clipping noclip differs from line 2 \(clip1\).*own central_task name"),
+])
+def test_bad_clipping_columns_are_refused_and_nothing_is_written(held_url, tmp_path, rows,
+                                                                 message):
+    before = _names(held_url)
+    f = tmp_path / "bad.csv"
+    f.write_text(CLIP_HEADER + rows)
+    with pytest.raises(DataError, match=message):
+        import_file(f, "after", held_url)
+    assert _names(held_url) == before
+
+
+def test_clipping_columns_round_trip_through_export(url, tmp_path, capsys):
+    """Two clipping regimes of one dataset import as two tasks, keep their regime, clip shares
+    and the weights that trained the same updates, and export back to the same rows."""
+    from studies.exporter import export_study
+    from weightsearch.cli import main
+
+    f = tmp_path / "clip.csv"
+    f.write_text(
+        CLIP_HEADER.rstrip("\n") + ",dataset\n"
+        + "".join(f"sst2_700-clip1,classification,700,{w},{s},{0.8 + s / 100},1,global,1,2.5,"
+                  "sst2\n" for w in (6, 15) for s in (1, 2))
+        + "".join(f"sst2_700-noclip,classification,700,{w},{s},{0.8 + w / 1000 + s / 100},0,,"
+                  "0,2.5,sst2\n" for w in (6, 15) for s in (1, 2)))
+    assert main(["import", str(f), "--study", "clip", "--storage", url]) == 0
+    storage = open_quiet(url)
+    clipped = read_central(storage, "clip/sst2_700-clip1")
+    free = read_central(storage, "clip/sst2_700-noclip")
+    assert clipped.clip_template == (1.0, "global") and free.clip_template == (0.0, "global")
+    assert [a.weights for a in clipped.arms] == [(6.0, 15.0)] and free.arms == []
+    assert clipped.arms[0].acts_below == pytest.approx(0.4)
+    out = tmp_path / "back.csv"
+    export_study(url, "clip", out)
+    import pandas as pd
+
+    back = pd.read_csv(out)
+    assert set(back["central_task"]) == {"sst2_700-clip1", "sst2_700-noclip"}
+    assert back.set_index(["central_task", "central_weight", "seed"])["clip_share"].to_dict() \
+        == pd.read_csv(f).set_index(["central_task", "central_weight", "seed"])[
+            "clip_share"].to_dict()
+    assert set(zip(back["grad_clip"], back["grad_clip_mode"].fillna(""), strict=True)) == {
+        (1.0, "global"), (0.0, "global")}
+
+
+def test_a_bad_clip_share_exits_2_from_the_command_line(url, tmp_path, capsys):
+    from weightsearch.cli import main
+
+    f = tmp_path / "bad.csv"
+    f.write_text(CLIP_HEADER + "rte,classification,2490,1,0,70,1,global,2,1\n")
+    assert main(["import", str(f), "--study", "bad", "--storage", url]) == 2
+    err = capsys.readouterr().err
+    assert "clip_share 2 is outside 0..1" in err and "Traceback" not in err
+    assert _names(url) == []

@@ -177,3 +177,39 @@ def test_a_real_study_with_every_central_update_clipped(tiny_encoder, tmp_path):
     assert all(c.task_clipping()["clip_share"] == 1.0 for c in s.cells)
     assert "trained the same updates" in inspect(spec.storage, "clipped")
     assert Path(spec.workdir).is_dir()
+
+
+def test_a_study_searching_the_clipping_exports_one_task_per_regime(url):
+    """Cells of grad_clip 1 and 0 (a searched dimension): per regime, its own arms, and in
+    the export its own task, named after the regime."""
+    import optuna
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    from studies.exporter import export_rows
+    from studies.reading import open_quiet
+
+    study = optuna.create_study(study_name="grid/rte", storage=open_quiet(url),
+                                direction="maximize")
+    for key, value in {schema.A_SOURCE: schema.SOURCE_SWEEP, schema.A_CENTRAL: "rte",
+                       schema.A_PRIMARY: "accuracy", schema.A_TASK_TYPE: "classification",
+                       schema.A_TRAIN_SIZE: 64}.items():
+        study.set_user_attr(key, value)
+    for clip in (1.0, 0.0):
+        for w in (6.0, 15.0):
+            for seed in (1, 2):
+                value = 0.6 + seed / 100 + (w / 1000 if clip == 0 else 0)
+                study.add_trial(optuna.trial.create_trial(
+                    params={schema.PARAM: w, "grad_clip": clip},
+                    distributions={schema.PARAM: FloatDistribution(1, 15),
+                                   "grad_clip": CategoricalDistribution([1.0, 0.0])},
+                    value=value, user_attrs={
+                        schema.T_SEED: seed,
+                        schema.T_POINT: {schema.T_CENTRAL_WEIGHT_PATH: w, "grad_clip": clip},
+                        schema.T_CLIPPING: _clipping(1.0 if clip else 0.0, grad_clip=clip)}))
+    s = _read(url, "grid")
+    [arm] = s.arms
+    assert arm.rest == "grad_clip=1" and arm.weights == (6.0, 15.0)
+    rows = export_rows([s])
+    assert {r["central_task"] for r in rows} == {"rte-clip1", "rte-noclip"}
+    assert {(r["central_task"], r["grad_clip"]) for r in rows} == {("rte-clip1", 1.0),
+                                                                   ("rte-noclip", 0.0)}
