@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from studies.treatments import live_bound
+
 VECTOR = (".pdf", ".svg", ".eps")
 RASTER_DPI = 200
 WEIGHT_LABEL = "central-task loss weight (× its batch loss)"
@@ -82,6 +84,11 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
         ax.scatter([c.weight + shift for c in s.cells if c.state == "complete"
                     and c.value is not None and c.weight is not None], values, s=8,
                    color="0.45", zorder=2, label="one seed")
+        bound = live_bound(s)
+        if bound is not None:  # below it the weight scales the update; above, clipped away
+            ax.axvspan(0, bound, color="tab:green", alpha=0.12, zorder=0,
+                       label="live range: the median central update is not clipped")
+            ax.set_xlim(left=0, right=max(max(w), bound) + shift * 3)
         verdict = s.verdict
         if verdict.clear:
             ax.axvline(verdict.best, color="tab:red", linestyle=":", zorder=1,

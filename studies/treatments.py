@@ -94,6 +94,14 @@ def arms(study: Any) -> list[Arm]:
     return found
 
 
+def live_bound(study: Any) -> float | None:
+    """The weight below which the median central update of the study's cells is not clipped
+    (the median over its cells); None where no cell records one (no global clipping)."""
+    bounds = [b for c in study.cells if c.state == "complete"
+              and (b := c.task_clipping().get("acts_below")) is not None]
+    return statistics.median(bounds) if bounds else None
+
+
 def merge(triples: Iterable[tuple[float, int | None, float]], found: list[Arm], rest: str = ""
           ) -> tuple[list[tuple[float, int | None, float]], dict[float, str]]:
     """(weight, seed, score) triples of one rest with each arm's scores counted once, under
@@ -143,4 +151,5 @@ def _show(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v)
 
 
-__all__ = ["FIX", "Arm", "arms", "clip_rows", "clipped_away", "merge", "notes", "rest_of"]
+__all__ = ["FIX", "Arm", "arms", "clip_rows", "clipped_away", "live_bound", "merge", "notes",
+           "rest_of"]

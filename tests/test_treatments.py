@@ -213,3 +213,15 @@ def test_a_study_searching_the_clipping_exports_one_task_per_regime(url):
     assert {r["central_task"] for r in rows} == {"rte-clip1", "rte-noclip"}
     assert {(r["central_task"], r["grad_clip"]) for r in rows} == {("rte-clip1", 1.0),
                                                                    ("rte-noclip", 0.0)}
+
+
+def test_the_plot_shows_the_live_range(url, tmp_path):
+    from studies.inspection import plot
+
+    _study(url, "band", _cells())
+    path = plot([_read(url, "band")], "band", tmp_path / "band.svg")
+    svg = path.read_text()
+    assert "live range" in svg
+    _study(url, "plain", _cells(record=lambda share: None))
+    assert "live range" not in plot([_read(url, "plain")], "plain",
+                                    tmp_path / "plain.svg").read_text()
