@@ -5,11 +5,21 @@ A best weight is the weight with the highest mean score. It is *clear* only when
 separate it from every other weight: for each other weight, the 95% Student-t interval of the
 difference of means lies above zero. When the same seeds ran at both weights the difference is
 taken seed by seed (paired: seed-to-seed variation that moves both weights alike cancels);
-otherwise Welch's interval for two independent samples. With fewer than two seeds at a weight,
-or no spread at all between seeds (two seeds that moved in lockstep on a dev set whose scores
-come in steps), the seed noise is unknown and nothing is clear; an exact tie is a tie; a
-non-finite score separates nothing. Every place that names a best
-weight (launch summary, inspect, plots, the HTTP service) says it through `Verdict.text`.
+otherwise Welch's interval for two independent samples. Where three or more weights share
+the same seeds, five or more, the intervals use the pooled residual variance of the weight x
+seed table instead (the two-way additive model's mean square, (k-1)(n-1) degrees of freedom:
+every pair gains the other weights' evidence about the noise), as long as the weights' noise
+allows pooling: each weight's own noise variance (Grubbs' estimate from the paired
+differences) above zero, the largest no more than a two-sided F test at 5% allows over the
+smallest (a weight that moved wildly must not borrow calm from the others; weights that
+trained the same updates are one arm before they get here, studies.treatments).
+`Verdict.noise` says which was used. With fewer than two seeds at a weight, or no spread at
+all between seeds (two seeds that moved in lockstep on a dev set whose scores come in steps),
+the seed noise is unknown and nothing is clear; an exact tie is a tie (sums compared, so float
+rounding never breaks one); a non-finite score separates nothing. Besides the best, a verdict
+names the exact ties, every weight not separated from the best, and the weights whose trials
+were all pruned. Every place that names a best weight (launch summary, inspect, plots, the
+HTTP service) says it through `Verdict.text`.
 """
 
 from __future__ import annotations
@@ -20,6 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LEVEL = 0.95
+# Fewer seeds and a test of equal variances has no power to see that one weight's noise
+# differs from the others': each pair then keeps its own paired interval.
+POOL_MIN_SEEDS = 5
 
 
 @dataclass(frozen=True)
@@ -42,6 +55,7 @@ class Verdict:
     # Display names of keys that stand for more: an arm of weights that trained the same
     # updates is one key, its smallest weight, shown as "6=9=12=15" (studies.treatments).
     names: dict = field(default_factory=dict)
+    noise: str = ""  # "pooled", "paired" or "welch": how the intervals' noise was estimated
 
     def text(self, metric: str = "score") -> str:
         main = self._main(metric)
@@ -68,6 +82,8 @@ class Verdict:
             return f"one {kind} finished ({best}); nothing to compare it with"
         how = (f"{self.seeds} paired seed{'s' * (self.seeds != 1)}" if self.paired
                else f"{self.seeds} seed{'s' * (self.seeds != 1)} per {kind}")
+        if self.noise == "pooled":
+            how += ", pooled weight x seed residual variance"
         gap = f"{best} leads {rival} by {self.lead:.4f} {metric}"
         if self.interval is not None:
             gap += f", {LEVEL:.0%} interval [{self.interval[0]:+.4f}, {self.interval[1]:+.4f}]"
@@ -81,7 +97,7 @@ class Verdict:
                 "lead": self.lead, "interval": list(self.interval) if self.interval else None,
                 "seeds": self.seeds, "paired": self.paired,
                 "not_separated": list(self.not_separated), "ties": list(self.ties),
-                "left_out": list(self.left_out),
+                "left_out": list(self.left_out), "noise": self.noise,
                 "names": {_show(k): v for k, v in self.names.items()}, "verdict": self.text()}
 
 
@@ -127,8 +143,13 @@ def _judge(values: dict[Any, list[float]], paired: bool, maximize: bool, kind: s
     seeds = min(len(v) for v in values.values())
     if len(values) == 1:
         return Verdict(best, False, seeds=seeds, reason=f"one {kind}", kind=kind)
-    intervals = {w: _interval(values[best], values[w], paired, sign)
-                 for w in values if w != best}
+    pooled = _pooled_mean_square(values) if paired else None
+    if pooled is not None:
+        intervals = {w: _pooled_interval(values[best], values[w], pooled, sign)
+                     for w in values if w != best}
+    else:
+        intervals = {w: _interval(values[best], values[w], paired, sign)
+                     for w in values if w != best}
     # The rival: the weight whose interval reaches lowest (the least separated one).
     rival = min(intervals, key=lambda w: (intervals[w][0] if intervals[w] else -math.inf,
                                           -sign * means[w]))
@@ -154,8 +175,56 @@ def _judge(values: dict[Any, list[float]], paired: bool, maximize: bool, kind: s
     apart = [w for w in intervals if intervals[w] is None or not intervals[w][0] > 0
              or w in ties]
     not_separated = tuple(sorted(apart, key=lambda w: (-sign * means[w], w)))
+    noise = "pooled" if pooled is not None else "paired" if paired else "welch"
     return Verdict(best, not reason, rival, lead, interval, seeds, paired, reason, kind,
-                   not_separated, ties)
+                   not_separated, ties, noise=noise)
+
+
+def _pooled_mean_square(values: dict[Any, list[float]]) -> tuple[float, int] | None:
+    """The residual mean square of the additive weight x seed model and its degrees of freedom,
+    where pooling is sound (see the module docstring); else None."""
+    from scipy import stats
+
+    k, n = len(values), min(len(v) for v in values.values())
+    if k < 3 or n < POOL_MIN_SEEDS or any(len(v) != n for v in values.values()):
+        return None
+    rows = list(values.values())
+    if not all(math.isfinite(x) for row in rows for x in row):
+        return None
+    own = _own_noise(rows)
+    # The extreme weights' own variances may differ no more than a two-sided F test at 5%
+    # allows (checking the extremes of k makes pooling rarer, not commoner).
+    if min(own) <= 0 or max(own) / min(own) > stats.f.ppf(0.5 + LEVEL / 2, n - 1, n - 1):
+        return None
+    grand = statistics.fmean(x for row in rows for x in row)
+    seed_means = [statistics.fmean(row[j] for row in rows) for j in range(n)]
+    df = (k - 1) * (n - 1)
+    square = sum((x - statistics.fmean(row) - seed_means[j] + grand) ** 2
+                 for row in rows for j, x in enumerate(row))
+    return square / df, df
+
+
+def _own_noise(rows: list[list[float]]) -> list[float]:
+    """Each weight's own seed-noise variance, from the variances of its paired differences
+    (Grubbs: var(a - b) = s_a + s_b, so s_a = [var(a - b) + var(a - c) - var(b - c)] / 2,
+    averaged over every pair b, c of the other weights)."""
+    k = len(rows)
+    diff = {(i, j): statistics.variance([x - y for x, y in zip(rows[i], rows[j], strict=True)])
+            for i in range(k) for j in range(k) if i != j}
+    return [statistics.fmean((diff[i, j] + diff[i, m] - diff[j, m]) / 2
+                             for j in range(k) for m in range(k) if len({i, j, m}) == 3)
+            for i in range(k)]
+
+
+def _pooled_interval(a: list[float], b: list[float], pooled: tuple[float, int],
+                     sign: float) -> tuple[float, float]:
+    """The LEVEL interval of mean(a) - mean(b) (times sign) with the pooled residual variance."""
+    from scipy import stats
+
+    mean_square, df = pooled
+    diff = sign * (statistics.fmean(a) - statistics.fmean(b))
+    half = stats.t.ppf(0.5 + LEVEL / 2, df) * math.sqrt(2 * mean_square / len(a))
+    return diff - half, diff + half
 
 
 def mean_interval(values: list[float]) -> tuple[float, float] | None:

@@ -75,3 +75,53 @@ def test_scores_pair_only_when_every_weight_has_the_same_seeds_once():
     assert by_seed([(1, None, 0.5), (1, None, 0.6), (9, None, 0.7)])[1] is False
     assert by_seed([(1, 1, float("nan")), (1, 2, 0.6), (9, 1, 0.7), (9, 2, 0.8)]) == (
         {1: [0.6], 9: [0.7, 0.8]}, False)
+
+
+def _two_way_interval(values: dict, best, other) -> tuple[float, float]:
+    """The pooled interval restated: least squares of the additive weight x seed model."""
+    import numpy as np
+    from scipy import stats
+
+    keys = list(values)
+    k, n = len(keys), len(values[keys[0]])
+    y = np.array([values[w][j] for w in keys for j in range(n)])
+    design = np.column_stack([np.ones(k * n)]
+                             + [[float(i == a) for i in range(k) for _ in range(n)]
+                                for a in range(1, k)]
+                             + [[float(j == b) for _ in range(k) for j in range(n)]
+                                for b in range(1, n)])
+    beta, *_ = np.linalg.lstsq(design, y, rcond=None)
+    df = (k - 1) * (n - 1)
+    mse = float(np.sum((y - design @ beta) ** 2)) / df
+    diff = np.mean(values[best]) - np.mean(values[other])
+    half = stats.t.ppf(0.975, df) * np.sqrt(2 * mse / n)
+    return diff - half, diff + half
+
+
+def test_pooled_residual_variance_with_enough_seeds_and_alike_noise():
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+    seeds = rng.normal(0.7, 0.03, 8)
+    values = {w: list(seeds + shift + rng.normal(0, 0.004, 8))
+              for w, shift in ((1.0, 0.0), (3.0, 0.004), (9.0, 0.012))}
+    v = judge(values, paired=True)
+    assert v.noise == "pooled" and v.best == 9.0
+    low, high = _two_way_interval(values, 9.0, v.rival)
+    assert v.interval == pytest.approx((low, high))
+    assert "pooled weight x seed residual variance" in v.text("accuracy")
+
+
+def test_no_pooling_when_one_weight_is_noisier_or_seeds_are_few():
+    import numpy as np
+
+    rng = np.random.default_rng(12)
+    seeds = rng.normal(0.7, 0.03, 8)
+    values = {1.0: list(seeds + rng.normal(0, 0.002, 8)),
+              6.0: list(seeds + 0.01 + rng.normal(0, 0.002, 8)),
+              15.0: list(seeds + 0.01 + rng.normal(0, 0.05, 8))}  # 25 times the others' sd
+    assert judge(values, paired=True).noise == "paired"
+    calm = {w: v for w, v in values.items()}
+    calm[15.0] = list(seeds + 0.01 + rng.normal(0, 0.002, 8))
+    assert judge(calm, paired=True).noise == "pooled"
+    assert judge({w: v[:3] for w, v in calm.items()}, paired=True).noise == "paired"
