@@ -183,7 +183,7 @@ def report(frame: pd.DataFrame, dev: int, left_out: list[int]) -> str:
         out.append(f"| unweighted clipping, 15 - 1 (not pre-registered) | {u['mean']:+.3f} | "
                    f"95% [{u['low']:+.3f}, {u['high']:+.3f}] | {u['sd']:.3f} | t({n - 1}) = "
                    f"{u['t']:.2f} | {_p(u['p'])} | |")
-    same = [w for w in weights if w != weights[0] and
+    same = [w for w in weights if w > 3 and
             np.array_equal(counts(frame, CLIPPED, w), counts(frame, CLIPPED, 3))]
     if same:
         out += ["", f"With clipping, weights 3 and {', '.join(f'{w:g}' for w in same)} scored "
