@@ -36,6 +36,11 @@ def register(subparsers) -> None:
     p.add_argument("--stage", choices=STAGES,
                    help="answer for scores of this stage (default: the best-supported stage of "
                    "that regime)")
+    p.add_argument("--clipping", metavar="REGIME",
+                   help="answer for scores trained with this gradient clipping: clip1 (the "
+                   "weighted gradient clipped at norm 1, the trainer's default and the "
+                   "reference's), uclip1 (grad_clip_mode: unweighted) or noclip (grad_clip: 0); "
+                   "default clip1 where measured; others count with a discount")
     p.add_argument("--storage", default=None, help=STORAGE_HELP)
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text (the weight, its range and the evidence table, for reading) or "
@@ -90,7 +95,7 @@ def run_recommend(args) -> int:
 
     if args.data_dir and not args.task:
         raise ConfigError("--data-dir goes with --task PRESET")
-    check_regime(args.encoder, args.stage)
+    check_regime(args.encoder, args.stage, clipping=args.clipping)
     check_plot_target(args.plot)
     size = None if args.evaluate else _train_size(args)  # user errors before any DB access
     evidence = load_evidence(storage_url(args))
@@ -103,7 +108,8 @@ def run_recommend(args) -> int:
             print(evaluation_text(rows, rate, over))
         rec = None
     else:
-        rec = recommend_from(evidence, size, args.task_type, args.encoder, args.stage)
+        rec = recommend_from(evidence, size, args.task_type, args.encoder, args.stage,
+                             clipping=args.clipping)
         print(json.dumps(rec.to_dict(), indent=2) if args.format == "json"
               else recommendation_text(rec))
     if args.plot and args.evaluate:

@@ -209,8 +209,9 @@ class Law:
 
     def trend(self) -> dict[str, float]:
         """The posterior slope (weight units per decade) and the mean at 10^4 examples (jump
-        included where a transition lies below), mixed over components: mean and sd of each.
-        Computed once per law: the service asks for it with every answer."""
+        included where a transition lies below), mixed over components: mean and sd of each;
+        and the prior's pull on the slope (`_slope_without_prior`). Computed once per law: the
+        service asks for it with every answer."""
         if self._trend is None:
             self._trend = self._posterior_trend()
         return dict(self._trend)
@@ -230,6 +231,34 @@ class Law:
             m = float(self.weights @ means)
             var = float(self.weights @ (variances + (means - m) ** 2))
             out[name], out[f"{name}_sd"] = m, math.sqrt(max(var, 0.0))
+        return {**out, **self._slope_without_prior(mean[:, 1], cov[:, 1, 1])}
+
+    def _slope_without_prior(self, post_mean: np.ndarray,
+                             post_var: np.ndarray) -> dict[str, float]:
+        """The slope the data alone give (its coefficient's prior made flat, mean and sd), and
+        the prior's share of the slope's precision, mixed over the components whose slope the
+        data set: lines and transitions (the paper's rule fixes it at 0). In a component the
+        likelihood of the slope, everything else integrated out, is Gaussian, so the posterior
+        precision is the prior's plus the data's and the posterior mean their precision-weighted
+        mean: the data's part is the difference (the other coefficients keep their priors). NaN
+        where the data do not inform the slope."""
+        prior_var = self.prior_var[:, 1]
+        free = prior_var > 0
+        out = dict.fromkeys(("slope_data_alone", "slope_data_alone_sd", "slope_prior_share"),
+                            math.nan)
+        if not free.any():
+            return out
+        w = self.weights[free] / self.weights[free].sum()
+        prior_precision = 1.0 / prior_var[free]
+        precision = 1.0 / np.maximum(post_var[free], 1e-12)
+        out["slope_prior_share"] = float(w @ np.minimum(prior_precision / precision, 1.0))
+        data = precision - prior_precision
+        if (data <= 1e-6 * prior_precision).any():
+            return out
+        means = (precision * post_mean[free] - prior_precision * self.prior_mean[free, 1]) / data
+        m = float(w @ means)
+        out["slope_data_alone"] = m
+        out["slope_data_alone_sd"] = math.sqrt(float(w @ (1.0 / data + (means - m) ** 2)))
         return out
 
     def offsets(self) -> dict[str, tuple[float, float]]:

@@ -21,8 +21,11 @@ from dataclasses import dataclass
 
 SOURCE = "Son et al. 2021, Applied Sciences 11(7):3095, Table 2"
 PRIOR_STUDY = "siwlm-paper"  # the study label of prior points (and the suggested import name)
-# The regime of Table 2: BERT-base, scored after per-task fine-tuning, the reference schedule.
+# The regime of Table 2: BERT-base, scored after per-task fine-tuning, the reference schedule,
+# and the reference scripts' clipping (`global_grad_clipping=1` in the SIWLM and MT-DNN run
+# scripts: the weighted gradient clipped at norm 1; the paper itself does not say).
 ENCODER, STAGE, VARIANT = "bert-base-uncased", "finetuned", "reference"
+GRAD_CLIP, GRAD_CLIP_MODE, CLIPPING = 1.0, "global", "clip1"
 GRID = (1.0, 3.0, 6.0, 9.0, 12.0, 15.0)
 
 
@@ -89,7 +92,8 @@ def prior_rows() -> list[dict]:
                 "central_task": t.task, "task_type": t.task_type, "train_size": t.train_size,
                 "central_weight": w, "seed": 0, "metric": t.scores[w],
                 "metric_name": t.primary_metric, "encoder": ENCODER, "stage": STAGE,
-                "variant": VARIANT, "source": SOURCE, **t.other_metrics[w],
+                "variant": VARIANT, "grad_clip": GRAD_CLIP, "grad_clip_mode": GRAD_CLIP_MODE,
+                "source": SOURCE, **t.other_metrics[w],
             })
     return rows
 

@@ -29,16 +29,21 @@ evidence is answered from the others, and the answer says so (`unmatched_encoder
 encoders the evidence has; a name nobody used and this tool does not know, spelt almost like one
 that is, is refused as a likely typo.
 When the task type is given and has evidence, points of other types get TYPE_VAR added.
+The answer says where it comes from: each regime's share of it and the law's prior's (how far
+it moves when that evidence moves, `_evidence_shares`), a size asked outside the asked regime's
+measured sizes, and the prior's pull on the trend's slope (`hierarchy.Law.trend`).
 Deterministic: no random state outside a fixed-seed draw per task.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import math
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from recommender import prior
@@ -68,6 +73,7 @@ TYPE_VAR = 1.0  # extra variance of a point of another task type, when the type 
 MAX_TRAIN_SIZE = 10 ** 12  # far beyond any dataset; larger numbers are typos
 PRIOR_ENCODER, PRIOR_STAGE, PRIOR_VARIANT = prior.ENCODER, prior.STAGE, prior.VARIANT
 UNKNOWN_ENCODER = UNKNOWN
+DEFAULT_CLIPPING = "clip1"  # the trainer's default: grad_clip 1.0, grad_clip_mode global
 ENCODER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)?$"  # also the HTTP schema's
 _ENCODER_NAME = re.compile(ENCODER_PATTERN)
 
@@ -93,6 +99,11 @@ class EvidencePoint:
     variant: str | None = None
     encoder_size: str = UNKNOWN  # hidden x layers, e.g. "768x12"
     dataset: str | None = None  # the data the task is drawn from (None: the task itself)
+    means: tuple[tuple[float, float], ...] = ()  # (weight, mean score) over the grid
+    maximize: bool = True  # of the score: False for a loss
+    # The gradient clipping its trials trained with (studies.schema.clipping_label): clip1 is
+    # the reference's; under it a weight above ||g|| acts no more (studies.treatments).
+    clipping: str = UNKNOWN
 
     @property
     def family(self) -> str:
@@ -101,7 +112,8 @@ class EvidencePoint:
 
     @property
     def regime(self) -> Regime:
-        return Regime(self.encoder, self.encoder_size, self.stage, self.variant or UNKNOWN)
+        return Regime(self.encoder, self.encoder_size, self.stage, self.variant or UNKNOWN,
+                      self.clipping)
 
 
 @dataclass(frozen=True)
@@ -111,7 +123,7 @@ class Recommendation:
     train_size: int
     task_type: str | None
     source: str  # "prior" | "studies" | "both"
-    # {"encoder", "encoder_size", "stage", "variant"}: the regime the answer is built for
+    # {"encoder", "encoder_size", "stage", "variant", "clipping"}: the regime the answer is for
     regime: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what was used and what was discounted
     evidence: list[dict] = field(default_factory=list)
@@ -122,9 +134,16 @@ class Recommendation:
     # Each other regime's shared offset from the asked one: {"regime", "differs_in", "offset",
     # "sd"} in weight units.
     regime_offsets: list[dict] = field(default_factory=list)
-    # The fitted law: trend slope and level (mean and sd), the probability of each shape, the
-    # task scatter's sd and the share of tasks that ignore the law.
+    # The fitted law: trend slope and level (mean and sd), the slope the data alone give and
+    # the prior's share of its precision, the probability of each shape, the task scatter's sd
+    # and the share of tasks that ignore the law.
     law: dict = field(default_factory=dict)
+    # How much of the answer rests on each regime's evidence and on the law's prior (summing to
+    # 1): {"source", "regime", "name", "from", "points", "share", "say"}, largest first.
+    evidence_shares: list[dict] = field(default_factory=list)
+    # The sizes measured in the asked regime: {"smallest", "largest", "points", "position"}
+    # with position inside | below | above | no evidence.
+    asked_regime_sizes: dict = field(default_factory=dict)
     method: str = ("hierarchical: each task's best weight located from all its trials, "
                    "combined as a trend in log10 size plus a Gaussian-process deviation")
 
@@ -136,7 +155,7 @@ class Recommendation:
 
 def _point(task, study, size, task_type, source, values, maximize, encoder, stage, variant,
            size_of_encoder: str | None = None, paired: bool = False,
-           dataset: str | None = None) -> EvidencePoint | None:
+           dataset: str | None = None, clipping: str | None = None) -> EvidencePoint | None:
     located = locate_best(values, maximize, int(size), paired)
     if located is None:
         return None
@@ -152,13 +171,15 @@ def _point(task, study, size, task_type, source, values, maximize, encoder, stag
         encoder=(encoder or UNKNOWN_ENCODER).lower(), stage=stage or "multitask", variant=variant,
         encoder_size=size_of_encoder or encoder_size(encoder),
         dataset=dataset if dataset and dataset.lower() != str(task).lower() else None,
+        means=tuple(sorted(means.items())), maximize=maximize,
+        clipping=clipping if clipping and clipping != "mixed" else UNKNOWN,
     )
 
 
 def prior_evidence() -> list[EvidencePoint]:
     return [_point(t.task, PRIOR_STUDY, t.train_size, t.task_type, "prior",
                    {w: [v] for w, v in t.scores.items()}, True, PRIOR_ENCODER, PRIOR_STAGE,
-                   PRIOR_VARIANT)
+                   PRIOR_VARIANT, clipping=prior.CLIPPING)
             for t in PRIOR]
 
 
@@ -171,7 +192,8 @@ def _shipped_points() -> tuple[EvidencePoint, ...]:
             values, paired = by_seed([(r.weight, r.seed, r.metric) for r in rows])
             point = _point(task, shipped.study, head.train_size, head.task_type, "prior",
                            values, True, head.regime.get("encoder"), head.regime.get("stage"),
-                           head.regime.get("variant"), paired=paired, dataset=head.dataset)
+                           head.regime.get("variant"), paired=paired, dataset=head.dataset,
+                           clipping=head.regime.get("clipping"))
             if point is not None:
                 out.append(point)
     return tuple(out)
@@ -219,19 +241,32 @@ def study_evidence(studies) -> Evidence:
     """Points from `studies.reading.CentralStudy` objects: those with a known training size and
     COMPLETE trials at two or more weights (one weight has no best); the others are noted."""
     out = Evidence()
-    for s in studies:
+    # A study that searched the clipping is one study per clipping regime: each its own point.
+    for s in (part for study in studies for part in study.by_clipping()):
         values = s.values_by_weight()
-        why = _why_nothing(s, values)
+        why = _why_nothing(s, values) or _clipped_away(s)
         paired = None if why else s.paired_values()
         point = None if why else _point(
             s.central_task, s.name, s.train_size, s.task_type, "studies", paired or values,
             s.maximize, s.encoder, s.stage, s.variant, s.encoder_size,
-            paired=paired is not None, dataset=s.dataset)
+            paired=paired is not None, dataset=s.dataset, clipping=s.clipping)
         if point is not None:
             out.append(point)
         else:
             out.skipped.append(why or f"study {s.name} contributes nothing")
     return out
+
+
+def _clipped_away(s) -> str | None:
+    """Why a study whose every weight trained the same updates locates no best weight."""
+    from studies.treatments import rest_of
+
+    inert = [a for a in s.arms if a.whole_grid]
+    rests = {rest_of(c.point) for c in s.cells if c.state == "complete"}
+    if not inert or rests != {a.rest for a in inert}:
+        return None
+    return (f"study {s.name}: {inert[0].text()}; its scores differ by rounding only, so it "
+            "says nothing about where the best weight lies")
 
 
 def _same_data(a: EvidencePoint, b: EvidencePoint) -> bool:
@@ -307,9 +342,40 @@ def check_request(train_size, task_type: str | None) -> tuple[int, str | None]:
     return size, task_type  # type: ignore[return-value]
 
 
+CLIPPING_PATTERN = r"^(noclip|u?clip[0-9][0-9.eE+-]*)$"  # normalize_clipping has the last word
+_CLIPPING = re.compile(CLIPPING_PATTERN)
+
+
+def normalize_clipping(clipping: str | None) -> str | None:
+    """A clipping regime as `studies.schema.clipping_label` spells it (clip1.0 -> clip1), so
+    that it meets the evidence's; raises ConfigError for what names no regime."""
+    if clipping is None:
+        return None
+    fix = ("clipping must be clip<norm> (the weighted gradient clipped, as the reference does; "
+           "clip1 by default), uclip<norm> (the unweighted gradient clipped) or noclip, got "
+           f"{clipping!r}")
+    if not isinstance(clipping, str) or len(clipping) > 40 or not _CLIPPING.match(clipping):
+        raise ConfigError([fix])
+    if clipping == "noclip":
+        return clipping
+    unweighted = clipping.startswith("u")
+    try:
+        norm = float(clipping[5 if unweighted else 4:])
+    except ValueError:
+        raise ConfigError([fix]) from None
+    if not math.isfinite(norm) or norm <= 0:
+        raise ConfigError([fix + "; a norm of 0 is noclip"])
+    return schema.clipping_label(norm, "unweighted" if unweighted else "global")
+
+
 def check_regime(encoder: str | None, stage: str | None,
-                 variant: str | None = None) -> tuple[str | None, str | None]:
+                 variant: str | None = None, clipping: str | None = None
+                 ) -> tuple[str | None, str | None]:
     problems = []
+    try:
+        normalize_clipping(clipping)
+    except ConfigError as err:
+        problems.extend(err.problems)
     if encoder is not None and (not isinstance(encoder, str) or len(encoder) > 200
                                 or not _ENCODER_NAME.match(encoder)):
         problems.append(f"encoder must be a model name such as bert-base-uncased or "
@@ -340,8 +406,8 @@ def _encoder_matches(asked: str, recorded: str) -> bool:
 
 
 def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str | None,
-                  variant: str | None = None,
-                  size: str | None = None) -> tuple[Regime, list[str]]:
+                  variant: str | None = None, size: str | None = None,
+                  clipping: str | None = None) -> tuple[Regime, list[str]]:
     """The regime to answer for, and notes on how it was chosen. Unset parts: among the regimes
     of the points that match the set parts, the one whose compatible points have the largest
     summed precision (ties: the one with more parts recorded). With no encoder asked, the
@@ -351,7 +417,8 @@ def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str
         return (encoder is None or _encoder_matches(encoder, p.encoder)) and \
             (stage is None or p.stage == stage) and \
             (variant is None or p.regime.variant in (variant, UNKNOWN)) and \
-            (size in (None, UNKNOWN) or p.regime.size in (size, UNKNOWN))
+            (size in (None, UNKNOWN) or p.regime.size in (size, UNKNOWN)) and \
+            (clipping is None or p.clipping in (clipping, UNKNOWN))
 
     fitting = [p for p in evidence if fits(p)]
     why = "the strongest evidence available"
@@ -367,6 +434,8 @@ def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str
             why = (f"the default encoder's, {DEFAULT_ENCODER}: no studies of your own in the "
                    "storage; --encoder/--stage answer for another")
     candidates = {p.regime for p in fitting}
+    if clipping is None:  # unasked: the trainer's default, where anything was measured in it
+        candidates = {r for r in candidates if r.clipping == DEFAULT_CLIPPING} or candidates
     # A regime with an unknown size or variant stands only where no recorded one refines it.
     candidates = {r for r in candidates if not any(
         o != r and not r.differences(o) and o.known_parts() > r.known_parts()
@@ -378,16 +447,20 @@ def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str
 
         regime = max(candidates, key=support)
         if variant is not None and regime.variant == UNKNOWN:
-            regime = Regime(regime.encoder, regime.size, regime.stage, variant)
+            regime = dataclasses.replace(regime, variant=variant)
         if size not in (None, UNKNOWN) and regime.size == UNKNOWN:
-            regime = Regime(regime.encoder, size, regime.stage, regime.variant)
+            regime = dataclasses.replace(regime, size=size)
+        if clipping is not None and regime.clipping == UNKNOWN:
+            regime = dataclasses.replace(regime, clipping=clipping)
         how = "as asked" if encoder and stage else why
         return regime, [f"regime: encoder {regime.encoder} ({regime.size}), stage "
-                        f"{regime.stage}, variant {regime.variant} ({how})"]
+                        f"{regime.stage}, variant {regime.variant}, clipping "
+                        f"{regime.clipping} ({how})"]
     regime = Regime(encoder or UNKNOWN_ENCODER, size or encoder_size(encoder),
-                    stage or "multitask", variant or UNKNOWN)
+                    stage or "multitask", variant or UNKNOWN, clipping or DEFAULT_CLIPPING)
     return regime, [f"no evidence for encoder {regime.encoder}, stage {regime.stage}"
                     + (f", variant {variant}" if variant else "")
+                    + (f", clipping {clipping}" if clipping else "")
                     + ": answered from the other regimes, each discounted"]
 
 
@@ -452,15 +525,17 @@ def _law_for(evidence: list[EvidencePoint], variances: list[float],
 def recommend_from(evidence: list[EvidencePoint], train_size: int,
                    task_type: str | None = None, encoder: str | None = None,
                    stage: str | None = None, variant: str | None = None,
-                   encoder_size: str | None = None, typed_by_user: bool = True) -> Recommendation:
+                   encoder_size: str | None = None, typed_by_user: bool = True,
+                   clipping: str | None = None) -> Recommendation:
     """`encoder_size` (hidden x layers) narrows the regime where one encoder name was measured
     at several sizes; a launch passes its study's, and `typed_by_user=False`: its encoder is one
     it loads, so a name close to a known one is no typo."""
     train_size, task_type = check_request(train_size, task_type)
-    encoder, stage = check_regime(encoder, stage, variant)
+    encoder, stage = check_regime(encoder, stage, variant, clipping)
+    clipping = normalize_clipping(clipping)
     if not evidence:
         raise ConfigError("no evidence to recommend from (no prior and no finished study)")
-    regime, notes = choose_regime(evidence, encoder, stage, variant, encoder_size)
+    regime, notes = choose_regime(evidence, encoder, stage, variant, encoder_size, clipping)
     unmatched = _unmatched_encoder(evidence, encoder)
     if unmatched and not unmatched["known_encoder"] and typed_by_user:
         _refuse_a_misspelling(encoder, unmatched["encoders_with_evidence"])
@@ -490,7 +565,11 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
                  f"{summary['level']:.1f} +- {summary['level_sd']:.1f}; probability of each "
                  "shape of the law: " + ", ".join(f"{name} {p:.2f}"
                                                    for name, p in summary["shapes"].items()))
+    notes.append(_slope_note(summary))
     answer = law.predict(math.log10(train_size))
+    sizes, size_notes = _asked_regime_sizes(evidence, groups, train_size)
+    shares = _evidence_shares(evidence, groups, answer.influence, regime)
+    notes += [*size_notes, _shares_note(shares)]
     clip = lambda v: round(min(schema.WEIGHT_HIGH, max(schema.WEIGHT_LOW, v)), 1)  # noqa: E731
     say = [abs(float(i)) for i in answer.influence]
     total = sum(say) or 1.0
@@ -510,12 +589,117 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
             "at_least": p.at_least, "at_most": p.at_most,
             "say": round(s / total, 4), "source": p.source, "encoder": p.encoder,
             "encoder_size": p.encoder_size, "stage": p.stage, "variant": p.variant,
+            "clipping": p.clipping,
             "discounted": g is not None,
         } for p, s, v, g in rows],
         effective_points=round(n_eff, 2), unmatched_encoder=unmatched,
         regime_offsets=[{k: v for k, v in o.items() if k != "name"} for o in regime_offsets],
-        law=summary,
+        law=summary, evidence_shares=shares, asked_regime_sizes=sizes,
     )
+
+
+def _asked_regime_sizes(evidence: list[EvidencePoint], groups: list[str | None],
+                        train_size: int) -> tuple[dict, list[str]]:
+    """The sizes measured in the asked regime, and a note when the size asked lies outside
+    them: there the answer is the trend carried past its evidence (or other regimes' evidence,
+    each through its offset)."""
+    mine = [p.train_size for p, g in zip(evidence, groups, strict=True) if g is None]
+    others = [p.train_size for p, g in zip(evidence, groups, strict=True) if g is not None]
+    if not mine:
+        return ({"smallest": None, "largest": None, "points": 0, "position": "no evidence"},
+                [f"no training size was measured in the asked regime: the evidence behind the "
+                 f"answer at {train_size:,} examples is other regimes' (sizes {min(others):,} "
+                 f"to {max(others):,}), each counting through its offset"])
+    low, high = min(mine), max(mine)
+    position = "below" if train_size < low else "above" if train_size > high else "inside"
+    sizes = {"smallest": low, "largest": high, "points": len(mine), "position": position}
+    if position == "inside":
+        return sizes, []
+    above = position == "above"
+    edge, side = (high, "above the largest") if above else (low, "below the smallest")
+    note = (f"train size {train_size:,} lies {side} size measured in this regime ({edge:,}): "
+            "the answer extrapolates the trend")
+    reach = (max(others) if above else min(others)) if others else edge
+    if (reach > edge) if above else (reach < edge):
+        note += f"; other regimes measured sizes to {reach:,}, each counting through its offset"
+    return sizes, [note]
+
+
+def _evidence_shares(evidence: list[EvidencePoint], groups: list[str | None],
+                     influence: Sequence[float], regime: Regime) -> list[dict]:
+    """How much of the answer rests on each regime's evidence and on the law's prior. The
+    predictive mean is linear in the points' locations (each component's kriging weights
+    C^-1 k, mixed by the components' posterior weights: `Prediction.influence`), so a regime's
+    share is how far the answer moves when every point of it moves by one weight unit. The
+    rest, 1 minus the points' summed weight, is the prior's level: moving it and every point by
+    one moves the answer by one, so the shares sum to 1. A share may be negative (points on the
+    far side of an extrapolated trend). The median reported follows them to first order.
+    Another regime's offset takes up most of a shift of all its points, so a regime that mainly
+    shapes the trend has a small share; `say` (its points' summed say in the evidence table, the
+    absolute weights) shows that part."""
+    total = float(sum(abs(i) for i in influence)) or 1.0
+    members: dict[str | None, list[int]] = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    rows = []
+    for g, idx in members.items():
+        points = [evidence[i] for i in idx]
+        head = points[0]
+        rows.append({"source": "asked regime" if g is None else "other regime",
+                     "regime": regime.label() if g is None else g,
+                     "name": (f"{regime.encoder}/{regime.stage}" if g is None
+                              else f"{head.encoder}/{head.stage}"),
+                     "from": _origin(points), "points": len(idx),
+                     "share": float(sum(influence[i] for i in idx)),
+                     "say": round(float(sum(abs(influence[i]) for i in idx)) / total, 4)})
+    rows.append({"source": "law prior", "regime": None, "name": "the law's prior level",
+                 "from": "the prior on the law's level", "points": 0,
+                 "share": 1.0 - float(sum(influence)), "say": None})
+    names = [r["name"] for r in rows]
+    for r in rows:  # two regimes alike in encoder and stage are told apart by the full label
+        if names.count(r["name"]) > 1 and r["regime"]:
+            r["name"] = r["regime"]
+        r["share"] = round(r["share"], 4)
+    return sorted(rows, key=lambda r: -r["share"])
+
+
+def _origin(points: list[EvidencePoint]) -> str:
+    """Where points come from: the paper's table, the shipped studies by name, your studies."""
+    parts = ["the SIWLM paper's Table 2"] if any(
+        p.source == "prior" and p.study == PRIOR_STUDY for p in points) else []
+    parts += [f"built-in study {s}" for s in sorted(
+        {p.study for p in points if p.source == "prior" and p.study != PRIOR_STUDY})]
+    own = len({p.study for p in points if p.source == "studies"})
+    if own:
+        parts.append(f"{own} of your studies" if own > 1 else "one of your studies")
+    return ", ".join(parts)
+
+
+def _shares_note(shares: list[dict]) -> str:
+    def on(r: dict) -> str:
+        where = "" if r["source"] == "law prior" else \
+            f" ({'the asked regime: ' if r['source'] == 'asked regime' else ''}{r['from']})"
+        return f"on {r['name']}{where}"
+
+    first, *rest = shares
+    return (f"{first['share']:.0%} of this answer rests {on(first)}"
+            + "".join(f", {r['share']:.0%} {on(r)}" for r in rest)
+            + "; a share is how far the answer moves when that evidence moves by one weight unit")
+
+
+def _slope_note(summary: dict) -> str:
+    rule = summary["shapes"][MODEL_NAMES[2]]
+    note = f"the prior's pull on the slope: {summary['slope']:+.1f} per decade with the prior"
+    if summary["slope_data_alone"] is not None:
+        note += (f", {summary['slope_data_alone']:+.1f} +- {summary['slope_data_alone_sd']:.1f} "
+                 "from the data alone")
+    else:
+        note += "; the data alone do not inform it"
+    if summary["slope_prior_share"] is not None:
+        note += (f"; the prior gives {summary['slope_prior_share']:.0%} of the slope's "
+                 f"precision in the lines and transitions (the paper's rule, probability "
+                 f"{rule:.2f}, fixes it at 0)")
+    return note
 
 
 def _evidence_notes(evidence: list[EvidencePoint]) -> list[str]:
@@ -549,7 +733,8 @@ def _regime_offsets(evidence: list[EvidencePoint], groups: list[str | None],
 
 def _law_summary(law) -> dict:
     trend = law.trend()
-    return {**{k: round(v, 2) for k, v in trend.items()},
+    return {**{k: round(v, 3 if k.endswith("share") else 2) if math.isfinite(v) else None
+               for k, v in trend.items()},
             "shapes": {name: round(law.probability(i), 3) for i, name in enumerate(MODEL_NAMES)},
             "task_scatter_sd": round(math.sqrt(law.tau2), 2),
             "outlier_share": round(law.outlier_share, 3)}
@@ -558,12 +743,13 @@ def _law_summary(law) -> dict:
 def recommend(train_size: int, task_type: str | None = None,
               storage_url: str | None = None, encoder: str | None = None,
               stage: str | None = None, variant: str | None = None,
-              encoder_size: str | None = None, typed_by_user: bool = True) -> Recommendation:
+              encoder_size: str | None = None, typed_by_user: bool = True,
+              clipping: str | None = None) -> Recommendation:
     """Recommend a central weight; `storage_url=None` uses the built-in prior alone."""
     train_size, task_type = check_request(train_size, task_type)
-    check_regime(encoder, stage, variant)
+    check_regime(encoder, stage, variant, clipping)
     return recommend_from(load_evidence(storage_url), train_size, task_type, encoder, stage,
-                          variant, encoder_size, typed_by_user)
+                          variant, encoder_size, typed_by_user, clipping)
 
 
 def start_weights(grid, weight: float, interval, least: int = 2) -> list[float]:
@@ -589,8 +775,10 @@ def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None
     every point of that task, and check whether the grid weight nearest the recommendation is
     among the task's two best weights (chance: 2 / that task's grid size), how far the
     recommendation lies from the task's best weight (chance: the mean distance of that task's
-    grid weights from it), and whether the 80% interval holds the task's best weight. Returns
-    (rows, hit rate, which points were evaluated)."""
+    grid weights from it), whether the 80% interval holds the task's best weight, and the regret
+    in metric points (`regret`: the best measured mean score less the one at the grid weight
+    nearest the recommendation; chance: a random grid weight's). Returns (rows, hit rate, which
+    points were evaluated)."""
     targets = [p for p in evidence if p.source == "studies"]
     over = "studies"
     if not targets:
@@ -613,6 +801,8 @@ def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None
             "abs_error": round(abs(rec.central_weight - p.best_weight), 3),
             "chance_abs_error": round(sum(abs(g - p.best_weight) for g in grid) / len(grid), 3),
             "in_interval": rec.interval[0] <= p.best_weight <= rec.interval[1],
+            "regret": _rounded(regret(p, snapped)),
+            "chance_regret": _rounded(_mean([regret(p, g) for g in grid])),
             "baselines": {k: round(v, 3) for k, v in baseline_errors(
                 p.train_size, p.best_weight, measured, grid).items()},
             "cells": cells(p.train_size, p.best_weight, [q.train_size for q in rest]),
@@ -621,16 +811,39 @@ def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None
     return rows, rate, over
 
 
+def regret(p: EvidencePoint, weight: float) -> float | None:
+    """What training at `weight` (a weight of the task's grid) loses against the task's best
+    measured weight: the difference of their mean scores, in metric points, not negative. A
+    maximised score on a 0-1 scale (accuracy, F1, a correlation) counts x100, as percent; tables
+    in percent and losses count as measured. None where the task's scores are not known."""
+    means = dict(p.means)
+    if weight not in means:
+        return None
+    sign = 1.0 if p.maximize else -1.0
+    scale = 100.0 if p.maximize and all(abs(v) <= 1.0 for v in means.values()) else 1.0
+    return scale * (max(sign * v for v in means.values()) - sign * means[weight])
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
 def evaluation_summary(rows: list[dict]) -> dict:
     """Hit rate against the chance level of the tasks' own grids, the point error (mean
     absolute distance of the recommended from the best weight) against a random grid weight's
-    and the other simple rules' (`recommender.baselines`), and interval coverage, overall and by
+    and the other simple rules' (`recommender.baselines`), the mean regret in metric points
+    against a random grid weight's (`regret`), and interval coverage, overall and by
     cell (size inside / outside the other tasks' sizes; best weight at an end / in the
     middle)."""
     if not rows:
         return {"hit_rate": None, "chance": None, "mean_abs_error": None,
-                "chance_abs_error": None, "coverage": None, "tasks": 0, "baselines": {},
-                "coverage_by_cell": {}}
+                "chance_abs_error": None, "mean_regret": None, "chance_regret": None,
+                "coverage": None, "tasks": 0, "baselines": {}, "coverage_by_cell": {}}
     n = len(rows)
     names = [b for b in BASELINES if all(b in r["baselines"] for r in rows)]
     by_cell: dict[str, dict] = {}
@@ -643,6 +856,9 @@ def evaluation_summary(rows: list[dict]) -> dict:
             "chance": sum(r["chance"] for r in rows) / n,
             "mean_abs_error": sum(r["abs_error"] for r in rows) / n,
             "chance_abs_error": sum(r["chance_abs_error"] for r in rows) / n,
+            # Over the tasks whose scores per weight are known (all but hand-made points).
+            "mean_regret": _mean([r["regret"] for r in rows]),
+            "chance_regret": _mean([r["chance_regret"] for r in rows]),
             "coverage": sum(r["in_interval"] for r in rows) / n, "tasks": n,
             "baselines": {b: sum(r["baselines"][b] for r in rows) / n for b in names},
             "coverage_by_cell": {k: {**v, "coverage": v["covered"] / v["tasks"]}

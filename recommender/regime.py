@@ -1,12 +1,16 @@
 """The regime a weight search was measured in, so that kinds of measurement are kept apart.
 
-A regime is four parts: the encoder (as the study records it), the encoder's size (hidden size x
-layers, e.g. "768x12"), the stage its scores come from (multitask | finetuned) and the SIWLM
-weighting variant (reference | paper). The recommender answers for one regime and discounts
-evidence from others through a shared offset per regime (`recommender.hierarchy.REGIME_SD`).
+A regime is five parts: the encoder (as the study records it), the encoder's size (hidden size x
+layers, e.g. "768x12"), the stage its scores come from (multitask | finetuned), the SIWLM
+weighting variant (reference | paper) and the gradient clipping (`studies.schema.clipping_label`:
+clip1, the reference's global clipping at norm 1; noclip; uclip1, the unweighted gradient
+clipped), which decides whether a weight acts at all. The recommender answers for one regime
+and discounts evidence from others through a shared offset per regime
+(`recommender.hierarchy.REGIME_SD`).
 
 "unknown" means not recorded. An unknown encoder is a regime of its own (results of unknown
-origin say nothing about a named encoder); an unknown size or variant is compatible with any,
+origin say nothing about a named encoder); an unknown size, variant or clipping is compatible
+with any,
 since it only says that nobody wrote it down. Sizes come from the study's attribute, else from
 the encoder's config.json when the encoder is a local folder, else from KNOWN_ENCODERS.
 Torch-free: the recommender's command must start fast.
@@ -78,6 +82,7 @@ class Regime:
     size: str = UNKNOWN
     stage: str = "multitask"
     variant: str = UNKNOWN
+    clipping: str = UNKNOWN
 
     def encoder_matches(self, asked: str) -> bool:
         return asked.lower() == self.encoder or short_name(asked) == short_name(self.encoder)
@@ -94,14 +99,17 @@ class Regime:
             out.append("stage")
         if UNKNOWN not in (self.variant, other.variant) and self.variant != other.variant:
             out.append("variant")
+        if UNKNOWN not in (self.clipping, other.clipping) and self.clipping != other.clipping:
+            out.append("clipping")
         return out
 
     def known_parts(self) -> int:
-        return sum(v != UNKNOWN for v in (self.encoder, self.size, self.variant))
+        return sum(v != UNKNOWN for v in (self.encoder, self.size, self.variant, self.clipping))
 
     def label(self) -> str:
-        return f"{self.encoder} ({self.size}), {self.stage}, variant {self.variant}"
+        return (f"{self.encoder} ({self.size}), {self.stage}, variant {self.variant}, "
+                f"clipping {self.clipping}")
 
     def as_dict(self) -> dict[str, str]:
         return {"encoder": self.encoder, "encoder_size": self.size, "stage": self.stage,
-                "variant": self.variant}
+                "variant": self.variant, "clipping": self.clipping}

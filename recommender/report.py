@@ -25,6 +25,7 @@ def recommendation_text(rec: Recommendation, shown: int = 8) -> str:
     for e in rec.evidence[:shown]:
         regime = f"{e['encoder']} {e.get('encoder_size', '')}/{e['stage']}" + \
             (f"/{e['variant']}" if e.get("variant") else "") + \
+            (f"/{e['clipping']}" if e.get("clipping", "unknown") != "unknown" else "") + \
             (" (disc.)" if e["discounted"] else "")
         located = (f">={e['at_least']:g}" if e.get("at_least") is not None else
                    f"<={e['at_most']:g}" if e.get("at_most") is not None else
@@ -44,7 +45,7 @@ def evaluation_text(rows: list[dict], rate: float | None, over: str) -> str:
         return "nothing to evaluate: no finished central task"
     summary = evaluation_summary(rows)
     head = (f"{'task':<12} {'train size':>10} {'recommended':>11} {'grid':>5} {'best':>5} "
-            f"{'top-2':>9} {'chance':>6}  hit  in 80%")
+            f"{'top-2':>9} {'chance':>6}  hit  in 80%  {'regret':>6}")
     where = "the study database's" if over == "studies" else "the built-in prior's"
     lines = [f"leave-one-task-out over {where} central tasks:", head]
     for r in rows:
@@ -52,13 +53,21 @@ def evaluation_text(rows: list[dict], rate: float | None, over: str) -> str:
         lines.append(f"{r['task']:<12} {r['train_size']:>10} {r['recommended']:>11g} "
                      f"{r['recommended_grid']:>5g} {r['best_weight']:>5g} {top:>9} "
                      f"{r['chance']:>6.2f}  {'yes' if r['hit'] else 'no ':<3}  "
-                     f"{'yes' if r['in_interval'] else 'no'}")
+                     f"{'yes' if r['in_interval'] else 'no ':<5}  {_number(r.get('regret')):>6}")
     lines.append(f"hit rate (grid weight nearest the recommendation among the task's top 2): "
                  f"{sum(r['hit'] for r in rows)}/{len(rows)} = {rate:.2f}; chance level (a random "
                  f"weight of each task's own grid, averaged): {summary['chance']:.2f}")
     lines.append(f"point error (mean |recommended - best weight|): "
                  f"{summary['mean_abs_error']:.2f} weight units; chance (a random weight of each "
                  f"task's own grid): {summary['chance_abs_error']:.2f}")
+    if summary["mean_regret"] is not None:
+        scored = [r for r in rows if r.get("regret") is not None]
+        worst = max(scored, key=lambda r: r["regret"])
+        lines.append(f"regret (the task's best measured mean score minus its mean score at the "
+                     f"grid weight nearest the recommendation, in metric points; scores on a 0-1 "
+                     f"scale x100): mean {summary['mean_regret']:.2f} over {len(scored)} tasks, "
+                     f"largest {worst['regret']:.2f} ({worst['task']}); chance (a random weight "
+                     f"of each task's own grid): {summary['chance_regret']:.2f}")
     lines.append(f"80% interval holds the task's best weight: "
                  f"{sum(r['in_interval'] for r in rows)}/{len(rows)} = {summary['coverage']:.2f}")
     cells = "; ".join(f"{name.replace(':', ' ')} {c['covered']}/{c['tasks']}"
@@ -69,6 +78,10 @@ def evaluation_text(rows: list[dict], rate: float | None, over: str) -> str:
                  f"{summary['mean_abs_error']:.2f}; " + "; ".join(
                      f"{BASELINE_LABELS[b]} {v:.2f}" for b, v in summary["baselines"].items()))
     return "\n".join(lines)
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 BASELINE_LABELS = {"constant": "constant 8", "rule_of_thumb": "the paper's rule of thumb",

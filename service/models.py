@@ -46,6 +46,19 @@ class StudyList(BaseModel):
     studies: list[StudyRow]
 
 
+class SameUpdates(BaseModel):
+    """Central weights whose cells trained the same updates: global clipping clipped every
+    update of the central task, so the weight had no say (`studies.treatments`)."""
+
+    weights: list[float]
+    rest: str | None = Field(description="the rest of the search point, e.g. grad_clip=1")
+    grad_clip: float
+    acts_below: float | None = Field(description="the weight above which the median central "
+                                     "update is clipped")
+    whole_grid: bool = Field(description="every weight trained at this point is in it")
+    text: str
+
+
 class CentralTaskDetail(BaseModel):
     """One central task: its summary, the metric per weight (`curve`) and every cell; in a
     study that compares methods, the compute-fair comparison (`methods`, one row per method,
@@ -55,6 +68,15 @@ class CentralTaskDetail(BaseModel):
 
     curve: list[dict[str, Any]]
     cells: list[dict[str, Any]]
+    same_updates: list[SameUpdates] = Field(
+        default_factory=list, description="weights that trained the same updates")
+    clipping: list[dict[str, Any]] = Field(
+        default_factory=list, description="the central task's clipping per weight: clip_share, "
+        "median_norm, acts_below, all_clipped")
+    not_separated: list[Any] = Field(
+        default_factory=list, description="weights the trials do not separate from the best")
+    ties: list[Any] = Field(default_factory=list,
+                            description="weights whose scores sum exactly to the best's")
     methods: list[dict[str, Any]] | None = None
     methods_conclusion: str | None = None
 
@@ -70,8 +92,9 @@ class Recommendation(BaseModel):
     train_size: int
     task_type: str | None
     source: str = Field(description="prior, studies or both")
-    regime: dict[str, str] = Field(description="the encoder, its size, the stage and the "
-                                   "weighting variant the answer is built for")
+    regime: dict[str, str] = Field(description="the encoder, its size, the stage, the "
+                                   "weighting variant and the gradient clipping the answer "
+                                   "is built for")
     notes: list[str] = Field(description="which evidence was used and which was discounted")
     evidence: list[dict[str, Any]]
     effective_points: float
@@ -84,8 +107,22 @@ class Recommendation(BaseModel):
         "one, in weight units: regime, differs_in, offset, sd")
     law: dict[str, Any] = Field(
         default_factory=dict, description="the fitted law: slope per decade and level at "
-        "10,000 examples (with sds), the probability of each shape (line, transition, the "
-        "paper's rule), the task scatter's sd and the share of tasks that ignore the law")
+        "10,000 examples (with sds), the slope the data alone give (slope_data_alone, "
+        "slope_data_alone_sd; null where the data do not inform it) and the prior's share of "
+        "the slope's precision (slope_prior_share), the probability of each shape (line, "
+        "transition, the paper's rule), the task scatter's sd and the share of tasks that "
+        "ignore the law")
+    evidence_shares: list[dict[str, Any]] = Field(
+        default_factory=list, description="how much of the answer rests on each regime's "
+        "evidence and on the law's prior level, largest first, summing to 1: source (asked "
+        "regime, other regime or law prior), regime, name, from (the paper's table, built-in "
+        "or your studies), points, share (how far the answer moves when that evidence moves "
+        "by one weight unit; another regime's offset takes up most of a shift of all its "
+        "points), say (its points' summed say, as in the evidence list)")
+    asked_regime_sizes: dict[str, Any] = Field(
+        default_factory=dict, description="the training sizes measured in the asked regime: "
+        "smallest, largest, points, and position of the size asked (inside, below, above, or "
+        "no evidence)")
 
 
 class Started(BaseModel):

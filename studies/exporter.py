@@ -55,7 +55,8 @@ def export_rows(members: list[CentralStudy]) -> list[dict]:
                 if c.state == "complete" and c.value is not None and math.isfinite(c.value)]
         # A study that searched the clipping beside the weight: one task per clipping regime,
         # since a task of the import format is trained one way.
-        split = len({s.cell_regime(c) for c in done}) > 1
+        split = len({s.cell_regime(c) for c in done}) > 1 or any(
+            set(c.point) & set(schema.T_CLIP_PATHS) for c in s.cells)
         for c in sorted(done, key=lambda c: (s.cell_regime(c), c.weight or 0, c.seed or 0)):
             prefix = f"{s.central_task}."
             further = {k[len(prefix):]: v for k, v in c.metrics.items()

@@ -210,15 +210,24 @@ def _check_row(rec: Mapping[str, Any], line: int, metric_columns: list[str],
 def _clipping(cols: ImportColumns, problems: list[str]) -> tuple[float, str] | None:
     """The row's clipping regime from its two columns, or None when not given."""
     if cols.grad_clip is None:
-        if cols.grad_clip_mode is not None:
-            problems.append(f"grad_clip_mode {cols.grad_clip_mode!r} is given without "
-                            "grad_clip; give the norm it clips to in grad_clip")
+        given = [k for k in ("grad_clip_mode", "clip_share", "central_norm")
+                 if getattr(cols, k) is not None]
+        if given:
+            problems.append(f"{'/'.join(given)} given without grad_clip; give the norm the "
+                            "gradient was clipped to in grad_clip (0: none)")
         return None
     mode = cols.grad_clip_mode or "global"
     if mode == "unweighted" and cols.grad_clip == 0:
         problems.append("grad_clip_mode 'unweighted' with grad_clip 0: nothing is clipped; "
                         "give grad_clip above 0, or leave grad_clip_mode blank")
         return None
+    if cols.grad_clip == 0 and cols.clip_share:
+        problems.append(f"clip_share {cols.clip_share:g} with grad_clip 0: nothing is clipped "
+                        "without clipping; give clip_share 0 or blank, or the grad_clip used")
+    if cols.central_norm is not None and cols.grad_clip > 0 and not math.isfinite(
+            cols.grad_clip / max(cols.central_norm, 1e-300)):
+        problems.append(f"central_norm {cols.central_norm:g} with grad_clip {cols.grad_clip:g}: "
+                        "the weight at which updates clip is not a finite number; check both")
     return cols.grad_clip, mode
 
 

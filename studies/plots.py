@@ -85,7 +85,9 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
                     and c.value is not None and c.weight is not None], values, s=8,
                    color="0.45", zorder=2, label="one seed")
         bound = live_bound(s)
-        if bound is not None:  # below it the weight scales the update; above, clipped away
+        # Below it the weight scales the update; above, it is clipped away (far beyond the
+        # grid: nothing to shade).
+        if bound is not None and bound <= 10 * max(w):
             ax.axvspan(0, bound, color="tab:green", alpha=0.12, zorder=0,
                        label="live range: the median central update is not clipped")
             ax.set_xlim(left=0, right=max(max(w), bound) + shift * 3)

@@ -8,6 +8,7 @@ i.e. the one closer to equal weighting).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -110,6 +111,29 @@ class CentralStudy:
         return schema.clipping_label(*found) if found else schema.clipping_label(None, None)
 
     @property
+    def clipping(self) -> str:
+        """The clipping its cells trained with, in one word (the template's when no cell
+        finished; "mixed" for a study that searched it: `by_clipping` parts it)."""
+        regimes = {self.cell_regime(c) for c in self.cells}
+        if not regimes:
+            return schema.clipping_label(*(self.clip_template or (None, None)))
+        return regimes.pop() if len(regimes) == 1 else "mixed"
+
+    def by_clipping(self) -> list[CentralStudy]:
+        """The study parted by the clipping its cells trained with: itself when they agree; else
+        one study per regime, named `<name>-<regime>` (as `export` names its tasks)."""
+        regimes = sorted({self.cell_regime(c) for c in self.cells})
+        if len(regimes) <= 1:
+            return [self]
+        parts = []
+        for regime in regimes:
+            cells = [c for c in self.cells if self.cell_regime(c) == regime]
+            parts.append(dataclasses.replace(
+                self, name=f"{self.name}-{regime}", cells=tuple(cells), curve=_curve(cells),
+                counts=_counts(cells, {}), clip_template=self.cell_clipping(cells[0])))
+        return parts
+
+    @property
     def grouping(self) -> bool:
         """A budgeted grouping study: its cells are networks, it has no central task."""
         return self.group_metrics is not None
@@ -182,7 +206,9 @@ class CentralStudy:
             "task_type": self.task_type, "train_size": self.train_size,
             "primary_metric": self.primary_metric, "stage": self.stage, "encoder": self.encoder,
             "source": self.source, **self.counts,
-            "best_weight": best.weight if best else None,
+            # an arm's stand-in where the verdict merged weights that trained the same updates
+            "best_weight": verdict.best if verdict.best in verdict.names
+            else best.weight if best else None,
             "best_mean": best.mean if best else None,
             "best_sd": best.sd if best else None,
             "best_seeds": best.n if best else 0,
@@ -338,18 +364,22 @@ def _clip_template(attrs: dict) -> tuple[float, str] | None:
 
 def _clipping(raw) -> dict:
     """A trial's clipping record, as far as it is well-formed (anything may share the database)."""
+    from trainer.clipping import GRAD_CLIP_MODES
+
     if not isinstance(raw, dict):
         return {}
-    clip, mode, tasks = raw.get("grad_clip"), raw.get("grad_clip_mode"), raw.get("tasks")
-    if _as_float(clip) is None or not isinstance(mode, str):
+    clip, mode, tasks = _as_float(raw.get("grad_clip")), raw.get("grad_clip_mode"), \
+        raw.get("tasks")
+    if clip is None or not math.isfinite(clip) or clip < 0 or mode not in GRAD_CLIP_MODES:
         return {}
     kept = {}
     for task, values in (tasks.items() if isinstance(tasks, dict) else ()):
-        if isinstance(values, dict):
+        if isinstance(values, dict):  # finite non-negative numbers only; the rest unknown
             kept[str(task)] = {k: v for k, v in values.items()
-                               if v is None or (isinstance(v, int | float)
-                                                and not isinstance(v, bool))}
-    return {"grad_clip": float(clip), "grad_clip_mode": mode, "tasks": kept}
+                               if isinstance(v, int | float) and not isinstance(v, bool)
+                               and math.isfinite(v) and v >= 0}
+    return {"grad_clip": clip, "grad_clip_mode": mode, "tasks": kept,
+            **({"adversarial": True} if raw.get("adversarial") is True else {})}
 
 
 def _as_count(v) -> int | None:

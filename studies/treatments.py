@@ -17,6 +17,7 @@ arm, since nothing says what they trained.
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -67,16 +68,22 @@ def rest_of(point: dict) -> str:
 
 
 def clipped_away(cell: Any) -> bool:
-    """Whether global clipping clipped every update of the cell's central task."""
+    """Whether global clipping clipped every update of the cell's central task, by a complete
+    record (no update left unrecorded) of a run whose update is the weight times its task's
+    gradient (SMART's unweighted term makes the clipped direction depend on the weight)."""
     record, central = cell.clipping, cell.task_clipping()
     return (record.get("grad_clip_mode") == "global" and (record.get("grad_clip") or 0) > 0
+            and not record.get("adversarial") and not central.get("unrecorded")
             and central.get("updates") != 0 and central.get("clip_share") == 1.0)
 
 
 def arms(study: Any) -> list[Arm]:
     """The study's arms of two or more weights, one at most per rest of the point."""
     groups: dict[str, list[Any]] = {}
+    tried: dict[str, set[float]] = {}  # every weight a trial reached, whatever its state
     for c in study.cells:
+        if c.weight is not None:
+            tried.setdefault(rest_of(c.point), set()).add(c.weight)
         if c.state == "complete" and c.weight is not None:
             groups.setdefault(rest_of(c.point), []).append(c)
     found = []
@@ -87,10 +94,11 @@ def arms(study: Any) -> list[Arm]:
         inert = sorted(w for w, mine in by_weight.items() if all(map(clipped_away, mine)))
         if len(inert) < 2:
             continue
-        bounds = [b for c in cells if (b := c.task_clipping().get("acts_below")) is not None]
+        bounds = [b for c in cells if (b := c.task_clipping().get("acts_below")) is not None
+                  and math.isfinite(b)]
         found.append(Arm(tuple(inert), rest, float(by_weight[inert[0]][0].clipping["grad_clip"]),
                          statistics.median(bounds) if bounds else None,
-                         whole_grid=len(inert) == len(by_weight)))
+                         whole_grid=set(inert) == tried[rest]))
     return found
 
 
@@ -98,7 +106,7 @@ def live_bound(study: Any) -> float | None:
     """The weight below which the median central update of the study's cells is not clipped
     (the median over its cells); None where no cell records one (no global clipping)."""
     bounds = [b for c in study.cells if c.state == "complete"
-              and (b := c.task_clipping().get("acts_below")) is not None]
+              and (b := c.task_clipping().get("acts_below")) is not None and math.isfinite(b)]
     return statistics.median(bounds) if bounds else None
 
 
@@ -109,7 +117,16 @@ def merge(triples: Iterable[tuple[float, int | None, float]], found: list[Arm], 
     arm = next((a for a in found if a.rest == rest), None)
     if arm is None:
         return list(triples), {}
-    kept = [t for t in triples if t[0] not in arm.weights[1:]]
+    kept, seen = [], set()
+    # One score per seed from any member (the smallest weight that has it): a seed that
+    # finished at 9 but not at 6 still counts for the arm.
+    for weight, seed, score in sorted(triples, key=lambda t: (t[0] not in arm.weights, t[0])):
+        if weight in arm.weights:
+            if seed in seen:
+                continue
+            seen.add(seed)
+            weight = arm.weights[0]
+        kept.append((weight, seed, score))
     return kept, {arm.weights[0]: arm.label}
 
 

@@ -170,8 +170,9 @@ def _judge(values: dict[Any, list[float]], paired: bool, maximize: bool, kind: s
         reason = ""
     # Exact ties compare sums: a mean of the same counts in another order may differ in the
     # last bit, which must not break a tie.
-    ties = tuple(w for w in intervals
-                 if math.isclose(sum(values[w]), sum(values[best]), rel_tol=1e-12, abs_tol=0))
+    ties = tuple(w for w in intervals if (
+        math.isclose(sum(values[w]), sum(values[best]), rel_tol=1e-12, abs_tol=0)
+        if len(values[w]) == len(values[best]) else means[w] == means[best]))
     apart = [w for w in intervals if intervals[w] is None or not intervals[w][0] > 0
              or w in ties]
     not_separated = tuple(sorted(apart, key=lambda w: (-sign * means[w], w)))

@@ -243,3 +243,54 @@ def test_the_recommendation_plot_marks_discounted_points_and_keeps_labels_apart(
     assert any("sst2-ladder" in label and "discounted" not in label for label in labels)
     hollow = [line for line in ax.lines if line.get_markerfacecolor() == "none"]
     assert len(hollow[0].get_xdata()) == sum(e["discounted"] for e in rec.evidence)
+
+
+def _clipped(task: str, size: int, means: dict[float, float], clipping: str):
+    values = {w: [m - 0.5, m, m + 0.5] for w, m in means.items()}
+    return _point(task, f"mine/{task}", size, "classification", "studies", values, True,
+                  "minilm", "multitask", "reference", clipping=clipping)
+
+
+def test_clipping_is_part_of_the_regime() -> None:
+    """Scores trained without clipping are another regime than the reference's clip1: each
+    answers for its own, discounts the other through one offset, and clip1 is the default."""
+    clipped = [_clipped(f"c{i}", n, PEAK_AT_3, "clip1") for i, n in
+               enumerate((1500, 3000, 6000))]
+    free = [_clipped(f"n{i}", n, PEAK_AT_12, "noclip") for i, n in
+            enumerate((1500, 3000, 6000, 9000))]
+    evidence = [*clipped, *free]
+    a = recommend_from(evidence, 3000, encoder="minilm", clipping="noclip")
+    b = recommend_from(evidence, 3000, encoder="minilm", clipping="clip1")
+    assert a.regime["clipping"] == "noclip" and b.regime["clipping"] == "clip1"
+    assert b.central_weight < 6 < 9 < a.central_weight
+    assert all(e["discounted"] == (e["clipping"] != "noclip") for e in a.evidence)
+    assert any("differs in clipping" in n for n in a.notes)
+    # Unasked: the trainer's default clipping, though the other has more evidence.
+    assert recommend_from(evidence, 3000, encoder="minilm").regime["clipping"] == "clip1"
+    # The same data under two clippings counts twice: they are not one measurement.
+    same = [_clipped("sst2", 700, PEAK_AT_3, "clip1"), _clipped("sst2", 700, PEAK_AT_12,
+                                                                 "noclip")]
+    rec = recommend_from(same + clipped, 700, encoder="minilm", clipping="clip1")
+    assert {e["clipping"] for e in rec.evidence if e["task"] == "sst2"} == {"clip1", "noclip"}
+
+
+@pytest.mark.parametrize("bad", ["clip", "global", "clip1;drop", "uclip-1", "x" * 50])
+def test_a_bad_clipping_is_refused(bad, capsys) -> None:
+    with pytest.raises(ConfigError, match="clipping must be clip<norm>"):
+        recommend_from(prior_evidence(), 3000, clipping=bad)
+    assert main(["recommend", "--train-size", "3000", "--clipping", bad]) == 2
+    assert "clipping must be" in capsys.readouterr().err
+
+
+def test_the_prior_and_the_ladder_are_clip1() -> None:
+    from recommender.recommend import shipped_evidence
+
+    assert {p.clipping for p in prior_evidence()} == {"clip1"}
+    assert {p.clipping for p in shipped_evidence() if p.study == "sst2-ladder"} == {"clip1"}
+
+
+def test_a_clipping_is_read_as_the_evidence_spells_it() -> None:
+    points = [_clipped(f"c{i}", n, PEAK_AT_3, "clip1") for i, n in enumerate((1500, 3000))]
+    assert recommend_from(points, 3000, clipping="clip1.0").regime["clipping"] == "clip1"
+    with pytest.raises(ConfigError, match="a norm of 0 is noclip"):
+        recommend_from(points, 3000, clipping="clip0")

@@ -225,3 +225,72 @@ def test_the_plot_shows_the_live_range(url, tmp_path):
     _study(url, "plain", _cells(record=lambda share: None))
     assert "live range" not in plot([_read(url, "plain")], "plain",
                                     tmp_path / "plain.svg").read_text()
+
+
+def test_the_service_answers_for_a_clipping_regime(url):
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    _study(url, "svc", _cells())
+    client = TestClient(create_app(url))
+    answer = client.get("/recommend", params={"train_size": 700, "clipping": "noclip"})
+    assert answer.status_code == 200 and answer.json()["regime"]["clipping"] == "noclip"
+    assert client.get("/recommend", params={"train_size": 700,
+                                            "clipping": "clip1;x"}).status_code in (400, 422)
+
+
+def test_an_arm_keeps_every_seed_any_member_finished(url):
+    """Seed 4 finished at 15 only: the arm 6=15 still counts it, paired with weight 1."""
+    cells = [*_cells(), (1.0, 4, 0.51, _clipping(0.4)), (15.0, 4, 0.62, _clipping(1.0))]
+    _study(url, "seeds", cells)
+    verdict = _read(url, "seeds").verdict
+    assert verdict.paired and verdict.seeds == 4 and verdict.names == {6.0: "6=15"}
+
+
+@pytest.mark.parametrize("spoil", [
+    {"adversarial": True},  # SMART's unweighted term: the direction depends on the weight
+    {"tasks": {"rte": {"updates": 12, "clipped": 12, "clip_share": 1.0, "unrecorded": 30}}},
+])
+def test_no_arm_from_a_record_that_cannot_vouch_for_it(url, spoil):
+    def record(share):
+        return {**_clipping(share), **spoil} if share == 1.0 else _clipping(share)
+
+    _study(url, "spoilt", _cells(record=record))
+    assert _read(url, "spoilt").arms == []
+
+
+def test_a_weight_still_running_keeps_the_grid_from_being_whole(url):
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from studies.reading import open_quiet
+
+    _study(url, "running", [c for c in _cells() if c[0] != 1.0])
+    study = optuna.load_study(study_name="running/rte", storage=open_quiet(url))
+    study.add_trial(optuna.trial.create_trial(
+        params={schema.PARAM: 1.0}, distributions={schema.PARAM: FloatDistribution(1, 15)},
+        state=optuna.trial.TrialState.RUNNING, user_attrs={schema.T_SEED: 1}))
+    [arm] = _read(url, "running").arms
+    assert not arm.whole_grid
+
+
+def test_a_wholly_inert_study_is_no_evidence_for_the_recommender(url):
+    from recommender.recommend import study_evidence
+    from studies.reading import open_quiet, read_all
+
+    _study(url, "inert", [c for c in _cells() if c[0] != 1.0])
+    found = study_evidence(read_all(open_quiet(url)))
+    assert found == [] and "trained the same updates" in found.skipped[0]
+
+
+def test_odd_clipping_records_in_a_shared_database_read_as_unknown(url):
+    _study(url, "odd", [(1.0, 1, 0.5, {"grad_clip": "x", "grad_clip_mode": "global"}),
+                        (6.0, 1, 0.6, {"grad_clip": 1.0, "grad_clip_mode": "foo"}),
+                        (9.0, 1, 0.6, {"grad_clip": float("inf"), "grad_clip_mode": "global"}),
+                        (15.0, 1, 0.6, {"grad_clip": 1.0, "grad_clip_mode": "global",
+                                        "tasks": {"rte": {"clip_share": float("nan"),
+                                                          "acts_below": -3}}})])
+    s = _read(url, "odd")
+    assert [c.clipping for c in s.cells][:3] == [{}, {}, {}]
+    assert s.cells[3].task_clipping() == {} and s.arms == []

@@ -125,3 +125,8 @@ def test_no_pooling_when_one_weight_is_noisier_or_seeds_are_few():
     calm[15.0] = list(seeds + 0.01 + rng.normal(0, 0.002, 8))
     assert judge(calm, paired=True).noise == "pooled"
     assert judge({w: v[:3] for w, v in calm.items()}, paired=True).noise == "paired"
+
+
+def test_equal_sums_over_unequal_seeds_are_no_tie():
+    v = judge({1.0: [0.8, 0.8], 3.0: [0.8, 0.4, 0.4]})
+    assert v.ties == ()

@@ -19,6 +19,7 @@ median unweighted norm and the largest weight at which the median update would n
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -38,46 +39,80 @@ def clip_gradient(parameters: Iterable[torch.nn.Parameter], grad_clip: float, mo
     import torch
 
     grads = [p.grad for p in parameters if p.grad is not None]
-    norm = torch.nn.utils.get_total_norm(grads)
+    # The 2-norm of all gradients, as clip_grad_norm_ computes it (on torch before 2.6 too,
+    # which lacks get_total_norm).
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     if grad_clip <= 0:
         return norm, torch.ones_like(norm)
-    limit = grad_clip * weight if mode == "unweighted" else grad_clip
-    scale = (limit / (norm + _EPS)).clamp(max=1.0)
+    if mode == "unweighted":  # the unweighted gradient g = g_w / weight, clipped to grad_clip
+        scale = (grad_clip / (norm / weight + _EPS)).clamp(max=1.0)
+    else:
+        scale = (grad_clip / (norm + _EPS)).clamp(max=1.0)
     torch._foreach_mul_(grads, scale)  # what clip_grads_with_norm_ does, with this scale
     return norm, scale
 
 
-def grad_clip_problems(grad_clip: Any, mode: Any) -> list[str]:
-    """The combinations of the two settings that cannot run (each setting alone is checked
-    by its own field)."""
-    if mode == "unweighted" and isinstance(grad_clip, int | float) and grad_clip == 0:
+def grad_clip_problems(grad_clip: Any, mode: Any, adversarial: bool = False) -> list[str]:
+    """The combinations of the settings that cannot run (each setting alone is checked by its
+    own field)."""
+    if mode != "unweighted":
+        return []
+    if isinstance(grad_clip, int | float) and grad_clip == 0:
         return ["grad_clip_mode: unweighted clips each task's unweighted gradient to grad_clip, "
                 "and grad_clip is 0 (no clipping); set grad_clip above 0, or leave "
                 "grad_clip_mode out"]
+    if adversarial:  # SMART's term is added unweighted: the update has no unweighted gradient
+        return ["grad_clip_mode: unweighted needs the update's gradient to be its task's times "
+                "the weight, and SMART adds its term unweighted; leave grad_clip_mode out "
+                "with adversarial.enabled, or switch SMART off"]
     return []
 
 
-def clip_summary(rows: Iterable[Mapping[str, Any]], grad_clip: float, mode: str
-                 ) -> dict[str, dict[str, Any]]:
+def clip_summary(rows: Iterable[Mapping[str, Any]], grad_clip: float, mode: str,
+                 nominal: Mapping[str, float] | None = None) -> dict[str, dict[str, Any]]:
     """Per task, over the updates in `rows` (steps.jsonl rows; skipped batches left out):
-    `updates`, `clipped`, `clip_share`, `median_norm` (of the unweighted gradient) and
-    `acts_below`: the largest weight at which the median update would not be clipped, where
-    the weight can be clipped away (global clipping); None where it cannot."""
+
+    - `updates`, `clipped`, `clip_share`: over the updates that logged their clipping;
+      `unrecorded`: updates that did not (rows of a run begun before norms were logged; a
+      record with any is incomplete);
+    - `median_norm`: of the unweighted gradient (None where the update's gradient is not its
+      task's times the weight: SMART on, `nominal` None for it);
+    - `acts_below`: the value of the task's `nominal` weight (the setting a study varies:
+      SIWLM's central or auxiliary weight, which the weight of each update scales) above which
+      its median update is clipped: per update grad_clip x nominal / its weighted norm. Where
+      the task has no nominal weight, in the weight the update applied. None where the weight
+      cannot be clipped away (no clipping, or `unweighted`).
+    """
+    limits: dict[str, list[float]] = {}
     norms: dict[str, list[float]] = {}
-    clipped: dict[str, int] = {}
+    counts: dict[str, list[int]] = {}
     for row in rows:
-        if row.get("skipped") or row.get("grad_norm_unweighted") is None:
+        if row.get("skipped"):
             continue
         task = row["task"]
-        norms.setdefault(task, []).append(float(row["grad_norm_unweighted"]))
-        clipped[task] = clipped.get(task, 0) + bool(row.get("clipped"))
+        count = counts.setdefault(task, [0, 0, 0])  # updates, clipped, unrecorded
+        if row.get("clipped") is None:
+            count[2] += 1
+            continue
+        count[0] += 1
+        count[1] += bool(row["clipped"])
+        norm = row.get("grad_norm")
+        if norm is not None and math.isfinite(norm) and norm > 0:
+            scale = (nominal or {}).get(task, row["weight"])
+            limits.setdefault(task, []).append(grad_clip * scale / norm)
+        if row.get("grad_norm_unweighted") is not None:
+            norms.setdefault(task, []).append(float(row["grad_norm_unweighted"]))
     out = {}
-    for task, values in norms.items():
-        median = statistics.median(values)
-        acts = grad_clip / median if mode == "global" and grad_clip > 0 and median > 0 else None
-        out[task] = {"updates": len(values), "clipped": clipped[task],
-                     "clip_share": clipped[task] / len(values), "median_norm": median,
-                     "acts_below": acts}
+    acting = mode == "global" and grad_clip > 0
+    for task, (updates, clipped, unrecorded) in counts.items():
+        out[task] = {
+            "updates": updates, "clipped": clipped,
+            "clip_share": clipped / updates if updates else None,
+            "median_norm": statistics.median(norms[task]) if task in norms else None,
+            "acts_below": statistics.median(limits[task]) if acting and task in limits
+            else None,
+            **({"unrecorded": unrecorded} if unrecorded else {}),
+        }
     return out
 
 
@@ -94,13 +129,19 @@ def step_readings(norm: torch.Tensor | None, scale: torch.Tensor | None, loss: t
     return torch.stack([loss, norm.float().reshape(()), scale.float().reshape(())])
 
 
-def reading_fields(weight: float, norm: float, scale: float) -> dict[str, Any]:
-    """The steps.jsonl fields of one update's norm and clip factor."""
-    if norm != norm:  # NaN: a skipped batch, nothing computed
+def reading_fields(record: Mapping[str, Any], norm: float, scale: float,
+                   weighted_task_gradient: bool = True) -> dict[str, Any]:
+    """The steps.jsonl fields of one update's norm and clip factor (None for a skipped batch,
+    nothing computed). `grad_norm_unweighted` needs the update's gradient to be its task's
+    times the weight (not with SMART's unweighted term); a non-finite norm is logged as such
+    and counts as clipped (torch scales such gradients by a non-finite factor)."""
+    if record["skipped"]:
         return {"grad_norm": None, "grad_norm_unweighted": None, "clip_scale": None,
                 "clipped": None}
-    return {"grad_norm": norm, "grad_norm_unweighted": norm / weight if weight else None,
-            "clip_scale": scale, "clipped": scale < 1.0}
+    weight = record["weight"]
+    return {"grad_norm": norm,
+            "grad_norm_unweighted": norm / weight if weighted_task_gradient else None,
+            "clip_scale": scale, "clipped": scale < 1.0 or not math.isfinite(scale)}
 
 
 __all__ = ["DEFAULT_GRAD_CLIP_MODE", "GRAD_CLIP_MODES", "clip_gradient", "clip_summary",

@@ -316,11 +316,12 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     if weighting is not None and names:
         problems.extend(scheme_problems(weighting, names, central))
     values = check_fields(raw, RunConfig, problems)
-    problems.extend(grad_clip_problems(values.get("grad_clip", 1.0), values.get("grad_clip_mode")))
     if raw.get("train_fraction") is not None and raw.get("max_train_examples") is not None:
         problems.append("train_fraction: give either train_fraction or max_train_examples, "
                         "not both")
     values.update(_sections(raw, tasks, central, problems))
+    problems.extend(grad_clip_problems(values.get("grad_clip", 1.0), values.get("grad_clip_mode"),
+                                       getattr(values.get("adversarial"), "enabled", False)))
     values.update(_places(raw, problems))
     problems.extend(_window_problems(tasks, values.get("max_seq_len", 128)))
     if values.get("batches") == "fixed" and getattr(sampling, "epoch_ends_with", None):

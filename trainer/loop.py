@@ -178,7 +178,7 @@ def train_stage(run: StageRun, report: Report | None = None, quiet: bool = False
                    {n: d.truncated for n, d in run.data.items()}, progress.train_time,
                    progress.examples_seen,
                    progress.elapsed_before + (time.perf_counter() - run.started),
-                   run.model.pooling, run.stage)
+                   run.model.pooling, run.stage, nominal_weights(run.scheme))
 
 
 def holds_run(out: Path) -> bool:
@@ -288,7 +288,8 @@ def _train_epoch(run: StageRun, epoch: int, progress: Progress, tracker: Tracker
             progress.examples_seen += len(indices)
             bar.update(1)
             if len(pending) >= run.cfg.log_every or step == len(plan) - 1:
-                rows = _flush_steps(pending, steps_log, tracker)
+                rows = _flush_steps(pending, steps_log, tracker,
+                                    weighted_task_gradient=not run.cfg.adversarial.enabled)
                 logged.extend(rows)
                 if run.cfg.stop_on_divergence:
                     _check_losses(rows)
@@ -300,7 +301,8 @@ def _train_epoch(run: StageRun, epoch: int, progress: Progress, tracker: Tracker
     if skipped and not quiet:
         tqdm.write(f"epoch {epoch}: {skipped} batches with weight 0 skipped (no update)")
     run.scheme.end_epoch(epoch, _task_means(plan, losses))
-    clipping = clip_summary(logged, run.cfg.grad_clip, run.cfg.grad_clip_mode)
+    clipping = clip_summary(logged, run.cfg.grad_clip, run.cfg.grad_clip_mode,
+                            nominal_weights(run.scheme))
     return float(torch.stack(losses).mean()) if losses else float("nan"), clipping
 
 
@@ -444,6 +446,7 @@ def _result(
     wall: float,
     pooling: str,
     stage: str,
+    nominal: dict[str, float] | None = None,
 ) -> RunResult:
     best: Metrics = {}
     best_epoch: dict[str, int] = {}
@@ -469,13 +472,23 @@ def _result(
             "central_task": cfg.central_task,
             "primary_metric": cfg.task(cfg.central_task).primary_metric,
             "pooling": pooling,
-            "clipping": run_clipping(cfg, out),
+            "clipping": run_clipping(cfg, out, nominal),
             **peak_memory(),
         },
     )
 
 
-def run_clipping(cfg: RunConfig, out: Path) -> dict[str, Any]:
+def nominal_weights(scheme: Scheme) -> dict[str, float] | None:
+    """Each task's weight as a study sets it, which every update's weight scales (SIWLM's
+    initial weights: the central weight, the auxiliary weights); None for schemes without."""
+    initial = getattr(scheme, "initial", None)
+    if getattr(getattr(scheme, "settings", None), "variant", None) == "paper":
+        return None  # its focus batches train at 1 whatever the weight: no single scale
+    return dict(initial) if isinstance(initial, dict) else None
+
+
+def run_clipping(cfg: RunConfig, out: Path,
+                 nominal: dict[str, float] | None = None) -> dict[str, Any]:
     """The clipping regime and each task's clipping over the whole stage, from its step log
     (which a resumed run keeps whole: its earlier attempts' rows are in it)."""
     rows = []
@@ -486,7 +499,9 @@ def run_clipping(cfg: RunConfig, out: Path) -> dict[str, Any]:
             except json.JSONDecodeError:
                 continue
     return {"grad_clip": cfg.grad_clip, "grad_clip_mode": cfg.grad_clip_mode,
-            "tasks": clip_summary(rows, cfg.grad_clip, cfg.grad_clip_mode)}
+            # SMART's unweighted term: the clipped direction depends on the weight
+            **({"adversarial": True} if cfg.adversarial.enabled else {}),
+            "tasks": clip_summary(rows, cfg.grad_clip, cfg.grad_clip_mode, nominal)}
 
 
 def _seed_everything(seed: int) -> None:
@@ -506,9 +521,10 @@ def _to_device(batch: dict[str, torch.Tensor], runtime: Runtime) -> dict[str, to
 
 
 def _flush_steps(pending: list[tuple[dict[str, Any], torch.Tensor]], log: Any,
-                 tracker: Tracker) -> list[dict[str, Any]]:
+                 tracker: Tracker, weighted_task_gradient: bool = True) -> list[dict[str, Any]]:
     readings = torch.stack([r for _, r in pending]).cpu().tolist()
-    rows = [{**record, "loss": loss, **reading_fields(record["weight"], norm, scale)}
+    rows = [{**record, "loss": loss,
+             **reading_fields(record, norm, scale, weighted_task_gradient)}
             for (record, _), (loss, norm, scale) in zip(pending, readings, strict=True)]
     for row in rows:
         log.write(json.dumps(row) + "\n")

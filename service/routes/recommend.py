@@ -5,7 +5,7 @@ from typing import Literal
 
 from fastapi import APIRouter, Query
 
-from recommender.recommend import ENCODER_PATTERN
+from recommender.recommend import CLIPPING_PATTERN, ENCODER_PATTERN
 from service.deps import Database
 from service.models import Recommendation, errors
 from trainer import task_types
@@ -22,10 +22,14 @@ def make_router() -> APIRouter:
                   train_size: int = Query(gt=0, le=10**12, description="training examples"),
                   task_type: task_type_names | None = None,  # type: ignore[valid-type]
                   encoder: str | None = Query(None, pattern=ENCODER_PATTERN, max_length=200),
-                  stage: Literal["multitask", "finetuned"] | None = None) -> dict:
+                  stage: Literal["multitask", "finetuned"] | None = None,
+                  clipping: str | None = Query(
+                      None, pattern=CLIPPING_PATTERN, max_length=40,
+                      description="the gradient clipping the answer is for: clip1 (the "
+                      "default, the reference's), uclip1 or noclip")) -> dict:
         from recommender.recommend import recommend_from
 
         return recommend_from(database.evidence(), train_size, task_type, encoder,
-                              stage).to_dict()
+                              stage, clipping=clipping).to_dict()
 
     return router
