@@ -38,7 +38,7 @@ def test_strong_studies_override_the_prior_in_their_neighbourhood():
     studies_say = sum(e["say"] for e in rec.evidence if e["source"] == "studies")
     assert studies_say > 0.8
     assert rec.regime == {"encoder": "unknown", "encoder_size": "unknown", "stage": "multitask",
-                          "variant": "unknown"}
+                          "variant": "unknown", "clipping": "unknown"}
     assert any("discounted" in n and "bert-base-uncased/finetuned" in n for n in rec.notes)
     # Far away (300k examples) the four small studies do not decide alone.
     far = recommend_from(prior_evidence() + strong, 300_000)
