@@ -434,8 +434,9 @@ def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str
             why = (f"the default encoder's, {DEFAULT_ENCODER}: no studies of your own in the "
                    "storage; --encoder/--stage answer for another")
     candidates = {p.regime for p in fitting}
-    if clipping is None:  # unasked: the trainer's default, where anything was measured in it
-        candidates = {r for r in candidates if r.clipping == DEFAULT_CLIPPING} or candidates
+    if clipping is None:  # unasked: the trainer's default (or unrecorded), where measured
+        candidates = {r for r in candidates
+                      if r.clipping in (DEFAULT_CLIPPING, UNKNOWN)} or candidates
     # A regime with an unknown size or variant stands only where no recorded one refines it.
     candidates = {r for r in candidates if not any(
         o != r and not r.differences(o) and o.known_parts() > r.known_parts()

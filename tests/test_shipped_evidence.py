@@ -12,6 +12,7 @@ from studies.reading import open_quiet, read_all
 from weightsearch.cli import main
 
 LADDER = DATA / "sst2_ladder_minilm.csv"
+CLIP = DATA / "sst2_clip_minilm.csv"
 
 
 def test_the_ladder_file_is_what_its_readme_says():
@@ -20,10 +21,29 @@ def test_the_ladder_file_is_what_its_readme_says():
         "sst2_125": 125, "sst2_700": 700, "sst2_4000": 4000}
     assert {r.dataset for r in rows} == {"sst2"}
     assert {tuple(sorted(r.regime.items())) for r in rows} == {
-        (("encoder", "all-MiniLM-L6-v2"), ("stage", "multitask"), ("variant", "reference"))}
+        (("clipping", "clip1"), ("encoder", "all-MiniLM-L6-v2"), ("stage", "multitask"),
+         ("variant", "reference"))}
     assert {r.weight for r in rows} <= {1, 3, 6, 9, 12, 15} and {r.seed for r in rows} <= {1, 2, 3}
     assert all(0.4 < r.metric < 1 for r in rows)  # SST-2 dev accuracy, above chance
-    assert [s.file for s in SHIPPED] == [LADDER.name]
+    assert [s.file for s in SHIPPED] == [LADDER.name, CLIP.name]
+
+
+def test_the_clipping_file_is_what_its_readme_says():
+    rows = parse_rows(CLIP)
+    assert {r.central_task: r.regime["clipping"] for r in rows} == {
+        "sst2_700-clip1": "clip1", "sst2_700-noclip": "noclip"}
+    assert {r.dataset for r in rows} == {"sst2"} and {r.train_size for r in rows} == {700}
+    cells = {(r.central_task, r.weight, r.seed) for r in rows}
+    assert cells == {(t, w, s) for t in ("sst2_700-clip1", "sst2_700-noclip")
+                     for w in (1.0, 3.0, 15.0) for s in range(1, 9)}
+    assert all(0 <= r.clip_share <= 1 and r.central_norm > 0 for r in rows)
+    assert {r.clip_share for r in rows if r.regime["clipping"] == "noclip"} == {0.0}
+    # Weight 15 under the reference's clipping: every central update clipped, every seed.
+    assert {r.clip_share for r in rows if r.central_task == "sst2_700-clip1"
+            and r.weight == 15} == {1.0}
+    # The recommender reads it as two regimes of one dataset.
+    points = [p for p in builtin_evidence() if p.study == "clip-weight"]
+    assert {p.clipping for p in points} == {"clip1", "noclip"}
 
 
 def test_it_imports_and_then_counts_once(tmp_path):
