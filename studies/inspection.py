@@ -230,7 +230,12 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
         return _table(rows) if rows else "no studies yet"
     methods = {s.name: method_rows(s) for s in studies if is_methods_study(s)}
     # A study that compares methods: its methods table says which is best, not a best point.
-    cells, best = cell_rows(studies), best_rows(studies)
+    # The best-weight table pools every point of a weight: only where the weight is all that
+    # varies (other searches have the best-point table).
+    from studies.treatments import rest_of
+
+    plain = [s for s in studies if all(not rest_of(c.point) for c in s.cells)]
+    cells, best = cell_rows(studies), best_rows(plain)
     points = point_rows([s for s in studies if s.name not in methods])
     if fmt == "json":
         best_point = {r["central_task"]: r for r in points}
@@ -249,11 +254,11 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
     parts = [f"{s.name} ({s.source}, {s.counts['complete']} complete; {value_note(s)}):\n"
              + _table([r for r in cells if r["central_task"] == s.central_task])
              for s in studies]
-    if any(s.curve for s in studies) or not points:
+    if any(s.curve for s in plain) or not points:
         parts.append("best weight per central task (mean over seeds, COMPLETE trials; clear: "
                      "separated from every other weight, 95% t-interval):\n" + _table(best)
                      + "".join(f"\n{s.central_task}: {_verdict_text(s)}"
-                               for s in studies if s.curve))
+                               for s in plain if s.curve))
     clipping = [r for s in studies for r in s.summary()["clipping"]]
     if clipping:
         parts.append("gradient clipping of the central task (clip_share: its updates clipped, "
