@@ -66,8 +66,8 @@ def test_inspect_and_recommend_answer_as_the_release_did(release: Path, expected
                       (["--train-size", "300", "--task-type", "regression"], "recommend_small")):
         now = _json(["recommend", *argv, "--format", "json", "--storage", url])
         assert _data(now["evidence"]) == _data(expected[key]["evidence"])
-        assert (now["train_size"], now["regime"]) == (expected[key]["train_size"],
-                                                       expected[key]["regime"])
+        assert now["train_size"] == expected[key]["train_size"]
+        _holds(now["regime"], expected[key]["regime"], "regime")  # today's adds its clipping
         low, high = now["interval"]
         assert 1 <= low <= now["central_weight"] <= high <= 15
     evaluated = _json(["recommend", "--evaluate", "--format", "json", "--storage", url])
