@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from recommender.prior import GRID, PRIOR, write_prior_csv
-from recommender.recommend import prior_evidence, recommend
+from recommender.recommend import prior_evidence, recommend, recommend_from
 from tests.helpers import TABLE2
 from weightsearch.errors import ConfigError
 
@@ -51,7 +51,8 @@ def test_recommendation_is_deterministic():
     weights = [recommend(n).central_weight for n in sizes]
     assert weights == [recommend(n).central_weight for n in sizes]
     assert weights[0] > weights[-1]
-    nearest = recommend(2500).evidence[0]
+    # From the paper's table alone (the shipped studies are MiniLM's), the nearest tasks lead.
+    nearest = recommend_from(prior_evidence(), 2500).evidence[0]
     assert nearest["task"] in ("rte", "mrpc") and nearest["say"] > 0.25
 
 
