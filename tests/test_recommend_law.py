@@ -285,9 +285,10 @@ def test_a_flat_or_tied_two_weight_study_is_not_censored_and_changes_nothing():
     tied = locate_best({1.0: [80.0], 15.0: [80.00005]})
     flat = locate_best({1.0: [70.0, 70.1], 9.0: [70.0, 70.1]})
     assert (tied.at_least, tied.at_most, flat.at_least, flat.at_most) == (None,) * 4
-    base = recommend_from(load_evidence(None), 3000)
+    # One regime asked for both, so that the flat study does not become "your own studies".
+    base = recommend_from(load_evidence(None), 3000, encoder="bert-base-uncased")
     with_flat = recommend_from([*load_evidence(None), point("flat", 3000, {
-        1.0: [70.0, 70.1], 9.0: [70.0, 70.1]})], 3000)
+        1.0: [70.0, 70.1], 9.0: [70.0, 70.1]})], 3000, encoder="bert-base-uncased")
     assert abs(with_flat.central_weight - base.central_weight) <= 0.2
     assert math.isfinite(with_flat.interval[0]) and with_flat.interval[1] > with_flat.interval[0]
 

@@ -75,7 +75,8 @@ def test_recommend_route_and_its_validation(client):
     # The imported Table 2 replaces the built-in copy; the shipped SST-2 ladder still counts.
     assert body["central_weight"] >= 9 and body["source"] == "both"
     sources = {(e["study"].split("/")[0], e["source"]) for e in body["evidence"]}
-    assert sources == {("siwlm-paper", "studies"), ("sst2-ladder", "prior")}
+    assert sources == {("siwlm-paper", "studies"), ("sst2-ladder", "prior"),
+                       ("clip-weight", "prior")}
     assert client.get("/recommend?train_size=300000&task_type=ranking").json()[
         "central_weight"] < body["central_weight"]
     for bad in ("train_size=abc", "train_size=0", "train_size=-3", "",
