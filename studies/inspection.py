@@ -232,7 +232,7 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
     # A study that compares methods: its methods table says which is best, not a best point.
     # The best-weight table pools every point of a weight: only where the weight is all that
     # varies (other searches have the best-point table).
-    from studies.treatments import rest_of
+    from studies.treatments import clip_rows, rest_of
 
     plain = [s for s in studies if all(not rest_of(c.point) for c in s.cells)]
     cells, best = cell_rows(studies), best_rows(plain)
@@ -259,7 +259,7 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
                      "separated from every other weight, 95% t-interval):\n" + _table(best)
                      + "".join(f"\n{s.central_task}: {_verdict_text(s)}"
                                for s in plain if s.curve))
-    clipping = [r for s in studies for r in s.summary()["clipping"]]
+    clipping = [r for s in studies for r in clip_rows(s)]
     if clipping:
         parts.append("gradient clipping of the central task (clip_share: its updates clipped, "
                      "all seeds; median_norm: of its unweighted gradient; acts_below: the "

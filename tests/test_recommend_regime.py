@@ -22,10 +22,10 @@ PEAK_AT_12 = {1.0: 68.0, 3.0: 69.0, 6.0: 71.0, 9.0: 74.0, 12.0: 78.0, 15.0: 75.0
 
 def study(task: str, size: int, means: dict[float, float], encoder: str | None = "minilm",
           stage: str | None = "multitask", variant: str | None = None,
-          encoder_size: str | None = None):
+          encoder_size: str | None = None, clipping: str | None = None):
     values = {w: [m - 0.5, m, m + 0.5] for w, m in means.items()}
     return _point(task, f"mine/{task}", size, "classification", "studies", values, True,
-                  encoder, stage, variant, encoder_size)
+                  encoder, stage, variant, encoder_size, clipping=clipping)
 
 
 def test_variant_is_part_of_the_regime() -> None:
@@ -248,9 +248,7 @@ def test_the_recommendation_plot_marks_discounted_points_and_keeps_labels_apart(
 
 
 def _clipped(task: str, size: int, means: dict[float, float], clipping: str):
-    values = {w: [m - 0.5, m, m + 0.5] for w, m in means.items()}
-    return _point(task, f"mine/{task}", size, "classification", "studies", values, True,
-                  "minilm", "multitask", "reference", clipping=clipping)
+    return study(task, size, means, variant="reference", clipping=clipping)
 
 
 def test_clipping_is_part_of_the_regime() -> None:
