@@ -36,7 +36,7 @@ from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
 from studies import schema as S
-from studies.storage import check_same_file, file_identity
+from studies.storage import check_same_file, file_identity, storage_failure
 from sweep import lookup, study_db
 from sweep.claims import Claims
 from sweep.progress import Progress
@@ -59,6 +59,7 @@ from sweep.trainable import (
     epoch_objective,
 )
 from sweep.trial_end import finish_trial
+from weightsearch.errors import StorageError
 
 _PROPOSALS = 20  # guided search: proposals tried when other drivers keep winning the cells
 _REFRESH_S = 5.0  # an idle plan re-reads its study at most this often (other drivers' results)
@@ -123,12 +124,18 @@ class CellSearcher(Searcher):
         # under a running launch, its results would land in an unlinked file).
         self.url = claims.engine.url.render_as_string(hide_password=False)
         self.identity = file_identity(self.url)
+        # A failure of the study database inside a Tune hook: Tune would log it and go on
+        # (it catches what `on_trial_complete` raises), so the searcher keeps it, hands out
+        # nothing more, has the scheduler stop its trials, and `run_round` raises it.
+        self.storage_failed: Exception | None = None
         self.ran = 0
         self._live: dict[str, _Live] = {}
         self._turn = 0
 
     # --- Tune hooks -------------------------------------------------------------------
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        if self.storage_failed is not None:
+            return Searcher.FINISHED
         for _ in range(len(self.plans)):
             plan = self.plans[self._turn % len(self.plans)]
             self._turn += 1
@@ -148,11 +155,41 @@ class CellSearcher(Searcher):
         live = self._live.get(trial_id)
         if live is None:
             return False
+        if self.storage_failed is not None:
+            return True
         if not live.lost and self.claims.lost(live.plan.name, live.unit.key):
             live.lost = True
         return live.lost
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        self._guarded(self._on_result, trial_id, result)
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        self._guarded(self._on_complete, trial_id, result, error)
+
+    def _guarded(self, hook: Any, *args: Any) -> None:
+        """Run a Tune hook, keeping a failure of the study database (the file deleted or
+        replaced, a write refused) as `storage_failed` instead of raising it into Tune, which
+        would log it and go on; any other error propagates as before."""
+        if self.storage_failed is not None:
+            self._live.pop(args[0], None)  # the study is unwritable: nothing more is recorded
+            return
+        try:
+            hook(*args)
+        except Exception as exc:
+            try:
+                check_same_file(self.url, self.identity)  # "deleted" says more than "readonly"
+            except StorageError as gone:
+                self.storage_failed = gone
+                return
+            failure = storage_failure(exc, self.url)
+            if failure is None:
+                raise
+            self.storage_failed = failure
+
+    def _on_result(self, trial_id: str, result: dict[str, Any]) -> None:
         live = self._live.get(trial_id)
         if live is None or self.should_stop(trial_id):
             return
@@ -168,9 +205,7 @@ class CellSearcher(Searcher):
         if EPOCH in result and OBJECTIVE in result and SUMMARY_JSON not in result:
             self.progress.epoch(trial_id, int(result[EPOCH]), float(result[OBJECTIVE]))
 
-    def on_trial_complete(
-        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
-    ) -> None:
+    def _on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool) -> None:
         live = self._live.pop(trial_id, None)
         if live is None:
             return
@@ -198,6 +233,9 @@ class CellSearcher(Searcher):
         """Trials Tune never finished (the driver is stopping): FAIL, claims released, so any
         driver may continue them from their checkpoints at once. Returns how many."""
         left = len(self._live)
+        if self.storage_failed is not None:  # nothing can be written: `run_round` says why
+            self._live.clear()
+            return 0
         for trial_id in list(self._live):
             live = self._live.pop(trial_id)
             if not live.lost:
@@ -331,6 +369,7 @@ class CellSearcher(Searcher):
         if epoch not in live.values and math.isfinite(value):
             live.values[epoch] = value
             if live.plan.stage == "multitask":  # Optuna's intermediate values: the scored stage's
+                check_same_file(self.url, self.identity)
                 live.trial.report(value, step=epoch)  # a retried trial re-reports nothing twice
 
     def _complete(self, live: _Live) -> tuple[float, dict[str, Any], dict[int, float]]:

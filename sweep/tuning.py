@@ -163,6 +163,8 @@ def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, clai
     finally:
         # Ctrl-C, or Tune gave up: no trial of ours stays RUNNING.
         interrupted = searcher.abandon_live()
+    if searcher.storage_failed is not None:
+        raise searcher.storage_failed
     if interrupted:  # Tune catches Ctrl-C itself and returns with trials still running
         raise KeyboardInterrupt
     if lost is not None:

@@ -494,7 +494,8 @@ def test_a_study_file_deleted_mid_launch_stops_the_driver(cluster: Cluster, tiny
     before each write that its file is still the one at the path, and stops saying so."""
     db = tmp_path / "gone.db"
     url = f"sqlite:///{db}"
-    study = _study_file(tmp_path, "gone", url, tiny_encoder, sample_data_dir, [1, 9, 15],
+    # Cells enough that some are still to train when the file goes, however fast they run.
+    study = _study_file(tmp_path, "gone", url, tiny_encoder, sample_data_dir, [1, 3, 6, 9, 15],
                         concurrent=1, epochs=1, examples=32)
     proc, log = _driver(cluster, tmp_path, "launch", str(study))
     _poll(lambda: _complete(url, "gone"), 300, "the first trial to complete", proc)

@@ -250,3 +250,78 @@ def test_a_claim_reads_its_units_trials_not_the_study(study_url, sample_data_dir
     searcher.on_trial_complete("t1", {SUMMARY_JSON: json.dumps(summary)})
     searcher.claims.stop()
     assert study.get_trials()[-2].state == TrialState.COMPLETE
+
+
+def _searcher_with_two_trials(url: str, sample_data_dir: Path):
+    from studies.storage import open_storage
+    from sweep import study_db
+    from sweep.progress import Progress
+    from sweep.searcher import CellSearcher, CentralPlan
+    from sweep.spec import load_study_spec
+
+    spec = load_study_spec({
+        "study": "gone", "storage": url, "workdir": str(sample_data_dir.parent / "x"),
+        "train": {"data_dir": str(sample_data_dir), "tasks": ["rte", "mrpc"], "epochs": 2},
+        "central_tasks": ["rte"], "weights": [1, 3, 6], "seeds": [1]})
+    storage = open_storage(url)
+    study = study_db.create_studies(spec, storage, url, [study_db.describe(spec, "rte")],
+                                    {})["rte"]
+    plan = CentralPlan("rte", study, spec.strategy("rte"), "accuracy")
+    searcher = CellSearcher(spec, [plan], Progress("gone", 0, 3, enabled=False), set(),
+                            Claims(storage.engine, ttl=60))
+    assert isinstance(searcher.suggest("t1"), dict)
+    assert isinstance(searcher.suggest("t2"), dict)
+    return searcher
+
+
+def test_a_study_file_deleted_under_tune_hooks_stops_the_searcher(tmp_path: Path,
+                                                                  sample_data_dir) -> None:
+    """Tune logs and swallows what its searcher hooks raise: a study file deleted between two
+    epochs must still stop the run, not let it go on writing into an unlinked file."""
+    from sweep.searcher import Searcher
+    from sweep.trainable import EPOCH, OBJECTIVE
+    from weightsearch.errors import StorageError
+
+    db = tmp_path / "gone.db"
+    searcher = _searcher_with_two_trials(f"sqlite:///{db}", sample_data_dir)
+    searcher.claims.stop()
+    for path in tmp_path.glob("gone.db*"):
+        path.unlink()
+    searcher.on_trial_result("t1", {EPOCH: 1, OBJECTIVE: 0.5})  # raises nothing into Tune
+    assert isinstance(searcher.storage_failed, StorageError)
+    assert "was deleted while this command ran" in str(searcher.storage_failed)
+    assert searcher.should_stop("t2")  # the scheduler stops the other trial
+    assert searcher.suggest("t3") == Searcher.FINISHED
+    searcher.on_trial_complete("t2", {EPOCH: 1, OBJECTIVE: 0.5})  # nothing written or raised
+    assert searcher.abandon_live() == 0  # not mistaken for Ctrl-C: `run_round` raises the error
+
+
+def test_a_write_refused_under_tune_hooks_is_kept_and_other_errors_propagate(
+        tmp_path: Path, sample_data_dir) -> None:
+    """A write that fails in a hook (the file removed between the check and the write, as
+    SQLite's readonly error reports it) is kept with its cause; a bug is no storage failure and
+    propagates as before."""
+    import sqlite3
+
+    from weightsearch.errors import StorageError
+
+    db = tmp_path / "ro.db"
+    searcher = _searcher_with_two_trials(f"sqlite:///{db}", sample_data_dir)
+    searcher.claims.stop()
+
+    def refused_write(_trial_id: str) -> None:
+        connection = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            connection.execute("CREATE TABLE probe (x)")  # sqlite3.OperationalError: readonly
+        finally:
+            connection.close()
+
+    def bug(_trial_id: str) -> None:
+        raise ValueError("a bug")
+
+    with pytest.raises(ValueError, match="a bug"):
+        searcher._guarded(bug, "t1")
+    assert searcher.storage_failed is None
+    searcher._guarded(refused_write, "t1")
+    assert isinstance(searcher.storage_failed, StorageError)
+    assert "cannot be written" in str(searcher.storage_failed)
