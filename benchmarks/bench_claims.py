@@ -39,13 +39,13 @@ def build(work: Path, size: int, cycles: int):
     import optuna
     from optuna.trial import TrialState, create_trial
 
-    from studies import schema as S
-    from studies.storage import open_storage
-    from sweep import lookup, study_db
-    from sweep.claims import Claims
-    from sweep.progress import Progress
-    from sweep.searcher import CellSearcher, CentralPlan
-    from sweep.spec import load_study_spec
+    from weightsearch.studies import schema as S
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.sweep import lookup, study_db
+    from weightsearch.sweep.claims import Claims
+    from weightsearch.sweep.progress import Progress
+    from weightsearch.sweep.searcher import CellSearcher, CentralPlan
+    from weightsearch.sweep.spec import load_study_spec
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     seeds = (size + cycles) // POINTS + 2
@@ -91,7 +91,7 @@ def build(work: Path, size: int, cycles: int):
 
 
 def cycle(searcher, history, number: int) -> float:
-    from sweep.trainable import SUMMARY_JSON
+    from weightsearch.sweep.trainable import SUMMARY_JSON
 
     summary = {"best_epoch": {"rte": 5}, "history": history,
                "best": history[-1]["metrics"], "final": history[-1]["metrics"],

@@ -33,8 +33,8 @@ def writer(url: str, worker: int, n_trials: int, ready, start, result_path: str)
 
     import optuna
 
-    from studies import schema
-    from studies.storage import open_storage
+    from weightsearch.studies import schema
+    from weightsearch.studies.storage import open_storage
 
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -73,7 +73,7 @@ def writer(url: str, worker: int, n_trials: int, ready, start, result_path: str)
 def run(url: str, processes: int, n_trials: int) -> dict:
     import optuna
 
-    from studies.storage import open_storage
+    from weightsearch.studies.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     optuna.create_study(study_name=STUDY, storage=open_storage(url), direction="maximize")

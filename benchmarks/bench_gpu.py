@@ -4,10 +4,10 @@ One command, on a machine with a CUDA GPU:
 
     python benchmarks/bench_gpu.py   # BERT-base shape + MiniLM, then 1/2/4 packed MiniLM trials
 
-Every figure comes from `trainer.train` on synthetic sentence pairs that fill `--seq-len` tokens
-(so each batch is exactly seq_len long and FLOPs are known), bf16 autocast, TF32, SDPA attention,
-fused AdamW. MFU = achieved model FLOP/s / peak, with model FLOPs per trained sequence =
-6 * (non-embedding parameters) * seq_len + 12 * layers * hidden * seq_len^2 (forward and
+Every figure comes from `weightsearch.trainer.train` on synthetic sentence pairs that fill
+`--seq-len` tokens (so each batch is exactly seq_len long and FLOPs are known), bf16 autocast, TF32,
+SDPA attention, fused AdamW. MFU = achieved model FLOP/s / peak, with model FLOPs per trained
+sequence = 6 * (non-embedding parameters) * seq_len + 12 * layers * hidden * seq_len^2 (forward and
 backward, attention scores included). Peak is measured on the spot with a large bf16 matmul,
 and the datasheet dense bf16 peak (989 TFLOP/s for an H100 SXM) is shown beside it.
 `--device cpu --quick` runs the same code on a CPU, to check the script without a GPU.
@@ -49,7 +49,7 @@ def write_synthetic_task(folder: Path, rows: int, seq_len: int) -> None:
 
 def save_encoder(kind: str, path: Path) -> str:
     """BERT-base shape (random init: FLOPs do not depend on the weights), or the real MiniLM."""
-    from trainer.encoders import default_encoder_path
+    from weightsearch.trainer.encoders import default_encoder_path
 
     if kind == "minilm":
         return default_encoder_path()
@@ -93,7 +93,7 @@ def measured_peak_tflops(device: str) -> float | None:
 
 def run_trial(encoder: str, data_dir: str, rows: int, batch: int, seq_len: int, device: str,
               out: str, compile_model: bool) -> dict:
-    from trainer import load_config, train
+    from weightsearch.trainer import load_config, train
 
     cfg = load_config({
         "encoder": encoder, "data_dir": data_dir,

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def main() -> None:
-    from studies.grouping import ScoreTable, all_groups, select, select_each
+    from weightsearch.studies.grouping import ScoreTable, all_groups, select, select_each
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default="4,6,8,10")

@@ -68,7 +68,7 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
 
 def variant_config(sets: list[str]) -> tuple[dict[str, Any], list[str], str | None]:
     """(base config, the run-config overrides, the weight-decay form) of one variant."""
-    from trainer.presets import PRESETS
+    from weightsearch.trainer.presets import PRESETS
 
     # Truncation, the trainer's default when the rows of BENCHMARKS.md section 11 were taken,
     # keeps `base` comparable with them; a preset brings its own.
@@ -97,7 +97,7 @@ def _l2_adamax(model, cfg, device):
     """torch's Adamax with its L2 weight decay on the decayed group (the pre-issue-16 trainer)."""
     import torch
 
-    from trainer.optim import decay_groups
+    from weightsearch.trainer.optim import decay_groups
 
     decay, no_decay = decay_groups(model)
     return torch.optim.Adamax([{"params": decay, "weight_decay": cfg.weight_decay},
@@ -109,13 +109,12 @@ def run_one(args: tuple[str, list[str], int, str, str]) -> dict[str, Any]:
     name, sets, seed, data_dir, out_root = args
     import torch
 
-    import trainer.loop
-    from trainer import load_config, train
+    from weightsearch.trainer import load_config, loop, train
 
     torch.set_num_threads(1)
     base, overrides, decay = variant_config(sets)
     if decay == "l2":
-        trainer.loop.build_optimizer = _l2_adamax  # this worker process only
+        loop.build_optimizer = _l2_adamax  # this worker process only
     cfg = dict(base, data_dir=data_dir, seed=seed,
                output_dir=str(Path(out_root) / f"{name}-seed{seed}"))
     result = train(load_config(cfg, overrides=overrides), quiet=True)

@@ -59,10 +59,10 @@ def fill_launched(url: str, n_trials: int) -> int:
     import optuna
     from optuna.trial import TrialState, create_trial
 
-    from studies import schema as S
-    from studies.storage import open_storage
-    from sweep import study_db
-    from sweep.spec import load_study_spec
+    from weightsearch.studies import schema as S
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.sweep import study_db
+    from weightsearch.sweep.spec import load_study_spec
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     centrals = ["rte", "mrpc", "stsb", "sst2"]
@@ -120,7 +120,7 @@ def free_port() -> int:
 def main() -> None:
     import httpx
 
-    from studies.importer import import_file
+    from weightsearch.studies.importer import import_file
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10_000)

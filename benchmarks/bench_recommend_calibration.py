@@ -1,4 +1,5 @@
-"""Calibration of the recommender on synthetic worlds with a known truth (`recommender.synthetic`).
+"""Calibration of the recommender on synthetic worlds with a known truth
+(`weightsearch.recommender.synthetic`).
 
     python benchmarks/bench_recommend_calibration.py [--worlds 100] [--held-out 4]
 
@@ -20,7 +21,7 @@ import time
 
 import numpy as np
 
-from recommender.synthetic import coverage_and_error
+from weightsearch.recommender.synthetic import coverage_and_error
 
 TASKS, SEEDS = (4, 8, 16), (1, 3, 5)
 

@@ -3,14 +3,14 @@
     python benchmarks/bench_recommend_worlds.py [--worlds 200] [--tasks 8] [--seeds 3]
         [--held-out 4] [--first-seed 0] [--kinds smooth,step,...]
 
-For every world kind of `recommender.synthetic.KINDS`: fit on `--tasks` studied tasks of each
-world, predict `--held-out` fresh tasks of the same world; print the 80% interval's coverage
+For every world kind of `weightsearch.recommender.synthetic.KINDS`: fit on `--tasks` studied tasks
+of each world, predict `--held-out` fresh tasks of the same world; print the 80% interval's coverage
 (with its standard error clustered by world), its coverage per cell (size inside / outside the
 studied sizes; true best at an end, <= 3 or >= 13, or in the middle; with the count of
 predictions in the cell), its mean width, and the mean absolute error of the recommender and
-of the four simple rules (`recommender.baselines`). The targets: coverage 0.72-0.88 overall in
-every kind and >= 0.70 in every cell of the smooth and monotone worlds; mean error within 0.2 of
-the best simple rule in every kind, and below each of them on average over the kinds.
+of the four simple rules (`weightsearch.recommender.baselines`). The targets: coverage 0.72-0.88
+overall in every kind and >= 0.70 in every cell of the smooth and monotone worlds; mean error within
+0.2 of the best simple rule in every kind, and below each of them on average over the kinds.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import time
 
 import numpy as np
 
-from recommender.baselines import BASELINES
-from recommender.synthetic import KINDS, coverage_and_error
+from weightsearch.recommender.baselines import BASELINES
+from weightsearch.recommender.synthetic import KINDS, coverage_and_error
 
 CELLS = ("size:inside", "size:outside", "best:middle", "best:end")
 SHORT = {"constant": "const", "rule_of_thumb": "rule", "nearest_neighbour": "near",

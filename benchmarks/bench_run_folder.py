@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=32)
     args = parser.parse_args()
 
-    from trainer import load_config, train
+    from weightsearch.trainer import load_config, train
 
     print(f"MiniLM, rte + mrpc, {args.rows} training rows each, {args.epochs} epochs")
     print(f"{'checkpoints':<12} {'run folder MB':>14} {'checkpoints MB':>15}")

@@ -1,17 +1,17 @@
 """Trial-epochs a weight search needs to reach one of the grid's two best weights, on synthetic
-worlds with per-epoch learning curves (`recommender.synthetic`).
+worlds with per-epoch learning curves (`weightsearch.recommender.synthetic`).
 
     python benchmarks/bench_search.py [--worlds 100] [--tasks 16] [--seeds 1 3]
 
 Each world's tasks are searched over the grid 1, 3, 6, 9, 12, 15 with MT-DNN's 5 epochs by:
 - grid: every weight, every epoch; the answer is the weight with the best mean last-epoch score;
-- halving: the sweep's successive halving (`sweep.strategies`: rung_budgets, keep_count,
-  promote, successive_halving) over every weight, promoting by the mean over seeds at each
-  rung's epoch;
+- halving: the sweep's successive halving (`weightsearch.sweep.strategies`: rung_budgets,
+  keep_count, promote, successive_halving) over every weight, promoting by the mean over seeds at
+  each rung's epoch;
 - seeded halving: the same, its first rung only the weights around the recommender's answer
-  (`recommender.recommend.start_weights`: inside the 80% interval, at least the two nearest),
-  learned from the world's other tasks (leave-one-task-out), as `search: {strategy: halving,
-  start: recommend}` does; with min_epochs 1 and 3;
+  (`weightsearch.recommender.recommend.start_weights`: inside the 80% interval, at least the two
+  nearest), learned from the world's other tasks (leave-one-task-out), as `search: {strategy:
+  halving, start: recommend}` does; with min_epochs 1 and 3;
 - the recommended weight alone (nearest grid weight, every epoch), for reference.
 A trial-epoch is one seed's trial trained one epoch. Success: the answer is among the task's two
 best grid weights by the noise-free curve (ties count: on a flat task every weight does);
@@ -26,9 +26,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from recommender.recommend import recommend_from, start_weights
-from recommender.synthetic import EARLY_LEAD, EPOCHS, GRID, as_evidence, epoch_curves, make_task
-from sweep.strategies import rung_budgets, successive_halving
+from weightsearch.recommender.recommend import recommend_from, start_weights
+from weightsearch.recommender.synthetic import (
+    EARLY_LEAD,
+    EPOCHS,
+    GRID,
+    as_evidence,
+    epoch_curves,
+    make_task,
+)
+from weightsearch.sweep.strategies import rung_budgets, successive_halving
 
 GOAL_SHARE, GOAL_SUCCESS = 0.30, 0.90
 

@@ -3,7 +3,7 @@
 1. Parse time of a flat YAML body (the shape of a hostile body under the size limit) at 16 KiB
    (the YAML limit) and 42 KB: PyYAML's pure-Python safe loader, parsed twice as the service did
    before (an event pass for aliases and depth, then the loader), against
-   `weightsearch.yamlio.load_yaml` (libyaml's event pass, then libyaml's loader). Median of 5.
+   `weightsearch.core.yamlio.load_yaml` (libyaml's event pass, then libyaml's loader). Median of 5.
 2. A burst of 8 such bodies at once, each on its own connection, against a real
    `weightsearch serve` on loopback, while a thread polls /health: the slowest answer and the
    slowest /health.
@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import yaml
 
-from weightsearch.yamlio import load_yaml
+from weightsearch.core.yamlio import load_yaml
 
 TOKEN = "bench"
 

@@ -33,9 +33,9 @@ def plain(args: argparse.Namespace) -> dict:
     import torch
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
-    from trainer.encoders import default_encoder_path
-    from trainer.memory import peak_memory
-    from trainer.readers import read_table
+    from weightsearch.trainer.encoders import default_encoder_path
+    from weightsearch.trainer.memory import peak_memory
+    from weightsearch.trainer.readers import read_table
 
     path = default_encoder_path()
     tok = AutoTokenizer.from_pretrained(path)
@@ -88,7 +88,7 @@ def plain(args: argparse.Namespace) -> dict:
 
 
 def trainer_side(args: argparse.Namespace) -> dict:
-    from trainer import load_config, train
+    from weightsearch.trainer import load_config, train
 
     train_file = Path(args.train_file).resolve()
     with tempfile.TemporaryDirectory() as tmp:

@@ -24,9 +24,9 @@ release per cell) against the study's wall time.
 
 `--versus-plain` compares a study with what a user would write without weightsearch: a plain
 Ray Tune script whose OptunaSearch walks the same grid (Optuna's GridSampler, results in an
-Optuna SQLite study) and whose trainable calls `trainer.train` on the same run config. Both run
-32 cells (2 central tasks x 4 weights x 4 seeds) at max_concurrent 2 with a fresh worker per
-trial (Tune's default), alternating `--repeats` times; the table gives each one's wall time and
+Optuna SQLite study) and whose trainable calls `weightsearch.trainer.train` on the same run config.
+Both run 32 cells (2 central tasks x 4 weights x 4 seeds) at max_concurrent 2 with a fresh worker
+per trial (Tune's default), alternating `--repeats` times; the table gives each one's wall time and
 the machine's CPU time over it (all processes: run it on an otherwise idle machine), and the
 ratio study / plain.
 
@@ -57,7 +57,7 @@ def tiny_encoder(folder: Path) -> str:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from trainer.encoders import default_encoder_path
+    from weightsearch.trainer.encoders import default_encoder_path
 
     tokenizer = AutoTokenizer.from_pretrained(default_encoder_path())
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
@@ -71,9 +71,9 @@ def tiny_encoder(folder: Path) -> str:
 def run(encoder: str | None, concurrency: int, work: Path, epochs: int, examples: int) -> dict:
     import optuna
 
-    from studies import schema as S
-    from sweep.launch import launch
-    from sweep.spec import load_study_spec
+    from weightsearch.studies import schema as S
+    from weightsearch.sweep.launch import launch
+    from weightsearch.sweep.spec import load_study_spec
 
     train = {"data_dir": str(ROOT / "data" / "glue_sample"), "tasks": ["rte", "mrpc", "stsb"],
              "epochs": epochs, "batch_size": 16, "max_train_examples": examples}
@@ -115,7 +115,7 @@ def _plain_train(config: dict) -> None:
     """The trainable a plain script would write: one run per config, one report per epoch."""
     from ray import tune
 
-    import trainer
+    from weightsearch import trainer
 
     cfg = trainer.load_config({**config["train"], "central_task": config["central"],
                                "seed": config["seed"], "checkpoints": "none",
@@ -159,8 +159,8 @@ def _plain_run(train: dict, work: Path, tag: str) -> float:
 
 
 def _study_run(train: dict, work: Path, tag: str, reuse: bool = True) -> float:
-    from sweep.launch import launch
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.launch import launch
+    from weightsearch.sweep.spec import load_study_spec
 
     spec = load_study_spec({
         "study": tag, "storage": f"sqlite:///{work / tag}.db", "train": train,
@@ -245,7 +245,7 @@ def _drivers_run(n_drivers: int, encoder: str | None, work: Path, address: str, 
     import optuna
     import yaml
 
-    from studies import schema as S
+    from weightsearch.studies import schema as S
 
     train = {"data_dir": str(ROOT / "data" / "glue_sample"), "tasks": ["rte", "mrpc", "stsb"],
              "epochs": epochs, "batch_size": 16, "max_train_examples": examples,
@@ -284,8 +284,8 @@ def _drivers_run(n_drivers: int, encoder: str | None, work: Path, address: str, 
 def _claims_cost(work: Path, cells: int, renewals: int) -> float:
     """Seconds the claims of one study cost on their own: per cell a claim, `renewals`
     renewals and a release, on a SQLite study database like the drivers'."""
-    from studies.storage import open_storage
-    from sweep.claims import Claims
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.sweep.claims import Claims
 
     storage = open_storage(f"sqlite:///{work / 'claims-cost.db'}")
     claims = Claims(storage.engine, ttl=120)

@@ -39,11 +39,11 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from trainer.metrics import compute_metrics
-    from trainer.optim import linear_warmup_decay
-    from trainer.readers import resolve_path
-    from trainer.task_rows import read_task_file
-    from trainer.tasks import PRESETS
+    from weightsearch.trainer.metrics import compute_metrics
+    from weightsearch.trainer.optim import linear_warmup_decay
+    from weightsearch.trainer.readers import resolve_path
+    from weightsearch.trainer.task_rows import read_task_file
+    from weightsearch.trainer.tasks import PRESETS
 
     tok = AutoTokenizer.from_pretrained(encoder_path)
     torch.manual_seed(seed)
@@ -115,15 +115,15 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
 
 class TrainingShapes:
     """Counts the (rows, padded length) of every batch an encoder trains on, by a forward
-    pre-hook on the encoder `trainer.model.load_encoder` returns (the trainer's own code runs
-    unchanged), with the CPU time spent inside `train`."""
+    pre-hook on the encoder `weightsearch.trainer.model.load_encoder` returns (the trainer's own
+    code runs unchanged), with the CPU time spent inside `train`."""
 
     def __init__(self) -> None:
         self.shapes: list[tuple[int, int]] = []
         self.encoder = None
 
     def install(self):
-        import trainer.loop as loop
+        import weightsearch.trainer.loop as loop
 
         original = loop.load_encoder
 
@@ -180,7 +180,7 @@ def matmul_peak(hidden: int, tokens: int, repeats: int = 20, mode: str = "bf16")
 def trainer_run(data_dir: str, tasks: list[str], n_examples: int, batch_size: int, max_len: int,
                 encoder: str, seed: int, cache_dir: str, bucketing: bool, lr: float,
                 precision: str = "auto", attention_dropout: float | None = None) -> dict:
-    from trainer import load_config, train
+    from weightsearch.trainer import load_config, train
 
     shapes = TrainingShapes()
     restore = shapes.install()
@@ -237,8 +237,8 @@ def main() -> None:
 
     import torch
 
-    from trainer.device import select_runtime
-    from trainer.encoders import resolve_encoder
+    from weightsearch.trainer.device import select_runtime
+    from weightsearch.trainer.encoders import resolve_encoder
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -5,9 +5,9 @@
 A study's driver ends every trial with its user attributes (metrics at the best epoch, final
 metrics, the per-epoch history, best epoch, wall time, speed, run folder) and its value. Before,
 each went through the public API: a commit per attribute and one for `tell`; now
-`sweep.trial_end.finish_trial` writes them in one transaction. The two are interleaved trial by
-trial on the same study (a 5-epoch history of three tasks' metrics, as a study of three tasks
-records it); the table gives the median and 90th percentile wall time per trial end and the
+`weightsearch.sweep.trial_end.finish_trial` writes them in one transaction. The two are interleaved
+trial by trial on the same study (a 5-epoch history of three tasks' metrics, as a study of three
+tasks records it); the table gives the median and 90th percentile wall time per trial end and the
 commits each takes. Default storage: a fresh SQLite file in WAL mode, as `launch` makes it.
 """
 
@@ -36,8 +36,8 @@ def main() -> None:
     from optuna.trial import TrialState
     from sqlalchemy import event
 
-    from studies.storage import open_storage
-    from sweep.trial_end import _piece_by_piece, finish_trial
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.sweep.trial_end import _piece_by_piece, finish_trial
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--storage")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from studies.schema import WEIGHT_HIGH, WEIGHT_LOW
+from weightsearch.studies.schema import WEIGHT_HIGH, WEIGHT_LOW
 
 RULE_THRESHOLD = 10_000
 RULE_SMALL, RULE_LARGE = 12.0, 3.5

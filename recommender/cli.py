@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import sys
 
-from studies.cli import STORAGE_HELP, check_plot_target, storage_url
-from trainer.task_types import TASK_TYPES  # a live view: registered types count at once
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.studies.cli import STORAGE_HELP, check_plot_target, storage_url
+from weightsearch.trainer.task_types import (
+    TASK_TYPES,  # a live view: registered types count at once
+)
 
 STAGES = ("multitask", "finetuned")  # = studies.schema.STAGES
 
@@ -53,7 +55,7 @@ def register(subparsers) -> None:
 
 
 def _train_size(args) -> int:
-    from recommender.recommend import check_train_size
+    from weightsearch.recommender.recommend import check_train_size
 
     if args.train_size is not None:
         try:
@@ -61,11 +63,11 @@ def _train_size(args) -> int:
         except ConfigError as exc:
             raise ConfigError(["--" + m.replace("_", "-", 1) for m in exc.problems]) from None
     if args.data:
-        from studies.tables import count_rows
+        from weightsearch.studies.tables import count_rows
 
         return count_rows(args.data)
-    from studies.tables import count_preset_rows
-    from trainer.tasks import PRESETS, preset_key
+    from weightsearch.studies.tables import count_preset_rows
+    from weightsearch.trainer.tasks import PRESETS, preset_key
 
     spec = PRESETS.get(preset_key(args.task))
     if spec is None:
@@ -79,14 +81,14 @@ def _train_size(args) -> int:
 
 
 def run_recommend(args) -> int:
-    from recommender.recommend import (
+    from weightsearch.recommender.recommend import (
         check_regime,
         evaluation_summary,
         leave_one_task_out,
         load_evidence,
         recommend_from,
     )
-    from recommender.report import (
+    from weightsearch.recommender.report import (
         evaluation_text,
         plot_evaluation,
         plot_recommendation,

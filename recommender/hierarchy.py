@@ -105,16 +105,16 @@ from scipy.linalg import cho_solve
 from scipy.special import ndtr
 from scipy.stats import truncnorm
 
-from recommender.baselines import RULE_THRESHOLD
-from studies.schema import WEIGHT_HIGH, WEIGHT_LOW
+from weightsearch.recommender.baselines import RULE_THRESHOLD
+from weightsearch.studies.schema import WEIGHT_HIGH, WEIGHT_LOW
 
 CENTRE = 4.0  # log10 size at which the trend's level is stated (10^4 examples)
 # Prior (mean, sd) of the mean's coefficients (level at 10^4 examples, slope per decade, jump at
 # the transition) for a line and for a law with a transition.
 LINE_PRIOR = ((8.0, 3.0), (-3.0, 2.0), (0.0, 0.0))
 STEP_PRIOR = ((11.0, 3.0), (0.0, 1.5), (-6.0, 4.0))
-# The paper's rule of thumb as stated (`recommender.baselines`): 12 below 10^4 examples, 3.5
-# from there on, give or take a point.
+# The paper's rule of thumb as stated (`weightsearch.recommender.baselines`): 12 below 10^4
+# examples, 3.5 from there on, give or take a point.
 RULE_PRIOR = ((12.0, 1.0), (0.0, 0.0), (-8.5, 1.0))
 PRIORS = (LINE_PRIOR, STEP_PRIOR, RULE_PRIOR)  # by model: line, transition, the paper's rule
 MODEL_NAMES = ("line", "transition", "the paper's rule")

@@ -1,28 +1,28 @@
 """Recommend a central weight for a new task from its training-set size.
 
 Evidence: one point per finished central task study, from the built-in prior (the SIWLM paper's
-Table 2, `recommender.prior`, and this project's shipped studies, `recommender.shipped`) and from
-the study database. Several studies of one task all count (the law gives them one shared task
-effect), and so do the sizes of one dataset (a ladder: central tasks whose studies record the
-same `dataset`); a prior point measured again by a study on the same data and regime (same
-dataset, a training size within ~12%) is replaced by it. A
+Table 2, `weightsearch.recommender.prior`, and this project's shipped studies,
+`weightsearch.recommender.shipped`) and from the study database. Several studies of one task all
+count (the law gives them one shared task effect), and so do the sizes of one dataset (a ladder:
+central tasks whose studies record the same `dataset`); a prior point measured again by a study on
+the same data and regime (same dataset, a training size within ~12%) is replaced by it. A
 study that contributes nothing (one central weight, no finished trial, no recorded size) is
 named in the answer's notes.
 
-Every point uses all of its task's trials: `recommender.task_curve` turns the scores per weight
-and seed into where the best weight lies and how precisely (seed noise from replicates with
-Student-t tails, a floor for single runs; a best at an end of the grid is censored; a flat or
-tied curve gets almost no say). `recommender.hierarchy` combines the tasks as noisy observations
-of a law in log training size: a trend (a line, a sharp transition, or the paper's rule), a
-smooth deviation whose size and length come from the data, a task scatter with an outlier
+Every point uses all of its task's trials: `weightsearch.recommender.task_curve` turns the scores
+per weight and seed into where the best weight lies and how precisely (seed noise from replicates
+with Student-t tails, a floor for single runs; a best at an end of the grid is censored; a flat or
+tied curve gets almost no say). `weightsearch.recommender.hierarchy` combines the tasks as noisy
+observations of a law in log training size: a trend (a line, a sharp transition, or the paper's
+rule), a smooth deviation whose size and length come from the data, a task scatter with an outlier
 component, and a shared offset per other regime; both modules' docstrings give the model, its
 priors and what was tried and rejected.
 
-Regimes (`recommender.regime`): a point carries its encoder, the encoder's size, the stage its
-scores come from (multitask | finetuned) and the weighting variant. The prior is BERT-base (768x12),
-fine-tuned, variant reference, single runs; studies without these attributes count as encoder
-"unknown", stage multitask. The answer is built for one regime (the one asked for, else the one
-with the most evidence, i.e. the largest summed precision of the points compatible with it);
+Regimes (`weightsearch.recommender.regime`): a point carries its encoder, the encoder's size, the
+stage its scores come from (multitask | finetuned) and the weighting variant. The prior is BERT-base
+(768x12), fine-tuned, variant reference, single runs; studies without these attributes count as
+encoder "unknown", stage multitask. The answer is built for one regime (the one asked for, else the
+one with the most evidence, i.e. the largest summed precision of the points compatible with it);
 points from each other regime count through a shared offset from it (prior sd REGIME_SD,
 estimated from the tasks both regimes measured and reported in the notes). An encoder with no
 evidence is answered from the others, and the answer says so (`unmatched_encoder`), listing the
@@ -46,11 +46,12 @@ import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
-from recommender import prior
-from recommender.baselines import BASELINES, baseline_errors, cells
-from recommender.hierarchy import MODEL_NAMES, REGIME_SD, fit_law
-from recommender.prior import PRIOR, PRIOR_STUDY
-from recommender.regime import (
+from weightsearch.core.errors import ConfigError
+from weightsearch.recommender import prior
+from weightsearch.recommender.baselines import BASELINES, baseline_errors, cells
+from weightsearch.recommender.hierarchy import MODEL_NAMES, REGIME_SD, fit_law
+from weightsearch.recommender.prior import PRIOR, PRIOR_STUDY
+from weightsearch.recommender.regime import (
     DEFAULT_ENCODER,
     KNOWN_ENCODERS,
     UNKNOWN,
@@ -60,12 +61,13 @@ from recommender.regime import (
     is_known,
     short_name,
 )
-from recommender.shipped import SHIPPED
-from recommender.task_curve import locate_best
-from studies import schema
-from studies.verdict import by_seed
-from trainer.task_types import TASK_TYPES  # a live view: registered types count at once
-from weightsearch.errors import ConfigError
+from weightsearch.recommender.shipped import SHIPPED
+from weightsearch.recommender.task_curve import locate_best
+from weightsearch.studies import schema
+from weightsearch.studies.verdict import by_seed
+from weightsearch.trainer.task_types import (
+    TASK_TYPES,  # a live view: registered types count at once
+)
 
 SAME_DATA_DECADES = 0.05  # |log10 size ratio| below which two points are the same data (~12%)
 SKIPPED_SHOWN = 5  # studies that contribute nothing, named in the notes
@@ -238,8 +240,9 @@ def _why_nothing(s, values: dict[float, list[float]]) -> str | None:
 
 
 def study_evidence(studies) -> Evidence:
-    """Points from `studies.reading.CentralStudy` objects: those with a known training size and
-    COMPLETE trials at two or more weights (one weight has no best); the others are noted."""
+    """Points from `weightsearch.studies.reading.CentralStudy` objects: those with a known training
+    size and COMPLETE trials at two or more weights (one weight has no best); the others are
+    noted."""
     out = Evidence()
     # A study that searched the clipping is one study per clipping regime: each its own point.
     for s in (part for study in studies for part in study.by_clipping()):
@@ -259,7 +262,7 @@ def study_evidence(studies) -> Evidence:
 
 def _clipped_away(s) -> str | None:
     """Why a study whose every weight trained the same updates locates no best weight."""
-    from studies.treatments import rest_of
+    from weightsearch.studies.treatments import rest_of
 
     inert = [a for a in s.arms if a.whole_grid]
     rests = {rest_of(c.point) for c in s.cells if c.state == "complete"}
@@ -292,7 +295,7 @@ def load_evidence(storage_url: str | None) -> Evidence:
     exist yet: the prior alone)."""
     measured: list[EvidencePoint] = Evidence()
     if storage_url:
-        from studies.reading import open_quiet, read_all, sqlite_file_missing
+        from weightsearch.studies.reading import open_quiet, read_all, sqlite_file_missing
 
         if not sqlite_file_missing(storage_url):
             measured = study_evidence(read_all(open_quiet(storage_url)))
@@ -347,8 +350,8 @@ _CLIPPING = re.compile(CLIPPING_PATTERN)
 
 
 def normalize_clipping(clipping: str | None) -> str | None:
-    """A clipping regime as `studies.schema.clipping_label` spells it (clip1.0 -> clip1), so
-    that it meets the evidence's; raises ConfigError for what names no regime."""
+    """A clipping regime as `weightsearch.studies.schema.clipping_label` spells it (clip1.0 ->
+    clip1), so that it meets the evidence's; raises ConfigError for what names no regime."""
     if clipping is None:
         return None
     fix = ("clipping must be clip<norm> (the weighted gradient clipped, as the reference does; "
@@ -837,8 +840,8 @@ def _rounded(value: float | None) -> float | None:
 def evaluation_summary(rows: list[dict]) -> dict:
     """Hit rate against the chance level of the tasks' own grids, the point error (mean
     absolute distance of the recommended from the best weight) against a random grid weight's
-    and the other simple rules' (`recommender.baselines`), the mean regret in metric points
-    against a random grid weight's (`regret`), and interval coverage, overall and by
+    and the other simple rules' (`weightsearch.recommender.baselines`), the mean regret in metric
+    points against a random grid weight's (`regret`), and interval coverage, overall and by
     cell (size inside / outside the other tasks' sizes; best weight at an end / in the
     middle)."""
     if not rows:

@@ -2,11 +2,11 @@
 
 A regime is five parts: the encoder (as the study records it), the encoder's size (hidden size x
 layers, e.g. "768x12"), the stage its scores come from (multitask | finetuned), the SIWLM
-weighting variant (reference | paper) and the gradient clipping (`studies.schema.clipping_label`:
-clip1, the reference's global clipping at norm 1; noclip; uclip1, the unweighted gradient
-clipped), which decides whether a weight acts at all. The recommender answers for one regime
-and discounts evidence from others through a shared offset per regime
-(`recommender.hierarchy.REGIME_SD`).
+weighting variant (reference | paper) and the gradient clipping
+(`weightsearch.studies.schema.clipping_label`: clip1, the reference's global clipping at norm 1;
+noclip; uclip1, the unweighted gradient clipped), which decides whether a weight acts at all. The
+recommender answers for one regime and discounts evidence from others through a shared offset per
+regime (`weightsearch.recommender.hierarchy.REGIME_SD`).
 
 "unknown" means not recorded. An unknown encoder is a regime of its own (results of unknown
 origin say nothing about a named encoder); an unknown size, variant or clipping is compatible

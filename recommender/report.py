@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from recommender.prior import PRIOR_STUDY
-from recommender.recommend import EvidencePoint, Recommendation, recommend_from
+from weightsearch.recommender.prior import PRIOR_STUDY
+from weightsearch.recommender.recommend import EvidencePoint, Recommendation, recommend_from
 
 
 def recommendation_text(rec: Recommendation, shown: int = 8) -> str:
@@ -39,7 +39,7 @@ def recommendation_text(rec: Recommendation, shown: int = 8) -> str:
 
 
 def evaluation_text(rows: list[dict], rate: float | None, over: str) -> str:
-    from recommender.recommend import evaluation_summary
+    from weightsearch.recommender.recommend import evaluation_summary
 
     if not rows:
         return "nothing to evaluate: no finished central task"
@@ -93,7 +93,7 @@ def plot_recommendation(evidence: list[EvidencePoint], rec: Recommendation | Non
                         path: str | Path, task_type: str | None = None,
                         encoder: str | None = None, stage: str | None = None) -> Path:
     """`recommendation_figure`, written to `path` in the format of its extension."""
-    from studies.plots import save
+    from weightsearch.studies.plots import save
 
     return save(recommendation_figure(evidence, rec, task_type, encoder, stage), path)
 
@@ -110,7 +110,7 @@ def recommendation_figure(evidence: list[EvidencePoint], rec: Recommendation | N
 
     import numpy as np
 
-    from studies.plots import pyplot, regime_text, train_size_text
+    from weightsearch.studies.plots import pyplot, regime_text, train_size_text
 
     plt = pyplot()
     sizes = [p.train_size for p in evidence]
@@ -199,7 +199,7 @@ def _source_label(p) -> str:
 def plot_evaluation(rows: list[dict], path: str | Path) -> Path:
     """Leave-one-task-out: recommended weight (with its 80% interval) against each task's own
     best weight; points on the diagonal are exact."""
-    from studies.plots import pyplot, save
+    from weightsearch.studies.plots import pyplot, save
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(4.2, 4.2))

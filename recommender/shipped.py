@@ -11,7 +11,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from studies.importer import ImportRow, parse_rows
+from weightsearch.studies.importer import ImportRow, parse_rows
 
 DATA = Path(__file__).parent / "data"
 

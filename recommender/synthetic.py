@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from recommender.recommend import EvidencePoint, _point
+from weightsearch.recommender.recommend import EvidencePoint, _point
 
 GRID = (1.0, 3.0, 6.0, 9.0, 12.0, 15.0)
 TASK_SD = 1.5
@@ -289,15 +289,16 @@ def coverage_and_error(worlds: int, tasks: int, seeds: int, held_out: int = 4,
                        first_seed: int = 0, kind: str = "smooth") -> dict:
     """Over `worlds` generated worlds of `kind`: fit on `tasks` tasks, predict `held_out` fresh
     tasks of the same world; the share of 80% intervals that hold the true best weight, overall
-    and by cell (`recommender.baselines.cells`), their mean width, and the mean absolute error
-    of the point estimate and of the simple rules (`recommender.baselines`).
+    and by cell (`weightsearch.recommender.baselines.cells`), their mean width, and the mean
+    absolute error of the point estimate and of the simple rules
+    (`weightsearch.recommender.baselines`).
 
     Predictions within a world share its fit, so they are not independent: `coverage_se` is the
     standard error from the spread of the per-world coverage (clustered by world), and
     `coverage_se_binomial` what independent predictions would give. With held_out=1 every
     prediction has a world of its own and the two agree in expectation."""
-    from recommender.baselines import BASELINES, baseline_errors, cells
-    from recommender.recommend import recommend_from
+    from weightsearch.recommender.baselines import BASELINES, baseline_errors, cells
+    from weightsearch.recommender.recommend import recommend_from
 
     per_world, errors, widths = [], [], []
     by_cell: dict[str, list[bool]] = {}

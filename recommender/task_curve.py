@@ -31,7 +31,7 @@ var_ignorant is that of a uniform over all cells: a flat or tied curve carries a
 information and gets a huge variance, a clear peak resting on several seeds a small one. When
 one end weight wins at least CENSORED of the draws, and the task is informative (at least
 CENSOR_MIN_INFO), the task is also marked censored there (`at_least` / `at_most`), and the law
-treats its best as bounded (`recommender.hierarchy`).
+treats its best as bounded (`weightsearch.recommender.hierarchy`).
 
 Alternatives considered: a quadratic fit of score over all the weights with the vertex's
 delta-method variance (unstable when the curvature is near zero -- exactly the flat curves -- and
@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from studies.schema import WEIGHT_HIGH, WEIGHT_LOW
+from weightsearch.studies.schema import WEIGHT_HIGH, WEIGHT_LOW
 
 NOISE_FLOOR_AT_1 = 0.5  # relative noise floor x sqrt(train size)
 NOISE_FLOOR_MIN = 0.003  # relative to the mean |score|: the smallest seed noise assumed

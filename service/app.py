@@ -1,9 +1,9 @@
 """The REST service: read studies, recommend a weight, launch or resume a study.
 
-`create_app` builds the app: the shared objects on `app.state` (`service.deps` hands them to
-the routes), the request guard, the offline docs, one error shape, and a router per resource
-(`service.routes`). Launch and resume run `weightsearch launch|resume` as background
-subprocesses (`service.launcher`), so the server never imports ray or torch.
+`create_app` builds the app: the shared objects on `app.state` (`weightsearch.service.deps` hands
+them to the routes), the request guard, the offline docs, one error shape, and a router per resource
+(`weightsearch.service.routes`). Launch and resume run `weightsearch launch|resume` as background
+subprocesses (`weightsearch.service.launcher`), so the server never imports ray or torch.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from service.database import StudyDatabase, warm_up
-from service.docs import add_offline_docs
-from service.jobs import JobTable
-from service.launcher import Launcher
-from service.request_guard import RequestGuard
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.service.database import StudyDatabase, warm_up
+from weightsearch.service.docs import add_offline_docs
+from weightsearch.service.jobs import JobTable
+from weightsearch.service.launcher import Launcher
+from weightsearch.service.request_guard import RequestGuard
 
 if TYPE_CHECKING:  # fastapi is the serve extra's: imported when an app is built
     from fastapi import FastAPI
@@ -43,10 +43,10 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
     """
     from fastapi import FastAPI
 
-    from service.deps import describe_bearer
-    from service.error_handlers import install_error_handlers
-    from service.routes import health, jobs, recommend, runs, studies
     from weightsearch import __version__
+    from weightsearch.service.deps import describe_bearer
+    from weightsearch.service.error_handlers import install_error_handlers
+    from weightsearch.service.routes import health, jobs, recommend, runs, studies
 
     token = os.environ.get(token_env, "")
     if require_token and not token:

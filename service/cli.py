@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from studies.cli import STORAGE_HELP, storage_url
-from weightsearch.errors import ConfigError
-from weightsearch.extras import require_extra
+from weightsearch.core.errors import ConfigError
+from weightsearch.core.extras import require_extra
+from weightsearch.studies.cli import STORAGE_HELP, storage_url
 
 TOKEN_ENV = "WEIGHTSEARCH_TOKEN"
 
@@ -45,9 +45,9 @@ def run_serve(args) -> int:
     require_extra("serve", "fastapi", "fastapi_offline", "uvicorn", feature="weightsearch serve")
     import uvicorn
 
-    from service.app import create_app
-    from service.http_limits import LimitedH11Protocol
-    from service.request_guard import is_loopback
+    from weightsearch.service.app import create_app
+    from weightsearch.service.http_limits import LimitedH11Protocol
+    from weightsearch.service.request_guard import is_loopback
 
     exposed = not is_loopback(args.host)
     if exposed and not os.environ.get(TOKEN_ENV):

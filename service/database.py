@@ -8,8 +8,13 @@ import logging
 import threading
 import time
 
-from recommender.recommend import builtin_evidence, load_evidence, merge_evidence, study_evidence
-from studies import schema
+from weightsearch.recommender.recommend import (
+    builtin_evidence,
+    load_evidence,
+    merge_evidence,
+    study_evidence,
+)
+from weightsearch.studies import schema
 
 log = logging.getLogger("weightsearch.service")
 
@@ -33,7 +38,7 @@ class StudyDatabase:
 
     def storage(self):
         """The Optuna storage, or None while a SQLite file does not exist yet."""
-        from studies.reading import open_quiet, sqlite_file_missing
+        from weightsearch.studies.reading import open_quiet, sqlite_file_missing
 
         if self._storage is None:
             with self._open_lock:
@@ -43,7 +48,7 @@ class StudyDatabase:
 
     def studies(self) -> list:
         """Every study, up to date (a cheap refresh); updates the evidence when they changed."""
-        from studies.reading import StudyCache
+        from weightsearch.studies.reading import StudyCache
 
         storage = self.storage()
         if storage is None:
@@ -61,7 +66,7 @@ class StudyDatabase:
 
     def exists(self, name: str) -> bool:
         """Whether a study `name`, or a central-task study under base name `name`, is stored."""
-        from studies.reading import study_names
+        from weightsearch.studies.reading import study_names
 
         storage = self.storage()
         names = [] if storage is None else study_names(storage)
@@ -81,7 +86,7 @@ class StudyDatabase:
         try:
             self.studies()
         except Exception as exc:  # keep serving the last good evidence; the log says why
-            from studies.storage import storage_failure
+            from weightsearch.studies.storage import storage_failure
 
             self._failure = storage_failure(exc, self.url) or exc
             log.warning("refreshing the recommender's evidence from %s failed: %s",
@@ -95,7 +100,8 @@ def warm_up(database: StudyDatabase) -> None:
     """Before the first request: read the studies, and import what reading a study file needs
     (a third of a second), so that no request pays for it."""
     database.refresh()
-    for module in ("sweep.spec", "trainer.config"):  # sweep.spec imports the second on first use
+    # The study file's spec imports the run config on first use.
+    for module in ("weightsearch.sweep.spec", "weightsearch.trainer.config"):
         importlib.import_module(module)
 
 

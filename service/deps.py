@@ -13,9 +13,9 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from service.database import StudyDatabase
-from service.jobs import JobTable
-from service.launcher import Launcher
+from weightsearch.service.database import StudyDatabase
+from weightsearch.service.jobs import JobTable
+from weightsearch.service.launcher import Launcher
 
 BEARER_DESCRIPTION = ("the value of ${token_env}; needed by every write route whenever it is "
                       "set on the server")

@@ -19,7 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from weightsearch.errors import ConfigError, StorageError, WeightsearchError
+from weightsearch.core.errors import ConfigError, StorageError, WeightsearchError
 
 log = logging.getLogger("weightsearch.service")
 MAX_PROBLEMS = 20  # listed in one answer; a hostile body can have thousands
@@ -61,7 +61,7 @@ async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResp
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-    from studies.storage import storage_failure
+    from weightsearch.studies.storage import storage_failure
 
     failure = storage_failure(exc, request.app.state.database.url)
     if failure is not None:  # the study database failed: the service is unavailable, not buggy

@@ -13,12 +13,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from service.jobs import Job, JobTable
-from studies import schema
-from studies.storage import ENV_STORAGE
+from weightsearch.service.jobs import Job, JobTable
+from weightsearch.studies import schema
+from weightsearch.studies.storage import ENV_STORAGE
 
 if TYPE_CHECKING:  # only for the hint: sweep.spec loads in the background, after start-up
-    from sweep.spec import StudySpec
+    from weightsearch.sweep.spec import StudySpec
 
 # Study files read at once (each within milliseconds: YAML bodies are capped at 16 KiB); more
 # get 429 with Retry-After, so a burst of bodies cannot hold the interpreter while /health waits.

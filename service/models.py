@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sweep.spec import study_file_schema
+from weightsearch.sweep.spec import study_file_schema
 
 
 class ErrorBody(BaseModel):
@@ -48,7 +48,7 @@ class StudyList(BaseModel):
 
 class SameUpdates(BaseModel):
     """Central weights whose cells trained the same updates: global clipping clipped every
-    update of the central task, so the weight had no say (`studies.treatments`)."""
+    update of the central task, so the weight had no say (`weightsearch.studies.treatments`)."""
 
     weights: list[float]
     rest: str | None = Field(description="the rest of the search point, e.g. grad_clip=1")

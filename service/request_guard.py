@@ -22,7 +22,7 @@ import json
 from collections.abc import Collection
 from urllib.parse import urlsplit
 
-from service.safe_body import JSON_TYPES, YAML_TYPES, media_type
+from weightsearch.service.safe_body import JSON_TYPES, YAML_TYPES, media_type
 
 WRITES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 MAX_BODY = 64 << 10  # a study file is a few hundred bytes

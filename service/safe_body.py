@@ -3,7 +3,7 @@
 YAML aliases are refused outright: an anchor can be referenced many times, so a few hundred
 bytes of nested aliases expand into gigabytes. Nesting is bounded because the parsers recurse
 per level (a deep body would otherwise end in RecursionError, a 500, or worse). YAML is parsed
-by libyaml (`weightsearch.yamlio`): a 64 KiB body in milliseconds.
+by libyaml (`weightsearch.core.yamlio`): a 64 KiB body in milliseconds.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from weightsearch.errors import ConfigError
-from weightsearch.yamlio import YamlTooDeep, load_yaml
+from weightsearch.core.errors import ConfigError
+from weightsearch.core.yamlio import YamlTooDeep, load_yaml
 
 MAX_DEPTH = 32  # a study file nests four levels deep; this leaves ample room
 

@@ -3,8 +3,8 @@
 A grouping study (`search: {space: {tasks: {groups_of: [...]}}}`) trains one network per group
 of tasks and records every member task's score in it. Here its COMPLETE trials become a score
 table (each task's primary metric, mean over seeds, per group), the larger groups of a pairwise
-study are estimated from the pairs, and `studies.grouping` chooses the groups for every budget
-of 1..|T| networks. Beside the choices stand the two fixed answers: one network per task, and
+study are estimated from the pairs, and `weightsearch.studies.grouping` chooses the groups for every
+budget of 1..|T| networks. Beside the choices stand the two fixed answers: one network per task, and
 one network for every task.
 """
 
@@ -14,8 +14,9 @@ import math
 import statistics
 from dataclasses import dataclass, field
 
-from studies import schema
-from studies.grouping import (
+from weightsearch.core.errors import ConfigError
+from weightsearch.studies import schema
+from weightsearch.studies.grouping import (
     Group,
     ScoreTable,
     Selection,
@@ -24,8 +25,7 @@ from studies.grouping import (
     group_of,
     select_each,
 )
-from studies.reading import CentralStudy
-from weightsearch.errors import ConfigError
+from weightsearch.studies.reading import CentralStudy
 
 
 @dataclass(frozen=True)

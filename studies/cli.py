@@ -9,9 +9,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from studies.storage import ENV_STORAGE, default_storage_url
-from weightsearch.errors import ConfigError
-from weightsearch.extras import require_extra
+from weightsearch.core.errors import ConfigError
+from weightsearch.core.extras import require_extra
+from weightsearch.studies.storage import ENV_STORAGE, default_storage_url
 
 STORAGE_HELP = f"study database URL (default: ${ENV_STORAGE} or sqlite:///weightsearch.db)"
 
@@ -81,7 +81,7 @@ def check_plot_target(path: str | None) -> None:
 
 
 def run_inspect(args) -> int:
-    from studies.inspection import inspect
+    from weightsearch.studies.inspection import inspect
 
     if args.budget is not None and args.budget < 1:  # the task count is checked once read
         raise ConfigError(f"--budget: {args.budget} networks; give at least 1 (one network "
@@ -96,7 +96,7 @@ def run_inspect(args) -> int:
 
 
 def run_import(args) -> int:
-    from studies.importer import import_file
+    from weightsearch.studies.importer import import_file
 
     names = import_file(args.file, args.study, storage_url(args))
     print(f"imported {len(names)} central task(s) into {storage_url(args)}: {', '.join(names)}")
@@ -104,7 +104,7 @@ def run_import(args) -> int:
 
 
 def run_export(args) -> int:
-    from studies.exporter import export_study
+    from weightsearch.studies.exporter import export_study
 
     n = export_study(storage_url(args), args.study, args.output)
     print(f"exported {n} trial(s) of {args.study} to {args.output}")

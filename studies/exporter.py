@@ -22,10 +22,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from studies import schema
-from studies.reading import Cell, CentralStudy, read_central, resolve
-from studies.storage import shown_url
-from weightsearch.errors import ConfigError, DataError
+from weightsearch.core.errors import ConfigError, DataError
+from weightsearch.studies import schema
+from weightsearch.studies.reading import Cell, CentralStudy, read_central, resolve
+from weightsearch.studies.storage import shown_url
 
 FORMATS = {".csv": ",", ".tsv": "\t"}
 COLUMNS = ("central_task", "dataset", "task_type", "train_size", "central_weight", "seed",
@@ -88,7 +88,7 @@ def export_study(storage_url: str, study: str, output: str | Path) -> int:
     """Write `study`'s finished trials to `output` (.csv or .tsv); returns the rows written."""
     import pandas as pd
 
-    from studies.reading import open_quiet
+    from weightsearch.studies.reading import open_quiet
 
     target = Path(output)
     if target.is_dir():

@@ -30,12 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from studies import schema
-from studies.storage import shown_url
-from trainer import task_types  # NAMES is read when a row is checked: the registry is live
-from trainer.clipping import GRAD_CLIP_MODES
-from weightsearch.errors import DataError, StorageError
-from weightsearch.fields import Text, check_fields, setting
+from weightsearch.core.errors import DataError, StorageError
+from weightsearch.core.fields import Text, check_fields, setting
+from weightsearch.studies import schema
+from weightsearch.studies.storage import shown_url
+from weightsearch.trainer import (
+    task_types,  # NAMES is read when a row is checked: the registry is live
+)
+from weightsearch.trainer.clipping import GRAD_CLIP_MODES
 
 A_IMPORTED_FROM = "imported_from"
 MAX_LISTED = 50  # problems listed in one error; the count of the rest follows
@@ -154,8 +156,8 @@ def _line_offset(path: Path) -> int:
 
 def _read(path: Path):
     """The file as a table of text cells, with every required column and a row at least."""
-    from studies.tables import read_table
-    from trainer.readers import bom_note
+    from weightsearch.studies.tables import read_table
+    from weightsearch.trainer.readers import bom_note
 
     df = read_table(path, as_text=True)
     missing = [c for c in REQUIRED if c not in df.columns]
@@ -347,7 +349,7 @@ def import_file(path: str | Path, study: str, storage_url: str) -> list[str]:
     """Validate `path`, then create `<study>/<task>` studies; returns their names."""
     import optuna
 
-    from studies.reading import open_quiet, study_names
+    from weightsearch.studies.reading import open_quiet, study_names
 
     if (problem := schema.study_name_problem(study, "--study")) is not None:
         raise DataError(problem)

@@ -5,21 +5,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from studies import schema
-from studies.budget import BudgetReport, budget_report, unusable_text
-from studies.budget import rows as budget_rows
-from studies.budget import to_dict as budget_dict
-from studies.methods import (
+from weightsearch.core.errors import ConfigError, StorageError
+from weightsearch.studies import schema
+from weightsearch.studies.budget import BudgetReport, budget_report, unusable_text
+from weightsearch.studies.budget import rows as budget_rows
+from weightsearch.studies.budget import to_dict as budget_dict
+from weightsearch.studies.methods import (
     comparison,
     conclusion,
     is_methods_study,
     method_rows,
     study_epochs_note,
 )
-from studies.reading import CentralStudy, read_all, read_central, resolve
-from studies.storage import shown_url
-from studies.verdict import by_seed, judge
-from weightsearch.errors import ConfigError, StorageError
+from weightsearch.studies.reading import CentralStudy, read_all, read_central, resolve
+from weightsearch.studies.storage import shown_url
+from weightsearch.studies.verdict import by_seed, judge
 
 FORMATS = ("table", "csv", "json")
 
@@ -133,7 +133,7 @@ def point_rows(studies: list[CentralStudy]) -> list[dict]:
 def _arm_scores(s: CentralStudy) -> tuple[list[tuple[str, int | None, float]], dict]:
     """(point label, seed, score) of the COMPLETE cells with a point, each arm of weights that
     trained the same updates counted once, under its smallest weight; and the arms' names."""
-    from studies.treatments import rest_of
+    from weightsearch.studies.treatments import rest_of
 
     stand_ins = {(a.rest, a.weights[0]): a for a in s.arms}
     members = {(a.rest, w) for a in s.arms for w in a.weights[1:]}
@@ -232,7 +232,7 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
     # A study that compares methods: its methods table says which is best, not a best point.
     # The best-weight table pools every point of a weight: only where the weight is all that
     # varies (other searches have the best-point table).
-    from studies.treatments import clip_rows, rest_of
+    from weightsearch.studies.treatments import clip_rows, rest_of
 
     plain = [s for s in studies if all(not rest_of(c.point) for c in s.cells)]
     cells, best = cell_rows(studies), best_rows(plain)
@@ -330,7 +330,7 @@ def plot(studies: list[CentralStudy], title: str, path: str | Path) -> Path:
     """Primary metric vs central weight, one panel per central task: every seed as a dot, mean
     +- 1 sd over seeds, the best weight marked (cf. the SIWLM paper's Fig. 3); studies.plots
     has the figure itself."""
-    from studies.plots import plot_budget, plot_methods, plot_study
+    from weightsearch.studies.plots import plot_budget, plot_methods, plot_study
 
     grouped = [s for s in studies if s.grouping]
     if grouped:
@@ -349,7 +349,7 @@ def plot(studies: list[CentralStudy], title: str, path: str | Path) -> Path:
 def inspect(storage_url: str, name: str | None = None, fmt: str = "table",
             plot_path: str | None = None, budget: int | None = None) -> str:
     """The text `weightsearch inspect` prints (and the plot it writes, when asked)."""
-    from studies.reading import open_quiet, sqlite_file_missing
+    from weightsearch.studies.reading import open_quiet, sqlite_file_missing
 
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")

@@ -38,10 +38,10 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from studies.reading import Cell, CentralStudy
-from studies.schema import T_CENTRAL_WEIGHT_PATH as CENTRAL
-from studies.schema import T_SCHEME_PATHS as SCHEME_PATHS
-from studies.verdict import mean_interval
+from weightsearch.studies.reading import Cell, CentralStudy
+from weightsearch.studies.schema import T_CENTRAL_WEIGHT_PATH as CENTRAL
+from weightsearch.studies.schema import T_SCHEME_PATHS as SCHEME_PATHS
+from weightsearch.studies.verdict import mean_interval
 
 IN_SAMPLE, SEARCH = "best w", "search"
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from studies.treatments import live_bound
+from weightsearch.studies.treatments import live_bound
 
 VECTOR = (".pdf", ".svg", ".eps")
 RASTER_DPI = 200
@@ -172,8 +172,8 @@ def plot_budget(reports: list[Any], title: str, path: str | Path) -> Path:
 
 def plot_methods(panels: list[tuple[Any, list[dict]]], title: str, path: str | Path) -> Path:
     """One panel per central task of a methods study ((CentralStudy,
-    `studies.methods.method_rows`) pairs): each method's mean with its 95% t-interval over
-    seeds, one row per method (best first), its compute in trial-epochs per seed in the label;
+    `weightsearch.studies.methods.method_rows`) pairs): each method's mean with its 95% t-interval
+    over seeds, one row per method (best first), its compute in trial-epochs per seed in the label;
     the best method's mean as a line."""
     plt = pyplot()
     ncols = min(2, len(panels))

@@ -15,11 +15,11 @@ import os
 import statistics
 from dataclasses import dataclass, field
 
-from studies import schema
-from studies.bulk import read_trials, state_counts
-from studies.storage import shown_url, sqlite_path
-from studies.verdict import Verdict, by_seed, judge
-from weightsearch.errors import StorageError
+from weightsearch.core.errors import StorageError
+from weightsearch.studies import schema
+from weightsearch.studies.bulk import read_trials, state_counts
+from weightsearch.studies.storage import shown_url, sqlite_path
+from weightsearch.studies.verdict import Verdict, by_seed, judge
 
 STATE_KEYS = {"COMPLETE": "complete", "RUNNING": "running", "FAIL": "failed",
               "WAITING": "pending", "PRUNED": "pruned"}
@@ -172,17 +172,17 @@ class CentralStudy:
     @functools.cached_property
     def arms(self) -> list:
         """Weights that trained the same updates, clipping having taken the weight away
-        (`studies.treatments`)."""
-        from studies.treatments import arms
+        (`weightsearch.studies.treatments`)."""
+        from weightsearch.studies.treatments import arms
 
         return arms(self)
 
     @functools.cached_property
     def verdict(self) -> Verdict:
-        """Whether the trials separate the best weight from the others (`studies.verdict`),
-        an arm of weights that trained the same updates counted once; computed once per study
-        read (inspect, plots and summaries all ask for it)."""
-        from studies.treatments import merge, rest_of
+        """Whether the trials separate the best weight from the others
+        (`weightsearch.studies.verdict`), an arm of weights that trained the same updates counted
+        once; computed once per study read (inspect, plots and summaries all ask for it)."""
+        from weightsearch.studies.treatments import merge, rest_of
 
         scores, names = self._scores(), {}
         rests = {rest_of(c.point) for c in self.cells if c.state == "complete"}
@@ -198,7 +198,7 @@ class CentralStudy:
                              and c.weight is not None and c.weight not in scored}))
 
     def summary(self) -> dict:
-        from studies.treatments import clip_rows
+        from weightsearch.studies.treatments import clip_rows
 
         best, verdict = self.best, self.verdict
         return {
@@ -225,14 +225,14 @@ class CentralStudy:
 
 
 def open_quiet(url: str):
-    """`studies.storage.open_storage` without Optuna's chatter on the console (the
+    """`weightsearch.studies.storage.open_storage` without Optuna's chatter on the console (the
     experimental-feature warning about heartbeats, INFO lines per created study): the output of
     `inspect` and `recommend` is meant to be read or parsed."""
     import warnings
 
     import optuna
 
-    from studies.storage import open_storage
+    from weightsearch.studies.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
@@ -364,7 +364,7 @@ def _clip_template(attrs: dict) -> tuple[float, str] | None:
 
 def _clipping(raw) -> dict:
     """A trial's clipping record, as far as it is well-formed (anything may share the database)."""
-    from trainer.clipping import GRAD_CLIP_MODES
+    from weightsearch.trainer.clipping import GRAD_CLIP_MODES
 
     if not isinstance(raw, dict):
         return {}
@@ -415,7 +415,7 @@ def _dataset_from_spec(attrs: dict, central: str) -> str | None:
     train = _spec_train(attrs)
     if train is None:
         return None
-    from trainer.tasks import dataset_name, parse_tasks
+    from weightsearch.trainer.tasks import dataset_name, parse_tasks
 
     problems: list[str] = []
     tasks = parse_tasks(train.get("tasks"), problems)
@@ -455,7 +455,7 @@ def _grid_cells(attrs: dict) -> int | None:
     return len(set(map(str, weights))) * len(set(map(str, seeds)))
 
 
-# What `build_central` reads of a trial (`studies.bulk` reads nothing else).
+# What `build_central` reads of a trial (`weightsearch.studies.bulk` reads nothing else).
 CELL_PARAMS = (schema.PARAM,)
 CELL_ATTRS = (schema.T_SEED, schema.T_METRICS, schema.T_POINT, schema.T_FINETUNED_METRICS,
               schema.T_EPOCHS, schema.T_WALL_TIME, schema.T_CLIPPING)

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from weightsearch.errors import StorageError, causes
+from weightsearch.core.errors import StorageError, causes
 
 DEFAULT_STORAGE = "sqlite:///weightsearch.db"
 ENV_STORAGE = "WEIGHTSEARCH_STORAGE"

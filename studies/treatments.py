@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from studies import schema
+from weightsearch.studies import schema
 
 FIX = ("search weights inside the live range, or set grad_clip_mode: unweighted (or "
        "grad_clip: 0) so that the weight scales the step")

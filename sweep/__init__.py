@@ -5,6 +5,6 @@ The only package that imports ray, and only inside the modules that run a study 
 nor torch.
 """
 
-from sweep.spec import Search, StudySpec, load_study_spec
+from weightsearch.sweep.spec import Search, StudySpec, load_study_spec
 
 __all__ = ["Search", "StudySpec", "load_study_spec"]

@@ -34,8 +34,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from studies.storage import call_retrying
-from studies.storage import dialect as backend
+from weightsearch.studies.storage import call_retrying
+from weightsearch.studies.storage import dialect as backend
 
 ENV_TTL = "WEIGHTSEARCH_CLAIM_TTL"
 DEFAULT_TTL_S = 120.0  # a lease lives this long unless renewed; renewed every TTL / 6
@@ -53,7 +53,7 @@ def claim_ttl() -> float:
     except ValueError:
         value = math.nan
     if not (1 <= value <= MAX_TTL_S):  # also false for nan, which compares false to everything
-        from weightsearch.errors import ConfigError
+        from weightsearch.core.errors import ConfigError
 
         raise ConfigError([f"${ENV_TTL}={text!r}: give the claim lease in seconds, from 1 to "
                            f"{MAX_TTL_S:.0f}"])

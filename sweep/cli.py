@@ -8,11 +8,11 @@ import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from studies.storage import default_storage_url, shown_url, storage_failure
-from weightsearch.errors import StorageError
+from weightsearch.core.errors import StorageError
+from weightsearch.studies.storage import default_storage_url, shown_url, storage_failure
 
 if TYPE_CHECKING:
-    from sweep.summary import SweepSummary
+    from weightsearch.sweep.summary import SweepSummary
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -48,8 +48,8 @@ def _common(p: argparse.ArgumentParser, default_storage: str) -> None:
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from sweep.launch import launch
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.launch import launch
+    from weightsearch.sweep.spec import load_study_spec
 
     spec = load_study_spec(args.study_file, overrides=args.overrides)
     url = args.storage or spec.storage or default_storage_url()
@@ -60,7 +60,7 @@ def _launch(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    from sweep.launch import resume
+    from weightsearch.sweep.launch import resume
 
     url = args.storage or default_storage_url()
     with _storage_named(url, args.study):

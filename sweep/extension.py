@@ -21,9 +21,9 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from sweep.spec import StudySpec
-from trainer.resume import RESUME_FREE
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.sweep.spec import StudySpec
+from weightsearch.trainer.resume import RESUME_FREE
 
 # Run-config keys that do not change what a trial learns: those a run may resume with changed,
 # so that an interrupted old cell of a grown study still continues from its checkpoint.

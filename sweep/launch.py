@@ -14,18 +14,18 @@ import time
 import warnings
 from typing import Any
 
-from studies import schema as S
-from studies.storage import check_url, default_storage_url, open_storage
-from sweep import lookup, study_db, tuning
-from sweep.claims import Claims
-from sweep.progress import Progress, say
-from sweep.searcher import CentralPlan
-from sweep.space import Point
-from sweep.spec import StudySpec, load_study_spec
-from sweep.strategies import STRATEGIES
-from sweep.study_db import Central
-from sweep.summary import SweepSummary, summarise
-from weightsearch.errors import ClusterError
+from weightsearch.core.errors import ClusterError
+from weightsearch.studies import schema as S
+from weightsearch.studies.storage import check_url, default_storage_url, open_storage
+from weightsearch.sweep import lookup, study_db, tuning
+from weightsearch.sweep.claims import Claims
+from weightsearch.sweep.progress import Progress, say
+from weightsearch.sweep.searcher import CentralPlan
+from weightsearch.sweep.space import Point
+from weightsearch.sweep.spec import StudySpec, load_study_spec
+from weightsearch.sweep.strategies import STRATEGIES
+from weightsearch.sweep.study_db import Central
+from weightsearch.sweep.summary import SweepSummary, summarise
 
 MAX_LOST_ROUNDS = 3  # rounds in a row in which Ray lost a worker before the driver gives up
 
@@ -184,7 +184,7 @@ def first_points(spec: StudySpec, centrals: list[Central], url: str,
     if not (spec.warm_recommend or strategy.wants_recommendation(settings)):
         # (the spec checks that a recommendation's space searches the central weight)
         return {c.name: list(spec.warm_start) for c in centrals}
-    from recommender.recommend import asked_encoder, recommend
+    from weightsearch.recommender.recommend import asked_encoder, recommend
 
     out: dict[str, list[Point]] = {}
     for c in centrals:

@@ -19,13 +19,13 @@ import json
 import sys
 from typing import Any
 
-from studies import schema as S
-from studies.bulk import engine_of, optuna_tables
-from studies.storage import call_retrying, dialect
-from sweep.claims import create_once
-from sweep.space import Space
-from sweep.strategies import Record
-from sweep.study_db import to_record
+from weightsearch.studies import schema as S
+from weightsearch.studies.bulk import engine_of, optuna_tables
+from weightsearch.studies.storage import call_retrying, dialect
+from weightsearch.sweep.claims import create_once
+from weightsearch.sweep.space import Space
+from weightsearch.sweep.strategies import Record
+from weightsearch.sweep.study_db import to_record
 
 PREFIX_CHARS = 200  # our keys are at most 100 characters; the index holds this much of a value
 PREFIX = f"substr(value_json, 1, {PREFIX_CHARS})"  # the indexed expression, as queried

@@ -35,16 +35,17 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
-from studies import schema as S
-from studies.storage import check_same_file, file_identity, storage_failure
-from sweep import lookup, study_db
-from sweep.claims import Claims
-from sweep.progress import Progress
-from sweep.space import Point
-from sweep.spec import StudySpec
-from sweep.strategies import Record, Strategy, Unit
-from sweep.strategies.base import done_units, taken_cells
-from sweep.trainable import (
+from weightsearch.core.errors import StorageError
+from weightsearch.studies import schema as S
+from weightsearch.studies.storage import check_same_file, file_identity, storage_failure
+from weightsearch.sweep import lookup, study_db
+from weightsearch.sweep.claims import Claims
+from weightsearch.sweep.progress import Progress
+from weightsearch.sweep.space import Point
+from weightsearch.sweep.spec import StudySpec
+from weightsearch.sweep.strategies import Record, Strategy, Unit
+from weightsearch.sweep.strategies.base import done_units, taken_cells
+from weightsearch.sweep.trainable import (
     EPOCH,
     FINETUNE_EPOCH,
     FINETUNE_TASK,
@@ -58,8 +59,7 @@ from sweep.trainable import (
     attempt_folder,
     epoch_objective,
 )
-from sweep.trial_end import finish_trial
-from weightsearch.errors import StorageError
+from weightsearch.sweep.trial_end import finish_trial
 
 _PROPOSALS = 20  # guided search: proposals tried when other drivers keep winning the cells
 _REFRESH_S = 5.0  # an idle plan re-reads its study at most this often (other drivers' results)
@@ -335,7 +335,7 @@ class CellSearcher(Searcher):
     # --- results ----------------------------------------------------------------------
     def _record(self, trial_id: str, live: _Live, error: bool, elapsed: float
                 ) -> tuple[str, float | None, str | None]:
-        """Write the trial's end, all of it in one transaction (`sweep.trial_end`)."""
+        """Write the trial's end, all of it in one transaction (`weightsearch.sweep.trial_end`)."""
         check_same_file(self.url, self.identity)
         trial, plan = live.trial, live.plan
         if not error and live.summary is not None:

@@ -19,14 +19,14 @@ from the run, and from the settings that name them (aux weights, sampling weight
 `tasks: {groups_of: [...]}` is the budgeted grouping space (Standley et al. 2020): a study with
 no central task, where each point is one network that trains the tasks of one group (every
 non-empty group of the listed tasks; `max_size: 2`: only the single-task and pairwise networks,
-the larger groups then estimated from the pairs, `studies.grouping`). Every task of the group is
-scored in that network; the study is the one Optuna study `<study>/groups` (GROUPS_STUDY), and
-each cell's run names the group's first task as its central task, which equal weighting ignores.
+the larger groups then estimated from the pairs, `weightsearch.studies.grouping`). Every task of the
+group is scored in that network; the study is the one Optuna study `<study>/groups` (GROUPS_STUDY),
+and each cell's run names the group's first task as its central task, which equal weighting ignores.
 
 A space that searches `weighting.scheme` beside the central weight compares SIWLM with schemes
 that take no central weight: the central weight applies only at points whose scheme takes one
-(`trainer.weighting.has_central_weight`), so `{weighting.scheme: {choices: [siwlm, dwa]},
-weighting.central_weight: [1, 9]}` is three points (siwlm at 1 and 9, dwa once), and a point
+(`weightsearch.trainer.weighting.has_central_weight`), so `{weighting.scheme: {choices: [siwlm,
+dwa]}, weighting.central_weight: [1, 9]}` is three points (siwlm at 1 and 9, dwa once), and a point
 without it has no `central_weight` param. The same holds for any searched setting of a section
 whose scheme the space searches (`weighting.temperature`: dwa's only). Where a point sets a
 scheme (`weighting.scheme`, `sampling.scheme`), that section of the template keeps only the
@@ -50,12 +50,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from studies import schema as S
-from studies.grouping import all_groups
-from trainer.sampling import keep_tasks as keep_sampling_tasks
-from trainer.sampling import scheme_keys as sampling_keys
-from trainer.weighting import scheme_keys as weighting_keys
-from weightsearch.fields import Flag, Number, check_fields, setting, unknown_keys
+from weightsearch.core.fields import Flag, Number, check_fields, setting, unknown_keys
+from weightsearch.studies import schema as S
+from weightsearch.studies.grouping import all_groups
+from weightsearch.trainer.sampling import keep_tasks as keep_sampling_tasks
+from weightsearch.trainer.sampling import scheme_keys as sampling_keys
+from weightsearch.trainer.weighting import scheme_keys as weighting_keys
 
 CENTRAL_WEIGHT = S.T_CENTRAL_WEIGHT_PATH
 WEIGHTING_SCHEME = "weighting.scheme"

@@ -47,34 +47,8 @@ from typing import Any
 
 import yaml
 
-from studies.schema import (
-    DEFAULT_GRID,
-    GROUPS_STUDY,
-    STAGES,
-    STUDY_NAME_FIX,
-    STUDY_NAME_PATTERN,
-)
-from studies.schema import T_GROUP_PATH as GROUP_PATH
-from studies.storage import default_storage_url
-from sweep.space import (
-    CENTRAL_WEIGHT,
-    EXHAUSTIVE_GROUP_MAX,
-    SCHEME_KEYS,
-    SCHEME_PATHS,
-    SWEEP_OWNED,
-    WEIGHTING_SCHEME,
-    Dimension,
-    Point,
-    Space,
-    drop_other_tasks,
-    parse_space,
-    task_names_in,
-)
-from sweep.strategies import STRATEGIES, Strategy
-from trainer.config_paths import anchor_paths, writable_folder_problem
-from trainer.weighting import has_central_weight
-from weightsearch.errors import ConfigError
-from weightsearch.fields import (
+from weightsearch.core.errors import ConfigError
+from weightsearch.core.fields import (
     MAX_SEED,
     Choice,
     Flag,
@@ -88,7 +62,33 @@ from weightsearch.fields import (
     setting,
     unknown_keys,
 )
-from weightsearch.yamlio import load_yaml, read_yaml_file, yaml_problem
+from weightsearch.core.yamlio import load_yaml, read_yaml_file, yaml_problem
+from weightsearch.studies.schema import (
+    DEFAULT_GRID,
+    GROUPS_STUDY,
+    STAGES,
+    STUDY_NAME_FIX,
+    STUDY_NAME_PATTERN,
+)
+from weightsearch.studies.schema import T_GROUP_PATH as GROUP_PATH
+from weightsearch.studies.storage import default_storage_url
+from weightsearch.sweep.space import (
+    CENTRAL_WEIGHT,
+    EXHAUSTIVE_GROUP_MAX,
+    SCHEME_KEYS,
+    SCHEME_PATHS,
+    SWEEP_OWNED,
+    WEIGHTING_SCHEME,
+    Dimension,
+    Point,
+    Space,
+    drop_other_tasks,
+    parse_space,
+    task_names_in,
+)
+from weightsearch.sweep.strategies import STRATEGIES, Strategy
+from weightsearch.trainer.config_paths import anchor_paths, writable_folder_problem
+from weightsearch.trainer.weighting import has_central_weight
 
 MAX_CELLS = 50_000  # per study: every cell is a trial the drivers and readers go through
 TRIAL_CHECKPOINTS = "none"  # a trial's checkpoint policy unless train.checkpoints says otherwise
@@ -196,8 +196,8 @@ KEYS = tuple(f.name for f in dataclasses.fields(StudyFile))
 def study_file_schema() -> dict[str, Any]:
     """The JSON Schema of a study file, from the declarations of its keys and of the run
     config its `train` holds (structured settings: their JSON type)."""
-    from trainer.config import RunConfig
-    from trainer.tasks import tasks_schema
+    from weightsearch.trainer.config import RunConfig
+    from weightsearch.trainer.tasks import tasks_schema
 
     train = json_schema(RunConfig, keys=[*(f.name for f in dataclasses.fields(RunConfig)),
                                          "preset"],
@@ -322,7 +322,7 @@ class StudySpec:
     def for_cell(self, central: str, point: Mapping[str, Any], seed: int,
                  output_dir: str) -> Any:
         """The validated trainer RunConfig of one cell, built once (by the driver)."""
-        from trainer.config import load_config
+        from weightsearch.trainer.config import load_config
 
         try:
             return load_config(self.cell_mapping(central, point, seed, output_dir))
@@ -340,7 +340,7 @@ def as_launched(stored: Mapping[str, Any]) -> dict[str, Any]:
     default written out, so that its remaining cells train as its first ones did: before
     format 4, over-long training examples were truncated. (A stored file without `version` is
     format 1.)"""
-    from trainer.presets import expand_preset
+    from weightsearch.trainer.presets import expand_preset
 
     out = dict(stored)
     train = out.get("train")
@@ -359,7 +359,7 @@ def load_study_spec(
     Raises ConfigError listing every problem at once (the run config's problems prefixed
     with `train.`).
     """
-    from trainer.config import apply_overrides
+    from weightsearch.trainer.config import apply_overrides
 
     label, raw, base = _read(source)
     if not isinstance(raw, Mapping):
@@ -498,7 +498,10 @@ def _parse_search(raw: Mapping[str, Any], tasks: tuple[str, ...],
 
 def _parse_weights(raw: Any, problems: list[str]) -> Search:
     """The shorthand `weights:` for a search over the central weight alone."""
-    from sweep.space import _parse_range, _parse_values  # the same checks as search.space
+    from weightsearch.sweep.space import (  # the same checks as search.space
+        _parse_range,
+        _parse_values,
+    )
 
     grid = STRATEGIES["grid"]
     if isinstance(raw, Mapping):
@@ -594,7 +597,7 @@ def _check_points(train: Mapping[str, Any], tasks: tuple[str, ...], central: tup
                   problems: list[str]) -> int:
     """Validate the template through the trainer at every value of every dimension (the
     others at their first value), for each central task; returns train.epochs."""
-    from trainer.config import load_config
+    from weightsearch.trainer.config import load_config
 
     space = search.space
     seen: set[str] = set()
@@ -698,7 +701,7 @@ def _scheme_sections(train: Mapping[str, Any], space: Space, problems: list[str]
 
 def _task_names(raw_tasks: Any) -> tuple[str, ...]:
     """Task names in config order (load_config puts the central task first)."""
-    from trainer.tasks import parse_tasks
+    from weightsearch.trainer.tasks import parse_tasks
 
     found: list[str] = []
     parsed = parse_tasks(raw_tasks, found) if raw_tasks is not None else ()
@@ -779,7 +782,7 @@ def _parse_objective(raw: Any, train: Mapping[str, Any], central: tuple[str, ...
                            "{stage: finetuned, metric: primary}") or {}
     stage = values.setdefault("stage", "multitask")
     if stage == "finetuned":
-        from trainer.presets import expand_preset
+        from weightsearch.trainer.presets import expand_preset
 
         finetune = expand_preset(train, []).get("finetune")  # a preset may turn it on
         tasks = finetune.get("tasks", "central") if isinstance(finetune, Mapping) else None

@@ -11,15 +11,15 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from recommender.regime import encoder_size
-from studies import schema as S
-from studies.storage import shown_url
-from sweep.extension import extension_problem
-from sweep.space import CENTRAL_WEIGHT, Space
-from sweep.spec import SPEC_VERSION, StudySpec, as_launched, load_study_spec
-from sweep.strategies import Record
-from trainer.tasks import dataset_name
-from weightsearch.errors import ConfigError, StorageError
+from weightsearch.core.errors import ConfigError, StorageError
+from weightsearch.recommender.regime import encoder_size
+from weightsearch.studies import schema as S
+from weightsearch.studies.storage import shown_url
+from weightsearch.sweep.extension import extension_problem
+from weightsearch.sweep.space import CENTRAL_WEIGHT, Space
+from weightsearch.sweep.spec import SPEC_VERSION, StudySpec, as_launched, load_study_spec
+from weightsearch.sweep.strategies import Record
+from weightsearch.trainer.tasks import dataset_name
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Central:
 
 def describe(spec: StudySpec, central: str) -> Central:
     """The central task's run config and sizes (reads the train files: DataError surfaces here)."""
-    import trainer
+    from weightsearch import trainer
 
     if spec.space.groups is not None:
         return _describe_groups(spec)
@@ -73,7 +73,7 @@ def describe(spec: StudySpec, central: str) -> Central:
 def _describe_groups(spec: StudySpec) -> Central:
     """A budgeted grouping study (no central task): every task's primary metric and size, from
     the run that trains every task together (the widest group, trained or not)."""
-    import trainer
+    from weightsearch import trainer
 
     groups = spec.space.groups
     assert groups is not None  # the caller checked

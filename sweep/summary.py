@@ -8,12 +8,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from studies import schema as S
-from studies.reading import CentralStudy, read_central
-from studies.verdict import Verdict, by_seed, judge
-from sweep import study_db
-from sweep.space import CENTRAL_WEIGHT, Space
-from sweep.spec import StudySpec
+from weightsearch.studies import schema as S
+from weightsearch.studies.reading import CentralStudy, read_central
+from weightsearch.studies.verdict import Verdict, by_seed, judge
+from weightsearch.sweep import study_db
+from weightsearch.sweep.space import CENTRAL_WEIGHT, Space
+from weightsearch.sweep.spec import StudySpec
 
 
 @dataclass
@@ -99,7 +99,7 @@ def summarise(spec: StudySpec, storage: Any, url: str, centrals: Sequence[Any], 
 
 def _with_arms(result: CentralResult, study: CentralStudy, space: Space) -> CentralResult:
     """The result with the study's arms of weights that trained the same updates: named, and
-    in a grid of the central weight alone compared as one (`studies.treatments`)."""
+    in a grid of the central weight alone compared as one (`weightsearch.studies.treatments`)."""
     result.same_updates = [a.text() for a in study.arms]
     if space.central_weight_only and result.verdict is not None and study.arms:
         result.verdict = study.verdict

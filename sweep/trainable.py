@@ -29,7 +29,7 @@ import shutil
 import statistics
 from typing import Any
 
-from studies.schema import GROUP_MEAN
+from weightsearch.studies.schema import GROUP_MEAN
 
 # Keys of the results this trainable reports (read by sweep.searcher).
 OBJECTIVE = "objective"  # the central task's objective metric at this epoch (ASHA's metric)
@@ -67,7 +67,7 @@ def run_cell(config: dict[str, Any]) -> None:
     """Train the cell `config[RUN_CONFIG]`; report every multi-task epoch."""
     from ray import tune
 
-    import trainer
+    from weightsearch import trainer
 
     cfg = config[RUN_CONFIG].cfg
     prepare_attempt(config["base_dir"], int(config.get("attempt", 0)))

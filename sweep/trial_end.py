@@ -24,7 +24,7 @@ import optuna
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from studies.storage import call_retrying
+from weightsearch.studies.storage import call_retrying
 
 
 def finish_trial(study: optuna.Study, trial_id: int, state: TrialState,

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sweep.claims import Claims
-from sweep.progress import Progress, say
-from sweep.spec import StudySpec
-from weightsearch.errors import ClusterError
+from weightsearch.core.errors import ClusterError
+from weightsearch.sweep.claims import Claims
+from weightsearch.sweep.progress import Progress, say
+from weightsearch.sweep.spec import StudySpec
 
 _CONNECT_TIMEOUT_S = 5.0
 
@@ -115,8 +115,8 @@ def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, clai
     how many trials it ran and how many of them ended FAIL."""
     from ray import tune
 
-    from sweep.searcher import CellSearcher
-    from sweep.trainable import run_cell
+    from weightsearch.sweep.searcher import CellSearcher
+    from weightsearch.sweep.trainable import run_cell
 
     before = dict(meter.counts)
     # Tune's own experiment state (for Tune's restore, which the sweep never uses: the study
@@ -206,7 +206,7 @@ def _trial_dirname(trial: Any) -> str:
 def _scheduler(spec: StudySpec, stopped: set[str], searcher: Any) -> Any:
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
-    from sweep.trainable import EPOCH, OBJECTIVE
+    from weightsearch.sweep.trainable import EPOCH, OBJECTIVE
 
     class StopsLost(FIFOScheduler):
         """FIFO that stops a trial whose claim another driver took over."""

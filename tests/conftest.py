@@ -36,7 +36,7 @@ def shared_glue_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_path() -> str:
-    from trainer.encoders import default_encoder_path
+    from weightsearch.trainer.encoders import default_encoder_path
 
     return default_encoder_path()
 

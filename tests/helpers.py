@@ -35,7 +35,7 @@ CHECK_SIWLM_STEPS = ROOT / "scripts" / "check_siwlm_steps.py"
 def run_config(sample_data_dir, tiny_encoder, out: Path, **extra):
     """The tiny run most trainer tests start from: rte (central, weight 9), mrpc and stsb under
     SIWLM, 2 epochs of 64 rows in batches of 16."""
-    from trainer import load_config
+    from weightsearch.trainer import load_config
 
     raw = {
         "encoder": tiny_encoder,
@@ -67,7 +67,7 @@ class TinyRun:
 
 
 def train_tiny_run(sample_data_dir, tiny_encoder, out: Path, **extra) -> TinyRun:
-    from trainer import train
+    from weightsearch.trainer import train
 
     cfg = run_config(sample_data_dir, tiny_encoder, out, **extra)
     reports: list = []

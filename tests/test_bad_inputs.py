@@ -262,7 +262,7 @@ def test_bad_input_is_refused_cleanly(world, capsys, case, argv_of, words):
 def test_http_non_integer_train_size(world):
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
+    from weightsearch.service.app import create_app
 
     before = _studies(world["url"])
     client = TestClient(create_app(world["url"]))

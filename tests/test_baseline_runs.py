@@ -15,8 +15,8 @@ import yaml
 from safetensors.torch import load_file
 
 from tests.helpers import read_jsonl
-from trainer import train
 from weightsearch.cli import main
+from weightsearch.trainer import train
 
 TASKS = ["rte", "mrpc", "stsb"]
 

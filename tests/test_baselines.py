@@ -13,12 +13,17 @@ import pytest
 import torch
 import yaml
 
-from trainer.config import load_config
-from trainer.optim import build_optimizer
-from trainer.sampling import build_sampler, parse_sampling
-from trainer.weighting import DwaSettings, UncertaintySettings, build_scheme, parse_weighting
 from weightsearch.cli import main
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer.config import load_config
+from weightsearch.trainer.optim import build_optimizer
+from weightsearch.trainer.sampling import build_sampler, parse_sampling
+from weightsearch.trainer.weighting import (
+    DwaSettings,
+    UncertaintySettings,
+    build_scheme,
+    parse_weighting,
+)
 
 TASKS = ("rte", "mrpc", "stsb")
 TYPES = {"rte": "classification", "mrpc": "classification", "stsb": "regression"}
@@ -310,7 +315,7 @@ def test_the_command_line_refuses_them_writing_nothing(override, field, sample_d
 
 @pytest.mark.parametrize("scheme", ["uncertainty", "dwa"])
 def test_a_central_weight_search_refuses_a_scheme_that_takes_none(scheme, sample_data_dir):
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.spec import load_study_spec
 
     with pytest.raises(ConfigError) as info:
         load_study_spec({"study": "baseline", "central_tasks": ["rte"],
@@ -322,7 +327,7 @@ def test_a_central_weight_search_refuses_a_scheme_that_takes_none(scheme, sample
 
 
 def test_a_study_compares_the_methods_with_the_same_seeds(sample_data_dir):
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.spec import load_study_spec
 
     spec = load_study_spec({
         "study": "methods", "central_tasks": ["rte"], "seeds": [1, 2],

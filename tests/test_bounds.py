@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers import run_config
 from weightsearch.cli import main
-from weightsearch.errors import ConfigError, TrainingDiverged
+from weightsearch.core.errors import ConfigError, TrainingDiverged
 
 
 @pytest.mark.parametrize(("setting", "value", "words"), [
@@ -31,7 +31,7 @@ def test_out_of_range_settings_are_refused_up_front(setting, value, words, sampl
 
 
 def test_study_seeds_beyond_what_the_rngs_take_are_refused():
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.spec import load_study_spec
 
     with pytest.raises(ConfigError, match=r"seeds\[0\]: expected a whole number from 0 to "
                                           r"2147483647, got 4294967296"):
@@ -41,10 +41,10 @@ def test_study_seeds_beyond_what_the_rngs_take_are_refused():
 
 @pytest.mark.parametrize("name", ["abc\n", " abc", "a/b", "..", "a b", "ü", ".hidden", ""])
 def test_one_definition_of_a_study_name_for_launch_and_import(name, tmp_path, capsys):
-    from studies.importer import import_file
-    from sweep.spec import load_study_spec
     from tests.helpers import TABLE2
-    from weightsearch.errors import DataError
+    from weightsearch.core.errors import DataError
+    from weightsearch.studies.importer import import_file
+    from weightsearch.sweep.spec import load_study_spec
 
     with pytest.raises(ConfigError, match="study"):
         load_study_spec({"study": name, "train": {"tasks": ["rte", "mrpc"]}})
@@ -56,7 +56,7 @@ def test_one_definition_of_a_study_name_for_launch_and_import(name, tmp_path, ca
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "1e9", "soon"])
 def test_a_claim_ttl_that_is_no_lease_is_refused(value, monkeypatch):
-    from sweep.claims import ENV_TTL, claim_ttl
+    from weightsearch.sweep.claims import ENV_TTL, claim_ttl
 
     monkeypatch.setenv(ENV_TTL, value)
     with pytest.raises(ConfigError, match=r"WEIGHTSEARCH_CLAIM_TTL.*from 1 to 86400"):
@@ -83,7 +83,7 @@ def test_a_diverging_run_stops_with_the_reason(sample_data_dir, tiny_encoder, tm
                                                capsys):
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", lr=1e6, log_every=1,
                      weighting={"scheme": "siwlm", "central_weight": 1000})
-    from trainer import train
+    from weightsearch.trainer import train
 
     with pytest.raises(TrainingDiverged, match=r"training diverged: the \w+ loss is nan at "
                                                r"update \d+ .*lower lr or the loss weights"):
@@ -109,7 +109,7 @@ def test_a_diverging_run_stops_with_the_reason(sample_data_dir, tiny_encoder, tm
 def test_a_search_space_too_large_to_list_is_refused_before_anything_lists_it():
     import time
 
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.spec import load_study_spec
 
     train = {"tasks": ["rte", "mrpc"]}
     started = time.perf_counter()
@@ -198,8 +198,8 @@ def damaged_db(tmp_path):
     schema, then finds the tables' pages malformed."""
     import random
 
-    from studies.importer import import_file
     from tests.helpers import TABLE2
+    from weightsearch.studies.importer import import_file
 
     path = tmp_path / "damaged.db"
     import_file(TABLE2, "paper", f"sqlite:///{path}")
@@ -228,7 +228,7 @@ def test_a_damaged_study_database_is_one_message_not_a_traceback(argv, damaged_d
 def test_the_service_answers_503_for_a_damaged_study_database(damaged_db):
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
+    from weightsearch.service.app import create_app
 
     client = TestClient(create_app(damaged_db), raise_server_exceptions=False)
     for path in ("/studies", "/studies/paper", "/recommend?train_size=3000"):
@@ -282,7 +282,7 @@ def test_retries_start_counting_at_the_first_failure_not_the_first_try(monkeypat
 
     import sqlalchemy.exc
 
-    from studies import storage
+    from weightsearch.studies import storage
 
     monkeypatch.setattr(storage, "RETRY_DEADLINE_S", 1.0)
     calls = []
@@ -311,8 +311,8 @@ def test_fixed_batches_with_an_epoch_ended_by_one_task_are_refused(sample_data_d
 
 def test_a_database_that_cannot_be_created_is_not_called_deleted():
     """/proc takes no new files, for root too: the open fails, and is not called a deletion."""
-    from studies.storage import open_storage
-    from weightsearch.errors import StorageError
+    from weightsearch.core.errors import StorageError
+    from weightsearch.studies.storage import open_storage
 
     with pytest.raises(StorageError) as caught:
         open_storage("sqlite:////proc/weightsearch-new.db")

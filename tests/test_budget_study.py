@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from studies import schema as S
-from studies.grouping import ScoreTable, all_groups, select_each
-from sweep.spec import load_study_spec
 from weightsearch.cli import main
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.studies import schema as S
+from weightsearch.studies.grouping import ScoreTable, all_groups, select_each
+from weightsearch.sweep.spec import load_study_spec
 
 TASKS = ("rte", "mrpc", "stsb", "cola")
 METRICS = {"rte": "accuracy", "mrpc": "accuracy", "stsb": "corr", "cola": "mcc"}
@@ -48,7 +48,7 @@ def test_a_grouping_study_has_one_study_and_trains_each_group_alone(sample_data_
 
 def test_a_network_is_one_0_1_param_per_task_and_scores_the_mean_of_its_tasks(
         sample_data_dir, tmp_path) -> None:
-    from sweep.trainable import epoch_objective
+    from weightsearch.sweep.trainable import epoch_objective
 
     spec = load_study_spec(_spec(sample_data_dir, tmp_path))
     space, point = spec.space, {"tasks": ("rte", "stsb")}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import CHECK_SIWLM_STEPS
-from trainer import load_config, train
+from weightsearch.trainer import load_config, train
 
 pytestmark = pytest.mark.slow  # every test here reads a real tiny run
 

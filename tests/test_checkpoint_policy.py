@@ -14,8 +14,8 @@ import pytest
 from safetensors.torch import load_file
 
 from tests.helpers import read_jsonl, run_config, train_tiny_run
-from trainer.checkpoint import finish_checkpoints, latest_checkpoint
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer.checkpoint import finish_checkpoints, latest_checkpoint
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +56,7 @@ def test_a_finished_run_keeps_what_its_policy_says(policy, sample_data_dir, tiny
 
 def test_the_default_keeps_the_final_weights_and_trials_keep_none(sample_data_dir, tiny_encoder,
                                                                   tmp_path):
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.spec import load_study_spec
 
     assert run_config(sample_data_dir, tiny_encoder, tmp_path).checkpoints == "final"
     train = {"encoder": tiny_encoder, "data_dir": str(sample_data_dir), "tasks": ["rte", "mrpc"]}
@@ -72,7 +72,7 @@ def test_the_default_keeps_the_final_weights_and_trials_keep_none(sample_data_di
 @pytest.mark.slow
 def test_a_trimmed_run_resumed_again_is_done_not_retrained(sample_data_dir, tiny_encoder,
                                                           tmp_path):
-    from trainer import train
+    from weightsearch.trainer import train
 
     first = train_tiny_run(sample_data_dir, tiny_encoder, tmp_path / "run", checkpoints="none")
     steps = (first.out / "steps.jsonl").read_text()
@@ -89,7 +89,7 @@ def test_a_trimmed_run_resumed_again_is_done_not_retrained(sample_data_dir, tiny
 @pytest.mark.slow
 def test_an_interrupted_run_keeps_what_resume_needs_whatever_the_policy(
         sample_data_dir, tiny_encoder, tmp_path, tiny_run):
-    from trainer import train
+    from weightsearch.trainer import train
 
     class Stop(Exception):
         pass
@@ -109,7 +109,7 @@ def test_an_interrupted_run_keeps_what_resume_needs_whatever_the_policy(
 @pytest.mark.slow
 def test_weights_of_a_run_without_them_are_refused_by_name(sample_data_dir, tiny_encoder,
                                                            tmp_path):
-    from trainer import train
+    from weightsearch.trainer import train
 
     bare = train_tiny_run(sample_data_dir, tiny_encoder, tmp_path / "bare", checkpoints="none")
     kept = train_tiny_run(sample_data_dir, tiny_encoder, tmp_path / "kept", epochs=1)
@@ -160,7 +160,11 @@ def test_unknown_policy_is_a_usage_error(sample_data_dir, tiny_encoder, tmp_path
 
 
 def test_earlier_attempts_checkpoints_go_once_a_later_one_has_trained(full_run, tmp_path):
-    from sweep.trainable import attempt_folder, drop_earlier_checkpoints, prepare_attempt
+    from weightsearch.sweep.trainable import (
+        attempt_folder,
+        drop_earlier_checkpoints,
+        prepare_attempt,
+    )
 
     base = str(tmp_path / "w9_s1")
     shutil.copytree(full_run.out, base)

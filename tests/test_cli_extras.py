@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from weightsearch.cli import main
-from weightsearch.errors import ConfigError
-from weightsearch.extras import require_extra
+from weightsearch.core.errors import ConfigError
+from weightsearch.core.extras import require_extra
 
 
 @pytest.mark.parametrize(("target", "says"), [
@@ -33,8 +33,8 @@ def test_a_missing_extra_names_what_to_install():
 @pytest.mark.slow
 def test_plots_are_written_in_the_format_of_their_extension(tmp_path, capsys):
     pytest.importorskip("matplotlib")
-    from studies.importer import import_file
     from tests.helpers import TABLE2
+    from weightsearch.studies.importer import import_file
 
     url = f"sqlite:///{tmp_path / 'paper.db'}"
     import_file(TABLE2, "paper", url)

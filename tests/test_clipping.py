@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.helpers import read_jsonl, run_config, train_tiny_run
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
 
 
 def _losses(out):
@@ -93,8 +93,8 @@ def _one_update(run, task, restated_clip):
     and the same update restated on a copy of the model: the gradient of the batch's plain
     loss, clipped and weighted as `restated_clip(grads, weight)` says, then the optimizer
     step. The weight, and the parameters after each."""
-    from trainer.loop import _to_device, _train_step
-    from trainer.optim import build_optimizer
+    from weightsearch.trainer.loop import _to_device, _train_step
+    from weightsearch.trainer.optim import build_optimizer
 
     step, indices = next((i, ix) for i, (t, ix) in enumerate(run.plans[1])
                          if t == task and run.scheme.weight(t, 1, i) > 1)
@@ -127,7 +127,7 @@ def _norm(grads):
 @pytest.mark.parametrize("mode", ["global", "unweighted"])
 def test_each_mode_matches_a_restatement(sample_data_dir, tiny_encoder, tmp_path, mode):
     """global: g_w = weight x g, clipped to c. unweighted: g clipped to c, times the weight."""
-    from trainer.loop import set_up
+    from weightsearch.trainer.loop import set_up
 
     clip = 0.05
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", grad_clip=clip,
@@ -156,7 +156,7 @@ def test_each_mode_matches_a_restatement(sample_data_dir, tiny_encoder, tmp_path
 
 def test_the_two_modes_differ_at_a_clipped_update(sample_data_dir, tiny_encoder, tmp_path):
     """The restatement is sharp: the two modes give different parameters at weight 9."""
-    from trainer.loop import _train_step, set_up
+    from weightsearch.trainer.loop import _train_step, set_up
 
     after = {}
     for mode in ("global", "unweighted"):
@@ -199,7 +199,7 @@ def test_default_mode_reads_as_before(sample_data_dir, tiny_encoder, tmp_path):
 
 
 def test_updates_without_a_record_make_it_incomplete_and_a_nan_norm_counts():
-    from trainer.clipping import clip_summary, reading_fields
+    from weightsearch.trainer.clipping import clip_summary, reading_fields
 
     old = [{"task": "rte", "weight": 9.0, "skipped": False, "loss": 0.7}] * 3
     new = [{"task": "rte", "weight": 9.0, "skipped": False,
@@ -217,7 +217,7 @@ def test_smart_has_no_unweighted_gradient(sample_data_dir, tiny_encoder, tmp_pat
         run_config(sample_data_dir, tiny_encoder, tmp_path / "run", grad_clip_mode="unweighted",
                    adversarial={"enabled": True})
     assert any("SMART" in p for p in caught.value.problems)
-    from trainer.clipping import reading_fields
+    from weightsearch.trainer.clipping import reading_fields
 
     fields = reading_fields({"skipped": False, "weight": 9.0}, 4.0, 0.25,
                             weighted_task_gradient=False)

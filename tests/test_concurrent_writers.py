@@ -9,8 +9,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from studies import schema
-from studies.storage import open_storage
+from weightsearch.studies import schema
+from weightsearch.studies.storage import open_storage
 
 WORKERS = 8
 TRIALS_EACH = 10  # 80 trials per backend; the benchmark writes 8 x 25

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import EXAMPLES, ROOT
-from trainer import load_config, train
 from weightsearch.cli import main
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer import load_config, train
 
 RUN_EXAMPLES = sorted(p for p in EXAMPLES.glob("*.yaml") if not p.name.startswith("study-"))
 
@@ -100,7 +100,7 @@ def test_run_configs_and_study_files_anchor_an_encoder_folder_alike(
         written, tmp_path, monkeypatch, tiny_encoder, sample_data_dir):
     """One rule for both files: an encoder written as a path, or naming a folder that exists
     beside the file, starts at the file's folder; a model id stays as written."""
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.spec import load_study_spec
 
     project = tmp_path / "project"
     monkeypatch.setenv("HOME", str(project))  # `~/models/tiny` is then the same folder
@@ -119,7 +119,7 @@ def test_run_configs_and_study_files_anchor_an_encoder_folder_alike(
 
 
 def test_a_model_id_is_not_a_path(tmp_path, monkeypatch):
-    from trainer.config_paths import anchor_paths
+    from weightsearch.trainer.config_paths import anchor_paths
 
     monkeypatch.chdir(tmp_path)
     assert anchor_paths({"encoder": "org/model"}, tmp_path)["encoder"] == "org/model"

@@ -1,6 +1,6 @@
 """The core install: its requirements leave out the extras' packages, and a fresh venv with the
-core package alone runs `recommend` and `inspect`, and names the extra that `launch`, `serve` and
-tracking need."""
+core package alone installs one import name (`weightsearch`), trains, runs `recommend` and
+`inspect`, and names the extra that `launch`, `serve` and tracking need."""
 
 from __future__ import annotations
 
@@ -15,7 +15,11 @@ import tomllib
 
 from tests.helpers import ROOT, TABLE2
 
-PACKAGES = ("weightsearch", "trainer", "studies", "recommender", "sweep", "service")
+# Each installed package and its folder in the repository (weightsearch/<name> links to it).
+FOLDERS = {"weightsearch": "weightsearch", "weightsearch.trainer": "trainer",
+           "weightsearch.studies": "studies", "weightsearch.recommender": "recommender",
+           "weightsearch.sweep": "sweep", "weightsearch.service": "service"}
+PACKAGES = tuple(FOLDERS)
 EXTRA_ONLY = ("ray", "fastapi", "uvicorn", "psycopg", "matplotlib", "tensorboard", "mlflow")
 TORCH = os.environ.get("TORCH_SPEC", "torch==2.13.0")  # as scripts/test.sh installs it
 
@@ -29,8 +33,8 @@ def test_core_requirements_leave_out_the_extras():
                                                       "all"}
     package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-data"]
-    for package in PACKAGES:  # PEP 561: type checkers read the packages' own hints
-        assert "py.typed" in package_data[package] and (ROOT / package / "py.typed").is_file()
+    for package, folder in FOLDERS.items():  # PEP 561: type checkers read the packages' hints
+        assert "py.typed" in package_data[package] and (ROOT / folder / "py.typed").is_file()
 
 
 def _source_copy(folder: Path) -> Path:
@@ -39,8 +43,8 @@ def _source_copy(folder: Path) -> Path:
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, src / name)
-    for package in PACKAGES:
-        shutil.copytree(ROOT / package, src / package,
+    for folder in FOLDERS.values():  # the links in weightsearch/ stay links
+        shutil.copytree(ROOT / folder, src / folder, symlinks=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return src
 
@@ -53,7 +57,8 @@ def _run(args: list[str], cwd: Path, timeout: float = 300) -> subprocess.Complet
 
 @pytest.mark.integration
 @pytest.mark.timeout(600)
-def test_a_fresh_core_install_recommends_inspects_and_names_missing_extras(tmp_path):
+def test_a_fresh_core_install_trains_recommends_inspects_and_names_missing_extras(
+        tmp_path, tiny_encoder):
     venv = tmp_path / "venv"
     done = _run([sys.executable, "-m", "venv", str(venv)], tmp_path)
     assert done.returncode == 0, done.stderr
@@ -70,9 +75,23 @@ def test_a_fresh_core_install_recommends_inspects_and_names_missing_extras(tmp_p
              f"print(' '.join(m for m in {EXTRA_ONLY!r} if u.find_spec(m)))")
     done = _run([python, "-c", probe], tmp_path)
     assert done.returncode == 0 and done.stdout.split() == [], done.stdout + done.stderr
+    # One import name: the folders install under `weightsearch.`, never as `trainer` and so on.
+    names = ("import importlib.util as u; "
+             f"print(' '.join(m for m in {tuple(FOLDERS.values())!r} if u.find_spec(m)))")
+    assert _run([python, "-c", names], tmp_path).stdout.split() == ["weightsearch"]
+    done = _run([python, "-c", "from weightsearch.trainer import train; print(train.__module__)"],
+                tmp_path)
+    assert done.stdout.strip() == "weightsearch.trainer.pipeline", done.stderr
     typed = ("import importlib.resources as r; "
              f"print(all(r.files(p).joinpath('py.typed').is_file() for p in {PACKAGES!r}))")
     assert _run([python, "-c", typed], tmp_path).stdout.strip() == "True"
+
+    tiny = tmp_path / "tiny.yaml"
+    tiny.write_text(f"encoder: {tiny_encoder}\ndata_dir: {ROOT / 'data' / 'glue_sample'}\n"
+                    "tasks: [rte, mrpc]\nepochs: 1\nmax_train_examples: 16\n"
+                    f"max_eval_examples: 16\noutput_dir: {tmp_path / 'run'}\n")
+    done = _run([script, "train", "--config", str(tiny)], tmp_path)
+    assert done.returncode == 0 and (tmp_path / "run" / "result.json").is_file(), done.stderr
 
     url = f"sqlite:///{tmp_path / 'core.db'}"
     for args in (["recommend", "--train-size", "2500", "--storage", url],

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from trainer import data
-from trainer.data import TaskData, batch_plan, collate, eval_batches, load_task_data
-from trainer.encoders import load_tokenizer
-from trainer.tasks import PRESETS, TaskSpec
+from weightsearch.trainer import data
+from weightsearch.trainer.data import TaskData, batch_plan, collate, eval_batches, load_task_data
+from weightsearch.trainer.encoders import load_tokenizer
+from weightsearch.trainer.tasks import PRESETS, TaskSpec
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_columns_and_sizes(sample_tasks: dict[str, TaskData], tokenizer: Any) ->
 
 def test_cache_hit_does_not_tokenize(sample_data_dir: Path, tokenizer: Any, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainer.heads import base
+    from weightsearch.trainer.heads import base
 
     calls: list[int] = []
     real = base.encode

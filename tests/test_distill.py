@@ -12,9 +12,9 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
 from tests.helpers import read_jsonl, run_config
-from trainer import train
 from weightsearch.cli import main
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer import train
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +32,7 @@ def teachers(sample_data_dir, tiny_encoder, tmp_path_factory):
 
 
 def test_distillation_loss_is_the_mean_of_hard_and_soft(sample_data_dir, tiny_encoder):
-    from trainer.heads import build_head
+    from weightsearch.trainer.heads import build_head
 
     cfg = run_config(sample_data_dir, tiny_encoder, "unused")
     head = build_head(cfg.task("rte"), 32)
@@ -51,8 +51,8 @@ def test_distillation_loss_is_the_mean_of_hard_and_soft(sample_data_dir, tiny_en
 
 @pytest.mark.slow
 def test_builder_averages_the_teachers(sample_data_dir, tiny_encoder, tmp_path, teachers):
-    from trainer.data import collate
-    from trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.data import collate
+    from weightsearch.trainer.model import MTDNN, load_encoder
 
     student = run_config(sample_data_dir, tiny_encoder, tmp_path / "student", epochs=1,
                          cache_dir=str(tmp_path / "cache" / "tokenized"),
@@ -63,8 +63,8 @@ def test_builder_averages_the_teachers(sample_data_dir, tiny_encoder, tmp_path, 
     files = sorted((tmp_path / "cache" / "soft-targets").glob("*.safetensors"))
     assert [f.name.split("-")[0] for f in files] == ["rte", "stsb"]
 
-    from trainer.encoders import load_tokenizer
-    from trainer.run_data import load_data
+    from weightsearch.trainer.encoders import load_tokenizer
+    from weightsearch.trainer.run_data import load_data
 
     tokenizer = load_tokenizer(tiny_encoder)
     data = load_data(student, tokenizer)
@@ -182,7 +182,7 @@ def _die(report):
 
 
 def _soft_file(path, data, targets):
-    from trainer.distill import fingerprint
+    from weightsearch.trainer.distill import fingerprint
 
     spec = data.spec
     save_file({"targets": targets.float().contiguous()}, str(path), metadata={
@@ -197,8 +197,8 @@ def test_the_loop_trains_on_the_mean_of_hard_and_soft_losses(sample_data_dir, ti
     # a * hard + b * soft with soft targets t = y + c (y the labels), the soft loss is
     # H - 2c * m + c^2 (H the hard loss, m the mean residual), so t = y gives (a + b) * H and
     # the mean of the runs at +c and -c gives (a + b) * H + b * c^2. MT-DNN-KD: a = b = 1/2.
-    from trainer.encoders import load_tokenizer
-    from trainer.run_data import load_data
+    from weightsearch.trainer.encoders import load_tokenizer
+    from weightsearch.trainer.run_data import load_data
 
     base = {"epochs": 1, "tasks": ["stsb"], "central_task": "stsb",
             "weighting": {"scheme": "equal"}}
@@ -234,8 +234,8 @@ def test_a_home_relative_soft_target_file_is_a_file(sample_data_dir, tiny_encode
 @pytest.mark.slow
 def test_a_finetuned_teacher_teaches_and_ranks_with_its_finetuned_checkpoint(
         sample_data_dir, tiny_encoder, tmp_path):
-    from trainer.distill import pick_teachers
-    from trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.distill import pick_teachers
+    from weightsearch.trainer.model import MTDNN, load_encoder
 
     teacher = tmp_path / "teacher"
     train(run_config(sample_data_dir, tiny_encoder, teacher, epochs=1, tasks=["rte", "stsb"],
@@ -261,8 +261,8 @@ def test_a_finetuned_teacher_teaches_and_ranks_with_its_finetuned_checkpoint(
                      distill={"teachers": {"rte": [str(teacher)]}}), quiet=True)
     built = load_file(str(next((tmp_path / "cache" / "soft-targets").glob("rte-*"))))["targets"]
 
-    from trainer.encoders import load_tokenizer
-    from trainer.run_data import load_data
+    from weightsearch.trainer.encoders import load_tokenizer
+    from weightsearch.trainer.run_data import load_data
 
     tokenizer = load_tokenizer(tiny_encoder)
     data = load_data(student, tokenizer)["rte"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import EXAMPLES
-from trainer import load_config, train
+from weightsearch.trainer import load_config, train
 
 
 def _example(name, sample_data_dir, tiny_encoder, out, **sets):
@@ -24,16 +24,16 @@ def test_run_examples_load(name, sample_data_dir, tiny_encoder, tmp_path):
 
 
 def test_finetuned_study_example_loads():
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.spec import load_study_spec
 
     spec = load_study_spec(EXAMPLES / "study-finetuned-sample.yaml")
     assert spec.objective.stage == "finetuned" and spec.central_tasks == ("sst2", "stsb")
 
 
 def test_ladder_study_example_trains_one_size_beside_the_auxiliaries(sample_data_dir):
-    from sweep.spec import load_study_spec
-    from trainer import task_sizes
-    from trainer.tasks import dataset_name
+    from weightsearch.sweep.spec import load_study_spec
+    from weightsearch.trainer import task_sizes
+    from weightsearch.trainer.tasks import dataset_name
 
     spec = load_study_spec(EXAMPLES / "study-sst2-ladder.yaml",
                            overrides=[f"train.data_dir={sample_data_dir}"])
@@ -76,8 +76,8 @@ def test_domain_adaptation_example_starts_from_the_source_run(sample_data_dir, t
 
 
 def test_budget_glue_example_loads_every_group(sample_data_dir):
-    from studies import schema as S
-    from sweep.spec import load_study_spec
+    from weightsearch.studies import schema as S
+    from weightsearch.sweep.spec import load_study_spec
 
     spec = load_study_spec(EXAMPLES / "study-budget-glue.yaml",
                            overrides=[f"train.data_dir={sample_data_dir}"])
@@ -91,9 +91,9 @@ def test_budget_sample_study_runs_and_inspect_prints_the_table(sample_data_dir, 
                                                                tmp_path, capsys):
     """The shipped budgeted-grouping example end to end on Ray: its 15 networks (tiny encoder,
     48 rows, one epoch: CI time), then `inspect` through the command line."""
-    from studies import schema as S
-    from sweep.spec import load_study_spec
     from weightsearch.cli import main
+    from weightsearch.studies import schema as S
+    from weightsearch.sweep.spec import load_study_spec
 
     url = f"sqlite:///{tmp_path / 'budget.db'}"
     spec = load_study_spec(EXAMPLES / "study-budget-sample.yaml", overrides=[
@@ -139,10 +139,10 @@ def test_methods_sample_study_runs_and_inspect_compares_the_methods(tiny_encoder
 
     import optuna
 
-    from studies import schema as S
-    from sweep.spec import load_study_spec
     from tests.helpers import read_jsonl
     from weightsearch.cli import main
+    from weightsearch.studies import schema as S
+    from weightsearch.sweep.spec import load_study_spec
 
     url = f"sqlite:///{tmp_path / 'methods.db'}"
     spec = load_study_spec(EXAMPLES / "study-methods-sample.yaml", overrides=[
@@ -185,7 +185,7 @@ def test_methods_sample_study_runs_and_inspect_compares_the_methods(tiny_encoder
 def _launch_on_two_cpus(spec):
     import ray
 
-    from sweep.launch import launch
+    from weightsearch.sweep.launch import launch
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:

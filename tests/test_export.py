@@ -10,10 +10,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from recommender.recommend import load_evidence
-from studies.importer import import_file
-from studies.reading import open_quiet, read_all
 from weightsearch.cli import main
+from weightsearch.recommender.recommend import load_evidence
+from weightsearch.studies.importer import import_file
+from weightsearch.studies.reading import open_quiet, read_all
 
 HERE = Path(__file__).parent
 RELEASE_DB = HERE / "compat" / "release-0.1.0" / "studies.db"  # a study a sweep made

@@ -16,10 +16,11 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from studies import schema as S
-from sweep.space import CENTRAL_WEIGHT, GROUP, Space
-from sweep.spec import load_study_spec
-from sweep.strategies import (
+from weightsearch.core.errors import ConfigError
+from weightsearch.studies import schema as S
+from weightsearch.sweep.space import CENTRAL_WEIGHT, GROUP, Space
+from weightsearch.sweep.spec import load_study_spec
+from weightsearch.sweep.strategies import (
     STRATEGIES,
     Record,
     Strategy,
@@ -27,9 +28,9 @@ from sweep.strategies import (
     register_strategy,
     unregister_strategy,
 )
-from sweep.strategies.base import done_units, grid_or_problem, taken_cells
-from trainer.config import load_config
-from trainer.sampling import (
+from weightsearch.sweep.strategies.base import done_units, grid_or_problem, taken_cells
+from weightsearch.trainer.config import load_config
+from weightsearch.trainer.sampling import (
     SAMPLERS,
     Sampler,
     SamplerSettings,
@@ -38,8 +39,7 @@ from trainer.sampling import (
     register_sampler,
     unregister_sampler,
 )
-from trainer.sampling.base import PREFIX, Batches, Plan, rng
-from weightsearch.errors import ConfigError
+from weightsearch.trainer.sampling.base import PREFIX, Batches, Plan, rng
 
 
 # --- a batch sampler in one module ----------------------------------------------------------
@@ -256,7 +256,7 @@ def _task_data(cfg: Any, sizes: Mapping[str, int]) -> dict[str, Any]:
     """Tokenized-looking training sets (only the `length` column batching reads)."""
     import datasets
 
-    from trainer.data import TaskData
+    from weightsearch.trainer.data import TaskData
 
     return {name: TaskData(spec=cfg.task(name), evals={}, truncated={},
                            train=datasets.Dataset.from_dict(
@@ -265,7 +265,7 @@ def _task_data(cfg: Any, sizes: Mapping[str, int]) -> dict[str, Any]:
 
 
 def test_a_new_sampler_is_one_module_and_a_registration(blocks, sample_data_dir: Path) -> None:
-    from trainer.data import batch_plan
+    from weightsearch.trainer.data import batch_plan
 
     raw = {"data_dir": str(sample_data_dir), "tasks": ["rte", "mrpc", "stsb"],
            "central_task": "rte", "batch_size": 4,
@@ -366,8 +366,8 @@ def _drive(spec: Any, strategy: Strategy) -> tuple[list[Record], list[Unit]]:
 
 def test_a_new_strategy_is_one_module_and_a_registration(topdown,
                                                          sample_data_dir: Path) -> None:
-    from sweep.launch import first_points
-    from sweep.study_db import Central
+    from weightsearch.sweep.launch import first_points
+    from weightsearch.sweep.study_db import Central
 
     spec = load_study_spec(_study(sample_data_dir, warm_start=[{CENTRAL_WEIGHT: 3,
                                                                 "lr": 1.0e-4}]))
@@ -392,8 +392,8 @@ def test_a_new_strategy_is_one_module_and_a_registration(topdown,
 
 def test_the_launch_makes_a_recommendation_into_the_new_strategys_first_points(
         topdown, sample_data_dir: Path) -> None:
-    from sweep.launch import first_points
-    from sweep.study_db import Central
+    from weightsearch.sweep.launch import first_points
+    from weightsearch.sweep.study_db import Central
 
     spec = load_study_spec(_study(sample_data_dir, warm_start="recommend"))
     # An existing study holds the recommender's answer: the launch reads it back.

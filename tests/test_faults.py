@@ -32,8 +32,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from studies import schema as S
 from tests.helpers import check_siwlm_steps, free_port, ray_temp_dir, sigkill_until_gone
+from weightsearch.studies import schema as S
 
 pytestmark = [pytest.mark.integration, pytest.mark.postgres]
 

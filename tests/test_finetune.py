@@ -11,8 +11,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.helpers import read_jsonl, run_config
-from trainer import load_config, train
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer import load_config, train
 
 
 def _weights(folder):
@@ -112,10 +112,10 @@ def test_resume_inside_finetuning_equals_an_uninterrupted_run(
 def test_smart_term_is_zero_without_perturbation_and_positive_with_it(
     sample_data_dir, tiny_encoder
 ):
-    from trainer.data import collate, load_task_data
-    from trainer.encoders import load_tokenizer
-    from trainer.model import MTDNN, load_encoder
-    from trainer.smart import AdversarialSettings, smart_loss
+    from weightsearch.trainer.data import collate, load_task_data
+    from weightsearch.trainer.encoders import load_tokenizer
+    from weightsearch.trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.smart import AdversarialSettings, smart_loss
 
     cfg = run_config(sample_data_dir, tiny_encoder, "unused")
     tokenizer = load_tokenizer(tiny_encoder)
@@ -140,10 +140,10 @@ def test_smart_is_the_reference_codes_perturbation(sample_data_dir, tiny_encoder
     nothing projected, and the symmetric KL between the clean and adversarial outputs."""
     import torch.nn.functional as F
 
-    from trainer.data import collate, load_task_data
-    from trainer.encoders import load_tokenizer
-    from trainer.model import MTDNN, load_encoder
-    from trainer.smart import AdversarialSettings, smart_loss
+    from weightsearch.trainer.data import collate, load_task_data
+    from weightsearch.trainer.encoders import load_tokenizer
+    from weightsearch.trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.smart import AdversarialSettings, smart_loss
 
     cfg = run_config(sample_data_dir, tiny_encoder, "unused")
     tokenizer = load_tokenizer(tiny_encoder)
@@ -283,7 +283,7 @@ def test_siwlm_paper_preset_resolves_value_by_value(sample_data_dir):
 
 
 def test_siwlm_paper_preset_shapes_the_tasks_as_the_reference_code(sample_data_dir, tmp_path):
-    from trainer.finetune import stage_config
+    from weightsearch.trainer.finetune import stage_config
 
     cfg = load_config({"preset": "siwlm-paper", "data_dir": str(sample_data_dir),
                        "weighting": {"central_weight": 9},
@@ -361,10 +361,10 @@ def test_a_run_removes_no_finetune_folder_it_did_not_make(sample_data_dir, tiny_
 def test_smart_works_on_a_compiled_encoder(sample_data_dir, tiny_encoder):
     """A compiled encoder ignores hooks added after it compiled; SMART's perturbed passes run
     the encoder's own module, so the term is the uncompiled one."""
-    from trainer.data import collate, load_task_data
-    from trainer.encoders import load_tokenizer
-    from trainer.model import MTDNN, load_encoder
-    from trainer.smart import AdversarialSettings, smart_loss
+    from weightsearch.trainer.data import collate, load_task_data
+    from weightsearch.trainer.encoders import load_tokenizer
+    from weightsearch.trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.smart import AdversarialSettings, smart_loss
 
     cfg = run_config(sample_data_dir, tiny_encoder, "unused")
     tokenizer = load_tokenizer(tiny_encoder)

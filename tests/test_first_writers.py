@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from studies import schema
+from weightsearch.studies import schema
 
 WRITERS = 8
 CELLS = [schema.cell_key(w, 1) for w in (1, 3, 5, 7, 9, 11)]
@@ -25,8 +25,8 @@ def first_write(url: str, worker: int, start, result_path: str) -> None:
     try:
         import optuna
 
-        from studies.storage import open_storage
-        from sweep.claims import Claims
+        from weightsearch.studies.storage import open_storage
+        from weightsearch.sweep.claims import Claims
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         start.wait()  # all writers hit the empty database together

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from studies.grouping import (
+from weightsearch.studies.grouping import (
     ScoreTable,
     all_groups,
     estimate_from_pairs,

@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.heads import (
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer.heads import (
     HEADS,
     ClassificationHead,
     Encoded,
@@ -17,8 +18,7 @@ from trainer.heads import (
     RegressionHead,
     build_head,
 )
-from trainer.tasks import PRESETS, TASK_TYPES
-from weightsearch.errors import ConfigError
+from weightsearch.trainer.tasks import PRESETS, TASK_TYPES
 
 HIDDEN = 8
 LN = math.log

@@ -5,11 +5,11 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from studies import schema
-from studies.importer import import_file
-from studies.reading import open_quiet, read_central, study_names
 from tests.helpers import TABLE2
-from weightsearch.errors import DataError, StorageError
+from weightsearch.core.errors import DataError, StorageError
+from weightsearch.studies import schema
+from weightsearch.studies.importer import import_file
+from weightsearch.studies.reading import open_quiet, read_central, study_names
 
 HEADER = "central_task,task_type,train_size,central_weight,seed,metric\n"
 GOOD = "rte,classification,2490,1,0,70.1\nrte,classification,2490,9,0,71.5\n"
@@ -56,7 +56,7 @@ def test_paper_table_imports_as_one_study_per_central_task(url):
     # The shipped table imports with its regime: the recommender sees the paper's evidence as
     # the paper's (BERT-base, fine-tuned), in place of its built-in copy, not beside it.
     assert (cola.encoder, cola.stage) == ("bert-base-uncased", "finetuned")
-    from recommender.recommend import load_evidence
+    from weightsearch.recommender.recommend import load_evidence
 
     evidence = load_evidence(url)
     rte = [p for p in evidence if p.task == "rte"]
@@ -140,8 +140,8 @@ def test_bad_clipping_columns_are_refused_and_nothing_is_written(held_url, tmp_p
 def test_clipping_columns_round_trip_through_export(url, tmp_path, capsys):
     """Two clipping regimes of one dataset import as two tasks, keep their regime, clip shares
     and the weights that trained the same updates, and export back to the same rows."""
-    from studies.exporter import export_study
     from weightsearch.cli import main
+    from weightsearch.studies.exporter import export_study
 
     f = tmp_path / "clip.csv"
     f.write_text(

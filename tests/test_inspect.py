@@ -8,9 +8,9 @@ import json
 import pandas as pd
 import pytest
 
-from studies.importer import import_file
 from tests.helpers import TABLE2
 from weightsearch.cli import main
+from weightsearch.studies.importer import import_file
 
 SEEDS = """central_task,task_type,train_size,central_weight,seed,metric
 rte,classification,2490,3,1,60
@@ -81,8 +81,8 @@ def test_foreign_studies_are_listed_as_such_and_never_crash(tmp_path, capsys):
     import optuna
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
     from weightsearch.cli import main
+    from weightsearch.service.app import create_app
 
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -115,8 +115,8 @@ def test_every_cell_is_counted_and_retried_attempts_are_superseded(tmp_path):
     import optuna
     from optuna.distributions import FloatDistribution
 
-    from studies import schema
-    from studies.reading import open_quiet, read_central
+    from weightsearch.studies import schema
+    from weightsearch.studies.reading import open_quiet, read_central
 
     url = f"sqlite:///{tmp_path / 'grid.db'}"
     storage = open_quiet(url)

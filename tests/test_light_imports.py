@@ -31,8 +31,8 @@ def test_recommend_for_a_task_preset_does_not_import_torch(tmp_path):
 def test_absurd_train_sizes_are_refused_on_the_command_line_and_over_http(capsys):
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
     from weightsearch.cli import main
+    from weightsearch.service.app import create_app
 
     huge = "9" * 400
     assert main(["recommend", "--train-size", huge]) == 2
@@ -48,8 +48,10 @@ def test_a_study_driver_sizes_every_task_type_without_torch():
     torch, transformers or datasets (seconds of imports and hundreds of MB per driver); the
     counts are those the trainer's heads parse."""
     code = (
-        "import sys, json; from sweep.spec import load_study_spec; from sweep import study_db; "
-        "from sweep.tuning import _tensorboardx_without_torch; import trainer; "
+        "import sys, json; from weightsearch.sweep.spec import load_study_spec; "
+        "from weightsearch.sweep import study_db; "
+        "from weightsearch.sweep.tuning import _tensorboardx_without_torch; "
+        "from weightsearch import trainer; "
         "spec = load_study_spec('examples/study-sample.yaml'); "
         "sizes = {c: study_db.describe(spec, c).sizes for c in spec.central_tasks}; "
         "qa = trainer.task_sizes('examples/run-qa-mix-sample.yaml'); "
@@ -63,10 +65,10 @@ def test_a_study_driver_sizes_every_task_type_without_torch():
     assert sizes == {c: {"sst2": 200, "stsb": 200, "mrpc": 200} for c in ("sst2", "stsb")}
 
     # The same rows as the heads' own parse (which loads torch) gives.
-    from trainer.config import load_config
-    from trainer.heads import head_class
-    from trainer.readers import read_task_table, resolve_path
-    from trainer.task_rows import train_subset
+    from weightsearch.trainer.config import load_config
+    from weightsearch.trainer.heads import head_class
+    from weightsearch.trainer.readers import read_task_table, resolve_path
+    from weightsearch.trainer.task_rows import train_subset
 
     cfg = load_config(ROOT / "examples/run-qa-mix-sample.yaml")
     for spec in cfg.tasks:

@@ -1,5 +1,6 @@
-"""A run gives the memory it freed back to the system between phases (`trainer.memory`): glibc
-would otherwise keep it in its heap, and the RSS a run reaches in its first epoch would stay."""
+"""A run gives the memory it freed back to the system between phases
+(`weightsearch.trainer.memory`): glibc would otherwise keep it in its heap, and the RSS a run
+reaches in its first epoch would stay."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tests.helpers import ROOT
 # glibc's mmap threshold, as the first steps of a run do, so the blocks come from the heap.
 _HELD = """
 import sys, numpy as np
-from trainer.memory import give_back
+from weightsearch.trainer.memory import give_back
 def rss():
     lines = open('/proc/self/status').read().splitlines()
     return next(int(l.split()[1]) for l in lines if l.startswith('VmRSS')) / 1024
@@ -50,7 +51,7 @@ def test_recomputed_activations_train_the_same_run(precision, sample_data_dir, t
     and recomputes attention in the forward pass's precision, so the run is the plain one:
     the same loss at every step and the same dev metrics."""
     from tests.helpers import read_jsonl, train_tiny_run
-    from trainer.resume import resume_settings
+    from weightsearch.trainer.resume import resume_settings
 
     plain_run = train_tiny_run(sample_data_dir, tiny_encoder, tmp_path / "plain",
                                precision=precision)
@@ -68,8 +69,8 @@ def test_recomputed_activations_train_the_same_run(precision, sample_data_dir, t
 def test_a_run_with_the_setting_recomputes_its_layers(sample_data_dir, tiny_encoder, tmp_path):
     """The setting reaches the encoder the run builds: its layers are checkpointed."""
     from tests.helpers import run_config
-    from trainer.device import select_runtime
-    from trainer.loop import _build_model
+    from weightsearch.trainer.device import select_runtime
+    from weightsearch.trainer.loop import _build_model
 
     for flag in (False, True):
         cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run",
@@ -87,7 +88,7 @@ def test_recomputing_saves_only_what_the_checkpoints_take(sample_data_dir, tiny_
     RSS it spares is measured in BENCHMARKS.md section 4)."""
     import torch
 
-    from trainer.model import load_encoder, recompute_activations
+    from weightsearch.trainer.model import load_encoder, recompute_activations
 
     def saved_bytes(recompute: bool) -> int:
         encoder = load_encoder(tiny_encoder, seed=1)

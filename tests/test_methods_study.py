@@ -1,5 +1,5 @@
 """The method as a search dimension: SIWLM's central weight beside schemes that take none, in one
-study, and the compute-fair comparison `inspect` prints of it (`studies.methods`)."""
+study, and the compute-fair comparison `inspect` prints of it (`weightsearch.studies.methods`)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import pytest
 import yaml
 from scipy import stats
 
-from studies import schema as S
-from sweep.space import CENTRAL_WEIGHT
 from weightsearch.cli import main
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.studies import schema as S
+from weightsearch.sweep.space import CENTRAL_WEIGHT
 
 TASKS = ["rte", "mrpc", "stsb"]
 SCHEMES = {"choices": ["siwlm", "uncertainty", "dwa", "equal"]}
@@ -30,7 +30,7 @@ def _study(sample_data_dir: Path, space: dict, **extra) -> dict:
 
 
 def _spec(raw: dict):
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.spec import load_study_spec
 
     return load_study_spec(raw)
 
@@ -244,8 +244,8 @@ def test_the_comparison_against_a_restatement_by_hand(tmp_path, capsys):
 
 
 def test_the_recommender_reads_only_the_siwlm_trials(tmp_path):
-    from recommender.recommend import study_evidence
-    from studies.reading import open_quiet, read_all
+    from weightsearch.recommender.recommend import study_evidence
+    from weightsearch.studies.reading import open_quiet, read_all
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
     _stored_methods_study(url)
@@ -257,8 +257,8 @@ def test_the_recommender_reads_only_the_siwlm_trials(tmp_path):
 
 
 def _rows(url: str) -> tuple[list[dict], str]:
-    from studies.methods import conclusion, method_rows
-    from studies.reading import open_quiet, read_all
+    from weightsearch.studies.methods import conclusion, method_rows
+    from weightsearch.studies.reading import open_quiet, read_all
 
     (study,) = read_all(open_quiet(url))
     rows = method_rows(study)
@@ -339,7 +339,7 @@ def test_a_preset_keeps_its_weighting_for_siwlm_only(sample_data_dir):
 def test_the_service_shows_the_comparison(tmp_path):
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
+    from weightsearch.service.app import create_app
 
     url = f"sqlite:///{tmp_path / 'm.db'}"
     _stored_methods_study(url)

@@ -9,14 +9,14 @@ import warnings
 import numpy as np
 import pytest
 
-from trainer.metrics import KNOWN_METRICS, METRICS, compute_metrics
-from trainer.tasks import METRICS as TASK_METRICS
+from weightsearch.trainer.metrics import KNOWN_METRICS, METRICS, compute_metrics
+from weightsearch.trainer.tasks import METRICS as TASK_METRICS
 
 
 def test_registry_covers_every_metric_the_task_types_score_with_it():
-    from trainer.heads import head_class
-    from trainer.heads.base import Head
-    from trainer.task_types import TASK_TYPES
+    from weightsearch.trainer.heads import head_class
+    from weightsearch.trainer.heads.base import Head
+    from weightsearch.trainer.task_types import TASK_TYPES
 
     assert set(KNOWN_METRICS) == set(METRICS) <= set(TASK_METRICS)
     for kind in TASK_TYPES.values():

@@ -8,9 +8,9 @@ import pytest
 import torch
 from transformers import BertConfig, BertModel
 
-from trainer.encoders import resolve_pooling, trained_pooling
-from trainer.model import MTDNN
-from trainer.tasks import PRESETS
+from weightsearch.trainer.encoders import resolve_pooling, trained_pooling
+from weightsearch.trainer.model import MTDNN
+from weightsearch.trainer.tasks import PRESETS
 
 
 def _tiny_bert(add_pooler: bool = True) -> BertModel:

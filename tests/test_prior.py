@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from recommender.prior import GRID, PRIOR, write_prior_csv
-from recommender.recommend import prior_evidence, recommend, recommend_from
 from tests.helpers import TABLE2
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.recommender.prior import GRID, PRIOR, write_prior_csv
+from weightsearch.recommender.recommend import prior_evidence, recommend, recommend_from
 
 
 def test_prior_has_the_papers_eight_tasks_on_its_grid():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 
-from sweep.progress import Progress
+from weightsearch.sweep.progress import Progress
 
 
 def test_the_live_line_names_the_top_trial_not_a_best_weight():

@@ -14,8 +14,8 @@ from safetensors.torch import load_file
 
 from tests.helpers import QA_SAMPLE as QA
 from tests.helpers import ROOT, check_siwlm_steps, read_jsonl
-from trainer import load_config, train
 from weightsearch.cli import main
+from weightsearch.trainer import load_config, train
 
 
 def mix(sample_data_dir: Path, tiny_encoder: str, out: Path, **extra) -> dict:
@@ -100,10 +100,10 @@ def test_the_mix_trains_scores_and_resumes_exactly(sample_data_dir, tiny_encoder
 @pytest.mark.parametrize("task", ["squad2", "swag"])
 def test_span_qa_and_multiple_choice_heads_fit_a_batch(tiny_encoder, task):
     """Through the real data layer and model: a head that can learn fits eight examples."""
-    from trainer.data import load_task_data
-    from trainer.encoders import load_tokenizer
-    from trainer.model import MTDNN, load_encoder
-    from trainer.tasks import parse_tasks
+    from weightsearch.trainer.data import load_task_data
+    from weightsearch.trainer.encoders import load_tokenizer
+    from weightsearch.trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.tasks import parse_tasks
 
     problems: list[str] = []
     (spec,) = parse_tasks([{"preset": task, "data_dir": str(QA), "max_seq_len": 128,
@@ -207,7 +207,7 @@ def test_minilm_runs_the_qa_mix_example_on_the_samples(tmp_path, monkeypatch):
     samples under weighted batch selection; scores, prediction files and batch shares."""
     import collections
 
-    from trainer.heads.span_qa import squad_metrics
+    from weightsearch.trainer.heads.span_qa import squad_metrics
 
     monkeypatch.chdir(tmp_path)  # the example's paths start at its own folder, from anywhere
     cfg = load_config(ROOT / "examples" / "run-qa-mix-sample.yaml",

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.readers import resolve_path
-from trainer.task_rows import read_task_file
-from trainer.tasks import PRESETS, TaskSpec
-from weightsearch.errors import DataError
+from weightsearch.core.errors import DataError
+from weightsearch.trainer.readers import resolve_path
+from weightsearch.trainer.task_rows import read_task_file
+from weightsearch.trainer.tasks import PRESETS, TaskSpec
 
 
 def read(spec: TaskSpec, data_dir: Path, path: str | None = None):

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from recommender.prior import PRIOR_STUDY
-from recommender.recommend import leave_one_task_out, load_evidence, recommend
-from studies.importer import import_file
 from tests.helpers import SAMPLE, TABLE2
 from weightsearch.cli import main
+from weightsearch.recommender.prior import PRIOR_STUDY
+from weightsearch.recommender.recommend import leave_one_task_out, load_evidence, recommend
+from weightsearch.studies.importer import import_file
 
 # A measured RTE (same data as the paper's) whose best weight is 3, over two seeds.
 RTE_AT_3 = "central_task,task_type,train_size,central_weight,seed,metric\n" + "".join(
@@ -101,7 +101,7 @@ def test_cli_counts_a_data_file(tmp_path, capsys):
 
 
 def test_cli_counts_a_preset_task(capsys):
-    pytest.importorskip("trainer.data")
+    pytest.importorskip("weightsearch.trainer.data")
     assert main(["recommend", "--task", "rte", "--data-dir", str(SAMPLE),
                  "--storage", "sqlite:///" + str(SAMPLE / "absent.db"), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)

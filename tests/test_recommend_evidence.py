@@ -10,11 +10,11 @@ import sys
 import numpy as np
 import pytest
 
-from recommender.recommend import _point, prior_evidence, recommend_from
-from recommender.synthetic import as_evidence, coverage_and_error, make_task
-from studies.importer import import_file
 from tests.helpers import SAMPLE
 from weightsearch.cli import main
+from weightsearch.recommender.recommend import _point, prior_evidence, recommend_from
+from weightsearch.recommender.synthetic import as_evidence, coverage_and_error, make_task
+from weightsearch.studies.importer import import_file
 
 
 def study(task: str, size: int, means: dict[float, float], seeds: int = 3, spread: float = 0.5,
@@ -178,7 +178,7 @@ def test_recommend_for_a_preset_does_not_import_torch(tmp_path):
 def test_http_recommend_regime_and_absurd_sizes(tmp_path):
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
+    from weightsearch.service.app import create_app
 
     client = TestClient(create_app(f"sqlite:///{tmp_path / 'h.db'}"))
     ok = client.get("/recommend", params={"train_size": 2500, "encoder": "minilm",

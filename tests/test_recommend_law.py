@@ -9,12 +9,17 @@ import math
 import numpy as np
 import pytest
 
-from recommender.baselines import baseline_errors, cells, nearest_neighbour, rule_of_thumb
-from recommender.hierarchy import fit_law, mixture_quantiles
-from recommender.recommend import _point, load_evidence, recommend_from
-from recommender.task_curve import locate_best
-from studies.importer import import_file
 from weightsearch.cli import main
+from weightsearch.recommender.baselines import (
+    baseline_errors,
+    cells,
+    nearest_neighbour,
+    rule_of_thumb,
+)
+from weightsearch.recommender.hierarchy import fit_law, mixture_quantiles
+from weightsearch.recommender.recommend import _point, load_evidence, recommend_from
+from weightsearch.recommender.task_curve import locate_best
+from weightsearch.studies.importer import import_file
 
 GRID = (1.0, 3.0, 6.0, 9.0, 12.0, 15.0)
 
@@ -129,8 +134,8 @@ def test_a_study_that_says_nothing_is_named_in_the_notes(tmp_path):
 def test_a_study_whose_every_trial_failed_is_named_in_the_notes(tmp_path):
     import optuna
 
-    from studies import schema
-    from studies.storage import open_storage
+    from weightsearch.studies import schema
+    from weightsearch.studies.storage import open_storage
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     study = optuna.create_study(study_name="broken/rte", storage=open_storage(url),
@@ -224,7 +229,7 @@ PEAK_AT_6 = {1.0: 70.0, 3.0: 71.0, 6.0: 72.0, 9.0: 71.0, 12.0: 70.0, 15.0: 69.5}
 def test_the_same_seeds_at_every_weight_are_compared_paired():
     """Seed levels of +-3 points dwarf a 1-point peak: unpaired, the trials barely locate it;
     paired (each seed's level taken out), they do."""
-    from recommender.task_curve import paired_noise
+    from weightsearch.recommender.task_curve import paired_noise
 
     values = {w: [m + lvl + 0.1 * ((i * 7 + int(w)) % 3 - 1) for i, lvl in
                   enumerate(SEED_LEVELS)] for w, m in PEAK_AT_6.items()}
@@ -256,7 +261,7 @@ def test_a_study_with_the_same_seeds_everywhere_is_read_paired(tmp_path):
 
 
 def test_the_law_keeps_a_bounded_number_of_components_with_many_tasks():
-    from recommender.hierarchy import MAX_COMPONENTS
+    from weightsearch.recommender.hierarchy import MAX_COMPONENTS
 
     rng = np.random.default_rng(3)
     x = rng.uniform(2.5, 5.7, 120)
@@ -300,7 +305,7 @@ def test_the_level_reported_at_ten_thousand_examples_is_the_law_there():
 
 
 def test_the_papers_rule_in_the_law_switches_where_the_baseline_does():
-    from recommender.hierarchy import _basis, _mean_models
+    from weightsearch.recommender.hierarchy import _basis, _mean_models
 
     [rule] = [m for m in _mean_models(np.array([3.0, 5.0])) if m[0] == 2]
     at = _basis(np.array([math.log10(9_999), 4.0]), np.array([rule[1]]))[0]

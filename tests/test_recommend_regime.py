@@ -10,11 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recommender.recommend import _point, check_train_size, prior_evidence, recommend_from
-from recommender.regime import VARIANTS, encoder_size, size_from_config
-from studies import schema as S
 from weightsearch.cli import main
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.recommender.recommend import (
+    _point,
+    check_train_size,
+    prior_evidence,
+    recommend_from,
+)
+from weightsearch.recommender.regime import VARIANTS, encoder_size, size_from_config
+from weightsearch.studies import schema as S
 
 PEAK_AT_3 = {1.0: 72.0, 3.0: 78.0, 6.0: 74.0, 9.0: 71.0, 12.0: 69.0, 15.0: 68.0}
 PEAK_AT_12 = {1.0: 68.0, 3.0: 69.0, 6.0: 71.0, 9.0: 74.0, 12.0: 78.0, 15.0: 75.0}
@@ -47,7 +52,7 @@ def test_variant_is_part_of_the_regime() -> None:
 
 
 def test_variants_match_the_trainers() -> None:
-    from trainer.weighting._siwlm import VARIANTS as TRAINER_VARIANTS
+    from weightsearch.trainer.weighting._siwlm import VARIANTS as TRAINER_VARIANTS
 
     assert tuple(VARIANTS) == tuple(TRAINER_VARIANTS)
 
@@ -87,8 +92,8 @@ def test_encoder_size_from_a_folder_a_known_name_or_unknown(tmp_path: Path,
 
 def test_a_launched_study_records_its_encoder_size(sample_data_dir: Path,
                                                    tiny_encoder: str) -> None:
-    from sweep.spec import load_study_spec
-    from sweep.study_db import describe
+    from weightsearch.sweep.spec import load_study_spec
+    from weightsearch.sweep.study_db import describe
 
     spec = load_study_spec({"study": "sized", "train": {
         "data_dir": str(sample_data_dir), "tasks": ["rte", "sst2"], "epochs": 1,
@@ -134,7 +139,7 @@ def test_a_misspelt_encoder_is_refused_with_the_name_meant(tmp_path, capsys, typ
 def test_http_says_which_encoder_had_no_evidence(tmp_path) -> None:
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
+    from weightsearch.service.app import create_app
 
     client = TestClient(create_app(f"sqlite:///{tmp_path / 'h.db'}"))
     r = client.get("/recommend", params={"train_size": 2500, "encoder": "my-lab/encoder"})
@@ -194,9 +199,9 @@ def test_law_cache_is_safe_under_threads() -> None:
 def test_unasked_the_regime_is_the_users_own_else_the_default_encoders() -> None:
     """The published rows (BERT-base, fine-tuned) outnumber a user's studies; unasked, the
     answer is still for the user's own regime, and without studies for the default encoder's."""
-    from recommender.recommend import builtin_evidence
-    from recommender.regime import DEFAULT_ENCODER
-    from trainer.config import DEFAULT_ENCODER as TRAINER_DEFAULT
+    from weightsearch.recommender.recommend import builtin_evidence
+    from weightsearch.recommender.regime import DEFAULT_ENCODER
+    from weightsearch.trainer.config import DEFAULT_ENCODER as TRAINER_DEFAULT
 
     assert DEFAULT_ENCODER == TRAINER_DEFAULT
     builtin = builtin_evidence()  # the paper's Table 2 and the shipped MiniLM ladder
@@ -223,8 +228,8 @@ def test_the_recommendation_plot_marks_discounted_points_and_keeps_labels_apart(
     matplotlib.use("Agg")
     from matplotlib.transforms import Bbox
 
-    from recommender.recommend import builtin_evidence
-    from recommender.report import recommendation_figure
+    from weightsearch.recommender.recommend import builtin_evidence
+    from weightsearch.recommender.report import recommendation_figure
 
     evidence = builtin_evidence()
     rec = recommend_from(evidence, 3000)  # MiniLM: the paper's BERT-base rows are discounted
@@ -283,7 +288,7 @@ def test_a_bad_clipping_is_refused(bad, capsys) -> None:
 
 
 def test_the_prior_and_the_ladder_are_clip1() -> None:
-    from recommender.recommend import shipped_evidence
+    from weightsearch.recommender.recommend import shipped_evidence
 
     assert {p.clipping for p in prior_evidence()} == {"clip1"}
     assert {p.clipping for p in shipped_evidence() if p.study == "sst2-ladder"} == {"clip1"}

@@ -8,16 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recommender.recommend import start_weights
-from recommender.synthetic import GRID, epoch_curves, make_task, world_task
-from studies import schema as S
-from studies.importer import import_file
-from sweep.launch import first_points
-from sweep.space import CENTRAL_WEIGHT
-from sweep.spec import load_study_spec
-from sweep.strategies import Record
-from sweep.study_db import Central
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.recommender.recommend import start_weights
+from weightsearch.recommender.synthetic import GRID, epoch_curves, make_task, world_task
+from weightsearch.studies import schema as S
+from weightsearch.studies.importer import import_file
+from weightsearch.sweep.launch import first_points
+from weightsearch.sweep.space import CENTRAL_WEIGHT
+from weightsearch.sweep.spec import load_study_spec
+from weightsearch.sweep.strategies import Record
+from weightsearch.sweep.study_db import Central
 
 PEAK_AT_3 = {1.0: 72.0, 3.0: 78.0, 6.0: 74.0, 9.0: 71.0, 12.0: 69.0, 15.0: 68.0}
 
@@ -170,7 +170,7 @@ def test_a_launched_halving_study_starts_from_the_recommendation(
     import optuna
     import ray
 
-    from sweep.launch import launch
+    from weightsearch.sweep.launch import launch
 
     spec = load_study_spec({
         "study": "seeded", "storage": f"sqlite:///{tmp_path / 'studies.db'}",

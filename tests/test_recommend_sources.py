@@ -11,17 +11,17 @@ import math
 import numpy as np
 import pytest
 
-from recommender import hierarchy
-from recommender.hierarchy import fit_law
-from recommender.recommend import (
+from weightsearch.cli import main
+from weightsearch.recommender import hierarchy
+from weightsearch.recommender.hierarchy import fit_law
+from weightsearch.recommender.recommend import (
     _point,
     builtin_evidence,
     evaluation_summary,
     leave_one_task_out,
     recommend_from,
 )
-from recommender.report import evaluation_text
-from weightsearch.cli import main
+from weightsearch.recommender.report import evaluation_text
 
 GRID = (1.0, 3.0, 6.0, 9.0, 12.0, 15.0)
 
@@ -218,7 +218,7 @@ def test_cli_and_http_carry_the_new_fields(tmp_path, capsys):
 
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
+    from weightsearch.service.app import create_app
 
     client = TestClient(create_app(url))
     body = client.get("/recommend", params={"train_size": 50000}).json()

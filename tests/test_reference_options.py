@@ -18,10 +18,10 @@ from safetensors.torch import load_file
 from torch import nn
 
 from tests.helpers import ROOT, read_jsonl, run_config
-from trainer import load_config, train
-from trainer.init_weights import init_head_weights
-from trainer.optim import AdamaxW, build_optimizer
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer import load_config, train
+from weightsearch.trainer.init_weights import init_head_weights
+from weightsearch.trainer.optim import AdamaxW, build_optimizer
 
 
 def test_adamaxw_first_step_matches_the_hand_computed_update():
@@ -107,7 +107,7 @@ def test_adamaxw_groups_mix_both_forms_and_added_groups_get_the_defaults():
 
 def test_run_config_passes_the_adamax_settings_to_the_optimizer(sample_data_dir, tiny_encoder,
                                                                 tmp_path):
-    from trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.model import MTDNN, load_encoder
 
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run",
                      adamax={"bias_correction": False, "eps": 1e-6})
@@ -120,7 +120,7 @@ def test_run_config_passes_the_adamax_settings_to_the_optimizer(sample_data_dir,
 
 def test_head_init_normal_draws_head_and_task_pooler_weights_from_n_0_002(
         sample_data_dir, tiny_encoder, tmp_path):
-    from trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.model import MTDNN, load_encoder
 
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", pooling="task-pooler")
     torch.manual_seed(0)
@@ -154,7 +154,7 @@ def test_head_init_reaches_the_trained_model(sample_data_dir, tiny_encoder, tmp_
 
 
 def test_biases_and_layernorm_are_exempt_from_decay(sample_data_dir, tiny_encoder, tmp_path):
-    from trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.model import MTDNN, load_encoder
 
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", weight_decay=0.01)
     model = MTDNN(load_encoder(tiny_encoder, 1), cfg.tasks)
@@ -170,9 +170,9 @@ def test_biases_and_layernorm_are_exempt_from_decay(sample_data_dir, tiny_encode
 
 
 def _rte_lengths(sample_data_dir, tiny_encoder, **options):
-    from trainer.data import load_task_data
-    from trainer.encoders import load_tokenizer
-    from trainer.tasks import PRESETS
+    from weightsearch.trainer.data import load_task_data
+    from weightsearch.trainer.encoders import load_tokenizer
+    from weightsearch.trainer.tasks import PRESETS
 
     tok = load_tokenizer(tiny_encoder)
     data = load_task_data(PRESETS["rte"], sample_data_dir, tok, 64, None, **options)
@@ -199,7 +199,7 @@ def test_overlong_drop_leaves_out_long_training_examples_and_counts_them(
 
 @pytest.mark.slow
 def test_task_poolers_are_per_task_and_train(sample_data_dir, tiny_encoder, tmp_path):
-    from trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.model import MTDNN, load_encoder
 
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1,
                      pooling="task-pooler", overlong="drop", weight_decay=0.01)
@@ -220,7 +220,7 @@ def test_task_poolers_are_per_task_and_train(sample_data_dir, tiny_encoder, tmp_
 @pytest.mark.slow
 def test_weight_zero_batches_leave_parameters_and_optimizer_state_untouched(
         sample_data_dir, tiny_encoder, tmp_path):
-    from trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.model import MTDNN, load_encoder
 
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1, weight_decay=0.01,
                      checkpoints="last", weighting={"scheme": "static", "weights": {"mrpc": 0}})
@@ -244,7 +244,7 @@ def test_weight_zero_batches_leave_parameters_and_optimizer_state_untouched(
 
 
 def _grouped(model, group):
-    from trainer.optim import decay_groups
+    from weightsearch.trainer.optim import decay_groups
 
     params = decay_groups(model)[group]
     names = {id(p): n for n, p in model.named_parameters()}
@@ -277,7 +277,7 @@ def test_resume_refuses_changed_data_and_names_the_settings(sample_data_dir, tin
 
 
 def test_resume_refuses_another_precision(sample_data_dir, tiny_encoder, tmp_path):
-    from trainer.resume import resume_problems, resume_record
+    from weightsearch.trainer.resume import resume_problems, resume_record
 
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", precision="auto")
     meta = resume_record(cfg, "bf16")
@@ -290,7 +290,7 @@ def test_a_run_resumes_with_the_precision_that_auto_meant_where_it_started(
         sample_data_dir, tiny_encoder, tmp_path):
     """A run started with `auto` on a CPU without bf16 trained in fp32; on a machine where auto
     means bf16, naming fp32 (what the refusal asks for) continues it, and the reverse too."""
-    from trainer.resume import resume_problems, resume_record
+    from weightsearch.trainer.resume import resume_problems, resume_record
 
     auto = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", precision="auto")
     fp32 = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", precision="fp32")
@@ -326,9 +326,9 @@ def test_damaged_checkpoint_is_reported_and_an_older_one_used(sample_data_dir, t
 
 
 def test_damaged_tokenized_cache_is_rebuilt(sample_data_dir, tiny_encoder, tmp_path, capsys):
-    from trainer.data import load_task_data
-    from trainer.encoders import load_tokenizer
-    from trainer.tasks import PRESETS
+    from weightsearch.trainer.data import load_task_data
+    from weightsearch.trainer.encoders import load_tokenizer
+    from weightsearch.trainer.tasks import PRESETS
 
     tok = load_tokenizer(tiny_encoder)
     load_task_data(PRESETS["mrpc"], sample_data_dir, tok, 64, tmp_path)
@@ -366,10 +366,10 @@ def test_output_dir_that_is_a_file_is_refused(sample_data_dir, tiny_encoder, tmp
 
 
 def test_random_subsets_are_seeded_stable_and_independent_of_the_run_seed(sample_data_dir):
-    from trainer import load_config, task_sizes
-    from trainer.readers import resolve_path
-    from trainer.task_rows import Subset, read_task_file
-    from trainer.tasks import PRESETS
+    from weightsearch.trainer import load_config, task_sizes
+    from weightsearch.trainer.readers import resolve_path
+    from weightsearch.trainer.task_rows import Subset, read_task_file
+    from weightsearch.trainer.tasks import PRESETS
 
     rows = read_task_file(PRESETS["cola"], resolve_path(sample_data_dir, "CoLA/train.tsv"))
     a = Subset(n=50, random=True, seed=3).apply(rows)
@@ -388,9 +388,9 @@ def test_random_subsets_are_seeded_stable_and_independent_of_the_run_seed(sample
 def test_nested_subsets_are_a_ladder_and_random_ones_are_unchanged(sample_data_dir):
     import numpy as np
 
-    from trainer.readers import resolve_path
-    from trainer.task_rows import Subset, read_task_file
-    from trainer.tasks import PRESETS
+    from weightsearch.trainer.readers import resolve_path
+    from weightsearch.trainer.task_rows import Subset, read_task_file
+    from weightsearch.trainer.tasks import PRESETS
 
     rows = read_task_file(PRESETS["cola"], resolve_path(sample_data_dir, "CoLA/train.tsv"))
     ladder = [Subset(n=n, random=True, seed=5, nested=True).apply(rows) for n in (20, 80, 200)]
@@ -409,8 +409,8 @@ def test_nested_subsets_are_a_ladder_and_random_ones_are_unchanged(sample_data_d
 
 def test_rows_of_every_shape_take_nested_subsets():
     """Multiple-choice and span-QA rows (ColumnRows) draw a ladder like text pairs do."""
-    from trainer.readers import ColumnRows
-    from trainer.task_rows import Subset
+    from weightsearch.trainer.readers import ColumnRows
+    from weightsearch.trainer.task_rows import Subset
 
     rows = ColumnRows(None, {"question": [f"q{i}" for i in range(100)], "id": list(range(100))})
     small, large = (Subset(n=n, random=True, seed=2, nested=True).apply(rows) for n in (10, 40))
@@ -419,7 +419,7 @@ def test_rows_of_every_shape_take_nested_subsets():
 
 
 def test_a_task_cap_of_its_own_wins_and_leaves_other_digests_alone(sample_data_dir, tmp_path):
-    from trainer import load_config, task_sizes
+    from weightsearch.trainer import load_config, task_sizes
 
     base = {"data_dir": str(sample_data_dir), "tasks": ["cola", "mrpc", "rte"],
             "output_dir": str(tmp_path),
@@ -442,9 +442,9 @@ def test_a_task_cap_of_its_own_wins_and_leaves_other_digests_alone(sample_data_d
 
 
 def test_a_task_dev_cap_of_its_own_wins(sample_data_dir, tiny_encoder, tmp_path):
-    from trainer import load_config
-    from trainer.encoders import load_tokenizer
-    from trainer.run_data import load_data
+    from weightsearch.trainer import load_config
+    from weightsearch.trainer.encoders import load_tokenizer
+    from weightsearch.trainer.run_data import load_data
 
     cfg = load_config({"data_dir": str(sample_data_dir), "encoder": tiny_encoder,
                        "output_dir": str(tmp_path), "max_train_examples": 8,
@@ -460,7 +460,7 @@ def test_a_task_dev_cap_of_its_own_wins(sample_data_dir, tiny_encoder, tmp_path)
 def test_ranking_subsets_keep_lists_whole():
     import numpy as np
 
-    from trainer.readers import TaskRows
+    from weightsearch.trainer.readers import TaskRows
 
     groups = np.repeat(np.arange(20), 3)
     rows = TaskRows(None, [f"q{i}" for i in range(60)], [f"c{i}" for i in range(60)],
@@ -477,7 +477,7 @@ def test_ranking_subsets_keep_lists_whole():
     ({"subsample": "tail"}, "subsample: 'tail' is not one of random, nested, head"),
 ])
 def test_bad_subset_settings(sample_data_dir, change, needle):
-    from trainer import load_config
+    from weightsearch.trainer import load_config
 
     with pytest.raises(ConfigError, match=needle):
         load_config({"data_dir": str(sample_data_dir), "tasks": ["rte"], **change})
@@ -511,8 +511,8 @@ def test_radam_is_liu_et_al_s_rectified_adam():
 
     import torch
 
-    from trainer.optim import build_optimizer
-    from trainer.optim_settings import OPTIMIZERS
+    from weightsearch.trainer.optim import build_optimizer
+    from weightsearch.trainer.optim_settings import OPTIMIZERS
 
     assert "radam" in OPTIMIZERS
     lr, b1, b2, eps = 0.1, 0.9, 0.999, 1e-8
@@ -589,7 +589,7 @@ def _attention_kernels(encoder: nn.Module) -> set[str]:
 
 def test_attention_dropout_zero_runs_the_fused_kernel_and_none_keeps_the_encoders(
         sample_data_dir, tiny_encoder, tmp_path):
-    from trainer.model import load_encoder
+    from weightsearch.trainer.model import load_encoder
 
     own = load_encoder(tiny_encoder, 1)
     assert own.config.attention_probs_dropout_prob == 0.1  # BERT's, which MT-DNN keeps
@@ -616,7 +616,7 @@ def test_bad_attention_dropout_names_the_field(value, sample_data_dir, tiny_enco
 def test_an_encoder_without_attention_dropout_is_refused(tmp_path):
     from transformers import GPT2Config, GPT2Model
 
-    from trainer.model import load_encoder
+    from weightsearch.trainer.model import load_encoder
 
     folder = tmp_path / "gpt2ish"
     GPT2Model(GPT2Config(n_embd=16, n_layer=1, n_head=2, vocab_size=50)).save_pretrained(folder)
@@ -631,7 +631,7 @@ def test_bf16_autocast_keeps_attention_in_bf16_and_puts_the_flag_back():
     restores the process's setting after."""
     import torch.nn.functional as F
 
-    from trainer.device import Runtime
+    from weightsearch.trainer.device import Runtime
 
     runtime = Runtime(torch.device("cpu"), torch.bfloat16)
     q = torch.randn(2, 4, 16, 8, requires_grad=True)

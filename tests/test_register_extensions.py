@@ -14,12 +14,18 @@ import pytest
 import torch.nn.functional as F
 from torch import Tensor
 
-from trainer import load_config, train
-from trainer import task_types as types_module
-from trainer.heads import HEADS, Encoded, EvalSplit, head_class
-from trainer.heads.classification import ClassificationHead
-from trainer.task_types import TASK_TYPES, TaskType, register_task_type, unregister_task_type
-from trainer.weighting import (
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer import load_config, train
+from weightsearch.trainer import task_types as types_module
+from weightsearch.trainer.heads import HEADS, Encoded, EvalSplit, head_class
+from weightsearch.trainer.heads.classification import ClassificationHead
+from weightsearch.trainer.task_types import (
+    TASK_TYPES,
+    TaskType,
+    register_task_type,
+    unregister_task_type,
+)
+from weightsearch.trainer.weighting import (
     SCHEMES,
     Scheme,
     Settings,
@@ -28,7 +34,6 @@ from trainer.weighting import (
     register_scheme,
     unregister_scheme,
 )
-from weightsearch.errors import ConfigError
 
 # ---- a weighting scheme: the central task's batches get its weight, every other batch 0.5 ----
 
@@ -227,8 +232,8 @@ def test_a_registered_types_metrics_and_name_are_known_to_task_files_and_the_ser
     use, and the service's task_type enum, built with each app."""
     from fastapi.testclient import TestClient
 
-    import trainer.tasks as tasks_module
-    from service.app import create_app
+    import weightsearch.trainer.tasks as tasks_module
+    from weightsearch.service.app import create_app
 
     late = TaskType("late_kind", __name__, "score", ("late_corr",), ("late_corr",), "late_corr")
     assert "late_corr" not in tasks_module.METRICS

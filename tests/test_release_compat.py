@@ -22,7 +22,7 @@ sys.path.insert(0, str(HERE))
 
 from layout import ROOT, STUDY, lay_out, run_config  # noqa: E402
 
-from recommender.shipped import SHIPPED  # noqa: E402
+from weightsearch.recommender.shipped import SHIPPED  # noqa: E402
 
 # Measured, not computed: they differ from one run of the same code to the next.
 TIMINGS = {"wall_time_s", "train_time_s", "train_examples_per_s"}
@@ -103,7 +103,7 @@ def _holds(now: object, then: object, where: str = "") -> None:
 
 
 def test_an_interrupted_run_resumes_to_the_release_result(release: Path, expected: dict) -> None:
-    from trainer import train
+    from weightsearch.trainer import train
 
     # The release ran `precision: auto` on a CPU without native bf16 (so in fp32); on a CPU with
     # it, auto means bf16 and the resume is refused, so the precision is named, as the refusal
@@ -148,7 +148,7 @@ def test_a_finished_release_study_resumes_with_nothing_to_train(release: Path,
                                                                  expected: dict) -> None:
     import ray
 
-    from sweep.launch import resume
+    from weightsearch.sweep.launch import resume
 
     url = f"sqlite:///{release / 'studies.db'}"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -167,10 +167,10 @@ def test_a_release_study_is_the_same_study_in_todays_format(release: Path) -> No
     its change named."""
     import optuna
 
-    from studies import schema
-    from studies.storage import open_storage
-    from sweep import study_db
-    from sweep.spec import SPEC_VERSION, load_study_spec
+    from weightsearch.studies import schema
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.sweep import study_db
+    from weightsearch.sweep.spec import SPEC_VERSION, load_study_spec
 
     url = f"sqlite:///{release / 'studies.db'}"
     storage = open_storage(url)
@@ -195,9 +195,9 @@ def test_a_release_study_keeps_training_as_it_was_launched(release: Path) -> Non
     refused under the old name."""
     import optuna
 
-    from studies.storage import open_storage
-    from sweep import study_db
-    from sweep.spec import load_study_spec
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.sweep import study_db
+    from weightsearch.sweep.spec import load_study_spec
 
     url = f"sqlite:///{release / 'studies.db'}"
     storage = open_storage(url)

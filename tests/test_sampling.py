@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from trainer.sampling import WeightedSettings, build_sampler, parse_sampling
+from weightsearch.trainer.sampling import WeightedSettings, build_sampler, parse_sampling
 
 TASKS = ["qa", "mc", "cls"]
 

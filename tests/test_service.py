@@ -14,10 +14,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from studies.importer import import_file
 from tests.helpers import ROOT, TABLE2, free_port
 from weightsearch.cli import main
+from weightsearch.service.app import create_app
+from weightsearch.studies.importer import import_file
 
 RTE_AT_3 = "central_task,task_type,train_size,central_weight,seed,metric\n" + "".join(
     f"rte,classification,2490,{w},1,{m}\n" for w, m in ((1, 60), (3, 70), (15, 61)))
@@ -333,7 +333,7 @@ def test_jobs_are_capped_private_and_behind_the_token(url, tmp_path, monkeypatch
     does."""
     import stat
 
-    from service.launcher import MAX_JOBS
+    from weightsearch.service.launcher import MAX_JOBS
 
     monkeypatch.setenv("WS_TEST_TOKEN", "s3cret")
     folder = tmp_path / "jobs"
@@ -365,7 +365,7 @@ def test_jobs_are_capped_private_and_behind_the_token(url, tmp_path, monkeypatch
 @pytest.mark.postgres
 def test_a_storage_password_is_never_printed_or_passed_on_argv(postgres_url, tmp_path, capsys):
     """PostgreSQL here trusts every password, so a URL with one is a working URL."""
-    from studies.storage import shown_url
+    from weightsearch.studies.storage import shown_url
 
     secret = postgres_url.replace("://postgres@", "://postgres:pw-s3cret@")
     assert "pw-s3cret" in secret and shown_url(secret) == postgres_url.replace(

@@ -17,10 +17,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.request_guard import is_loopback
-from studies.importer import import_file
 from tests.helpers import ROOT, TABLE2, free_port
 from weightsearch.cli import main
+from weightsearch.service.request_guard import is_loopback
+from weightsearch.studies.importer import import_file
 
 TOKEN = "s3cret"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -274,7 +274,7 @@ def test_slow_clients_cannot_hold_the_server(server):
     """300 connections that never finish their request head: the server keeps at most
     MAX_CONNECTIONS, dropping the longest-stalled to admit new ones, so /health answers at once
     and the server keeps its file descriptors; a stalled head alone gets 408 in time."""
-    from service.http_limits import HEAD_TIMEOUT_S, MAX_CONNECTIONS
+    from weightsearch.service.http_limits import HEAD_TIMEOUT_S, MAX_CONNECTIONS
 
     stalled = []
     try:
@@ -306,7 +306,7 @@ def test_a_pipelined_connection_still_owes_its_next_head_in_time(server):
     """Two whole requests sent at once, then a head trickled a line at a time (each line would
     reset a keep-alive timer): both requests are answered, and the trickled head gets 408 when
     its time is up."""
-    from service.http_limits import HEAD_TIMEOUT_S
+    from weightsearch.service.http_limits import HEAD_TIMEOUT_S
 
     whole = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     with socket.create_connection(("127.0.0.1", server)) as s:

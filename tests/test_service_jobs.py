@@ -6,7 +6,7 @@ import sys
 import time
 from pathlib import Path
 
-from service.jobs import JobTable
+from weightsearch.service.jobs import JobTable
 
 # Ignores SIGTERM, as a driver stuck in a native call would.
 STUBBORN = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
@@ -68,7 +68,7 @@ PC: @     0x7f3c2a1b2c3d  (unknown)  pthread_cond_wait
 
 
 def test_progress_is_the_drivers_own_last_line_not_ray_noise(tmp_path: Path):
-    from service.jobs import progress_line
+    from weightsearch.service.jobs import progress_line
 
     assert progress_line(CANCELLED_LOG) == \
         "[sample] epoch 1 rte w9 s1: accuracy 0.5200 | 0/4 done, 1 running, ETA 3m"

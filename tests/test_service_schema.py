@@ -12,9 +12,9 @@ schemathesis = pytest.importorskip("schemathesis")
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from service.app import create_app  # noqa: E402
-from studies.importer import import_file  # noqa: E402
 from tests.helpers import TABLE2  # noqa: E402
+from weightsearch.service.app import create_app  # noqa: E402
+from weightsearch.studies.importer import import_file  # noqa: E402
 
 ECHO = [sys.executable, "-c", "print('launched')"]
 
@@ -64,9 +64,9 @@ def test_the_study_file_body_schema_is_the_settings_declarations(app):
     the parser checks: a body the schema refuses, the parser refuses with the field's path."""
     import jsonschema
 
-    from sweep.spec import KEYS, load_study_spec
-    from trainer.config import PRECISIONS
-    from weightsearch.errors import ConfigError
+    from weightsearch.core.errors import ConfigError
+    from weightsearch.sweep.spec import KEYS, load_study_spec
+    from weightsearch.trainer.config import PRECISIONS
 
     content = app.openapi()["paths"]["/studies"]["post"]["requestBody"]["content"]
     body = content["application/json"]["schema"]

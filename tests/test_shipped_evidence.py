@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from recommender.recommend import builtin_evidence, load_evidence, recommend
-from recommender.shipped import DATA, SHIPPED
-from studies.importer import import_file, parse_rows
-from studies.reading import open_quiet, read_all
 from weightsearch.cli import main
+from weightsearch.recommender.recommend import builtin_evidence, load_evidence, recommend
+from weightsearch.recommender.shipped import DATA, SHIPPED
+from weightsearch.studies.importer import import_file, parse_rows
+from weightsearch.studies.reading import open_quiet, read_all
 
 LADDER = DATA / "sst2_ladder_minilm.csv"
 CLIP = DATA / "sst2_clip_minilm.csv"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainer.heads.span_qa import (
+from weightsearch.trainer.heads.span_qa import (
     best_threshold,
     exact_match,
     normalize_answer,

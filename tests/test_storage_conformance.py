@@ -1,5 +1,5 @@
 """The storage conformance suite: one contract, run over every database backend registered in
-`studies.storage.DIALECTS`, through the project's own code paths (no mocks).
+`weightsearch.studies.storage.DIALECTS`, through the project's own code paths (no mocks).
 
 What the study code needs from a backend:
 - the registry names it: `dialect(name)`, `url_dialect(url)` and the live engine's backend name
@@ -7,7 +7,8 @@ What the study code needs from a backend:
 - `check_url` accepts its URLs and names a missing driver;
 - several drivers opening a fresh database at once create the schema once, none fails;
 - trials written as the sweep writes them (and by `weightsearch import`) read back through
-  `studies.reading`, exactly, from another connection, and a reader's cache sees later writes;
+  `weightsearch.studies.reading`, exactly, from another connection, and a reader's cache sees later
+  writes;
 - `db_now` is the server's clock in Unix seconds, with sub-second resolution;
 - a cell claimed by one claimant is no one else's until it is released or its lease expires.
 
@@ -41,10 +42,11 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from studies import reading
-from studies import schema as S
-from studies.importer import import_file
-from studies.storage import (
+from weightsearch.core.errors import StorageError
+from weightsearch.studies import reading
+from weightsearch.studies import schema as S
+from weightsearch.studies.importer import import_file
+from weightsearch.studies.storage import (
     DIALECTS,
     check_url,
     dialect,
@@ -52,8 +54,7 @@ from studies.storage import (
     open_storage,
     url_dialect,
 )
-from sweep.claims import Claims, db_now
-from weightsearch.errors import StorageError
+from weightsearch.sweep.claims import Claims, db_now
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 

@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from studies import schema
-from studies.storage import open_storage
-from weightsearch.errors import StorageError
+from weightsearch.core.errors import StorageError
+from weightsearch.studies import schema
+from weightsearch.studies.storage import open_storage
 
 pytestmark = [pytest.mark.postgres, pytest.mark.integration]
 

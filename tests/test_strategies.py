@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sweep.space import CENTRAL_WEIGHT, GROUP, Space
-from sweep.spec import load_study_spec
-from sweep.strategies import (
+from weightsearch.sweep.space import CENTRAL_WEIGHT, GROUP, Space
+from weightsearch.sweep.spec import load_study_spec
+from weightsearch.sweep.strategies import (
     STRATEGIES,
     Record,
     Strategy,
@@ -20,7 +20,7 @@ from sweep.strategies import (
     rung_budgets,
     successive_halving,
 )
-from sweep.strategies.base import done_units, taken_cells
+from weightsearch.sweep.strategies.base import done_units, taken_cells
 
 EPOCHS = 4
 

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from sweep.claims import Claims, db_now
+from weightsearch.sweep.claims import Claims, db_now
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def engine(request, tmp_path: Path):
     from sqlalchemy import create_engine
 
-    from studies.storage import engine_kwargs
+    from weightsearch.studies.storage import engine_kwargs
 
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'claims.db'}"
@@ -61,7 +61,7 @@ def test_one_winner_and_expired_leases_are_taken_over(engine) -> None:
 
 def test_leases_run_on_the_database_clock(engine, monkeypatch) -> None:
     """A driver whose clock is an hour ahead writes the same expiry as one on time."""
-    import sweep.claims as claims_module
+    import weightsearch.sweep.claims as claims_module
 
     skewed = Claims(engine, ttl=30.0)
     monkeypatch.setattr(claims_module.time, "time", lambda: 1e9 + 3600.0)
@@ -101,7 +101,7 @@ def test_transient_errors_are_retried() -> None:
 
     import sqlalchemy.exc
 
-    from studies.storage import call_retrying
+    from weightsearch.studies.storage import call_retrying
 
     calls = []
 
@@ -121,11 +121,11 @@ def test_a_study_created_meanwhile_with_another_configuration_is_refused(
         tmp_path: Path, sample_data_dir: Path) -> None:
     """Two launches of different study files with one name: the one that finds the study
     created by the other between its look and its create is refused, not merged."""
-    from studies import schema as S
-    from studies.storage import open_storage
-    from sweep.spec import load_study_spec
-    from sweep.study_db import Central, create_studies
-    from weightsearch.errors import ConfigError
+    from weightsearch.core.errors import ConfigError
+    from weightsearch.studies import schema as S
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.sweep.spec import load_study_spec
+    from weightsearch.sweep.study_db import Central, create_studies
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     storage = open_storage(url)
@@ -170,13 +170,13 @@ def test_a_claim_reads_its_units_trials_not_the_study(study_url, sample_data_dir
     from optuna.trial import TrialState, create_trial
     from sqlalchemy import event, text
 
-    from studies import schema as S
-    from studies.storage import open_storage
-    from sweep import lookup, study_db
-    from sweep.progress import Progress
-    from sweep.searcher import CellSearcher, CentralPlan
-    from sweep.spec import load_study_spec
-    from sweep.trainable import SUMMARY_JSON
+    from weightsearch.studies import schema as S
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.sweep import lookup, study_db
+    from weightsearch.sweep.progress import Progress
+    from weightsearch.sweep.searcher import CellSearcher, CentralPlan
+    from weightsearch.sweep.spec import load_study_spec
+    from weightsearch.sweep.trainable import SUMMARY_JSON
 
     spec = load_study_spec({
         "study": "lookup", "storage": study_url, "workdir": str(sample_data_dir.parent / "x"),
@@ -253,11 +253,11 @@ def test_a_claim_reads_its_units_trials_not_the_study(study_url, sample_data_dir
 
 
 def _searcher_with_two_trials(url: str, sample_data_dir: Path):
-    from studies.storage import open_storage
-    from sweep import study_db
-    from sweep.progress import Progress
-    from sweep.searcher import CellSearcher, CentralPlan
-    from sweep.spec import load_study_spec
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.sweep import study_db
+    from weightsearch.sweep.progress import Progress
+    from weightsearch.sweep.searcher import CellSearcher, CentralPlan
+    from weightsearch.sweep.spec import load_study_spec
 
     spec = load_study_spec({
         "study": "gone", "storage": url, "workdir": str(sample_data_dir.parent / "x"),
@@ -278,9 +278,9 @@ def test_a_study_file_deleted_under_tune_hooks_stops_the_searcher(tmp_path: Path
                                                                   sample_data_dir) -> None:
     """Tune logs and swallows what its searcher hooks raise: a study file deleted between two
     epochs must still stop the run, not let it go on writing into an unlinked file."""
-    from sweep.searcher import Searcher
-    from sweep.trainable import EPOCH, OBJECTIVE
-    from weightsearch.errors import StorageError
+    from weightsearch.core.errors import StorageError
+    from weightsearch.sweep.searcher import Searcher
+    from weightsearch.sweep.trainable import EPOCH, OBJECTIVE
 
     db = tmp_path / "gone.db"
     searcher = _searcher_with_two_trials(f"sqlite:///{db}", sample_data_dir)
@@ -303,7 +303,7 @@ def test_a_write_refused_under_tune_hooks_is_kept_and_other_errors_propagate(
     propagates as before."""
     import sqlite3
 
-    from weightsearch.errors import StorageError
+    from weightsearch.core.errors import StorageError
 
     db = tmp_path / "ro.db"
     searcher = _searcher_with_two_trials(f"sqlite:///{db}", sample_data_dir)

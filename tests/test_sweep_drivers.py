@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from studies import schema as S
 from tests.helpers import (
     ROOT,
     check_siwlm_steps,
@@ -26,6 +25,7 @@ from tests.helpers import (
     ray_temp_dir,
     two_cell_study_file,
 )
+from weightsearch.studies import schema as S
 
 pytestmark = pytest.mark.integration
 

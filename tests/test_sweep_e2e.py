@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from studies import schema as S
-from sweep.space import CENTRAL_WEIGHT
+from weightsearch.studies import schema as S
+from weightsearch.sweep.space import CENTRAL_WEIGHT
 
 pytestmark = pytest.mark.integration
 
@@ -41,8 +41,8 @@ def test_study_runs_every_cell_exactly_once(
     import ray
     from optuna.trial import TrialState
 
-    from sweep.launch import launch
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.launch import launch
+    from weightsearch.sweep.spec import load_study_spec
 
     spec = load_study_spec(study_dict("e2e", tiny_encoder, sample_data_dir, tmp_path))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -129,7 +129,7 @@ def test_study_runs_every_cell_exactly_once(
             assert len(optuna.load_study(study_name=f"e2e/{central}", storage=url).trials) == 2
 
         # Same name, different training setup: refused before anything is written.
-        from weightsearch.errors import ConfigError
+        from weightsearch.core.errors import ConfigError
 
         changed = study_dict("e2e", tiny_encoder, sample_data_dir, tmp_path)
         changed["train"]["epochs"] = 2
@@ -151,10 +151,10 @@ def test_study_scored_on_the_finetuned_stage(
     import optuna
     import ray
 
-    from studies.inspection import best_rows
-    from studies.reading import read_central
-    from sweep.launch import launch
-    from sweep.spec import load_study_spec
+    from weightsearch.studies.inspection import best_rows
+    from weightsearch.studies.reading import read_central
+    from weightsearch.sweep.launch import launch
+    from weightsearch.sweep.spec import load_study_spec
 
     raw = study_dict("ft", tiny_encoder, sample_data_dir, tmp_path)
     raw["train"]["finetune"] = {"tasks": "central", "epochs": 1}
@@ -184,7 +184,7 @@ def test_study_scored_on_the_finetuned_stage(
     central = read_central(spec.storage, "ft/stsb")
     assert central.stage == "finetuned" and best_rows([central])[0]["stage"] == "finetuned"
     # inspect says which stage each number comes from.
-    from studies.inspection import inspect
+    from weightsearch.studies.inspection import inspect
 
     text = inspect(spec.storage, "ft")
     assert "value: stsb corr at the best epoch of the finetuned stage" in text
@@ -199,8 +199,8 @@ def test_study_scored_on_the_finetuned_stage(
     ({"goal": 1}, "objective.goal: unknown"),
 ])
 def test_bad_objectives_are_refused(tiny_encoder, sample_data_dir, tmp_path, objective, words):
-    from sweep.spec import load_study_spec
-    from weightsearch.errors import ConfigError
+    from weightsearch.core.errors import ConfigError
+    from weightsearch.sweep.spec import load_study_spec
 
     raw = study_dict("bad", tiny_encoder, sample_data_dir, tmp_path)
     raw["objective"] = objective
@@ -218,8 +218,8 @@ def test_a_reused_worker_trains_what_a_fresh_one_would(
     import optuna
     import ray
 
-    from sweep.launch import launch
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.launch import launch
+    from weightsearch.sweep.spec import load_study_spec
 
     values: dict[tuple, list] = {}
     pids: dict[bool, set] = {}

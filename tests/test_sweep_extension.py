@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweep.extension import extension_problem
-from sweep.spec import load_study_spec
 from tests.helpers import ray_temp_dir, two_cell_study_file
+from weightsearch.sweep.extension import extension_problem
+from weightsearch.sweep.spec import load_study_spec
 
 
 @pytest.fixture
@@ -75,9 +75,9 @@ def test_a_launch_with_more_seeds_trains_only_the_new_cells(
     import optuna
     import ray
 
-    from studies import schema as S
-    from studies.reading import open_quiet
-    from sweep.launch import launch, resume
+    from weightsearch.studies import schema as S
+    from weightsearch.studies.reading import open_quiet
+    from weightsearch.sweep.launch import launch, resume
 
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     path = two_cell_study_file(tmp_path, "grow", tiny_encoder, sample_data_dir)
@@ -110,10 +110,10 @@ def test_a_refused_launch_leaves_the_stored_files_alone(tmp_path: Path,
     file is stored only once every study of the launch is accepted."""
     import optuna
 
-    from studies import schema as S
-    from studies.storage import open_storage
-    from sweep.study_db import Central, create_studies
-    from weightsearch.errors import ConfigError
+    from weightsearch.core.errors import ConfigError
+    from weightsearch.studies import schema as S
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.sweep.study_db import Central, create_studies
 
     url = f"sqlite:///{tmp_path / 's.db'}"
     storage = open_storage(url)

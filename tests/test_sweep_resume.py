@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from studies import schema as S
 from tests.helpers import ROOT, complete_count, kill_leftovers, ray_temp_dir, two_cell_study_file
+from weightsearch.studies import schema as S
 
 pytestmark = pytest.mark.integration
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from sweep.space import CENTRAL_WEIGHT
-from sweep.spec import load_study_spec
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.sweep.space import CENTRAL_WEIGHT
+from weightsearch.sweep.spec import load_study_spec
 
 
 @pytest.fixture
@@ -188,9 +188,9 @@ def test_cli_resume_unknown_study(tmp_path: Path, capsys: pytest.CaptureFixture)
 
 
 def test_warm_start_from_the_recommender(tmp_path, sample_data_dir):
-    from studies import schema as S
-    from sweep.launch import first_points
-    from sweep.study_db import Central
+    from weightsearch.studies import schema as S
+    from weightsearch.sweep.launch import first_points
+    from weightsearch.sweep.study_db import Central
 
     train = {"data_dir": str(sample_data_dir), "tasks": ["rte", "sst2"], "epochs": 1}
     spec = load_study_spec({
@@ -350,7 +350,7 @@ def test_aux_tasks_choose_what_trains_beside_each_central_task(base: dict) -> No
     assert [t.name for t in cfg.tasks] == ["rte_small", "mrpc", "stsb"]
     assert cfg.task("rte_small").max_train_examples == 20
     # A preset with a cap of its own is still the preset's data (one task to the recommender).
-    from trainer.tasks import dataset_name
+    from weightsearch.trainer.tasks import dataset_name
     assert [dataset_name(t) for t in cfg.tasks] == ["rte", "mrpc", "stsb"]
     assert spec.to_dict()["aux_tasks"] == ["mrpc", "stsb"]
     assert load_study_spec({**spec.to_dict(), "storage": spec.storage}).digest() == spec.digest()

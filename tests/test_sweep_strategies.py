@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from studies import schema as S
-from sweep.space import CENTRAL_WEIGHT
 from tests.helpers import EXAMPLES, check_siwlm_steps
+from weightsearch.studies import schema as S
+from weightsearch.sweep.space import CENTRAL_WEIGHT
 
 pytestmark = pytest.mark.integration
 
@@ -50,8 +50,8 @@ def test_halving_trains_fewer_epochs_than_the_grid_on_the_same_cells(
     import optuna
     from optuna.trial import TrialState
 
-    from sweep.launch import launch
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.launch import launch
+    from weightsearch.sweep.spec import load_study_spec
 
     space = {CENTRAL_WEIGHT: [1, 3, 6, 9]}
     grid = load_study_spec(_study("grid", tiny_encoder, sample_data_dir, tmp_path,
@@ -91,9 +91,9 @@ def test_task_grouping_study_names_the_best_group(
         ray_session, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
     import optuna
 
-    from studies.inspection import inspect
-    from sweep.launch import launch
-    from sweep.spec import load_study_spec
+    from weightsearch.studies.inspection import inspect
+    from weightsearch.sweep.launch import launch
+    from weightsearch.sweep.spec import load_study_spec
 
     raw = _study("grp", tiny_encoder, sample_data_dir, tmp_path,
                  {"space": {"tasks": {"subsets_of": ["mrpc", "stsb", "cola"]}}}, epochs=1,
@@ -125,8 +125,8 @@ def test_a_sampling_weight_study_runs(ray_session, tiny_encoder: str, tmp_path: 
                                       capsys: pytest.CaptureFixture) -> None:
     import optuna
 
-    from sweep.launch import launch
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.launch import launch
+    from weightsearch.sweep.spec import load_study_spec
 
     spec = load_study_spec(EXAMPLES / "study-qa-weight-sample.yaml", overrides=[
         f"storage=sqlite:///{tmp_path / 'qa.db'}", f"workdir={tmp_path / 'runs'}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.tasks import METRICS, PRESETS, TASK_TYPES, parse_tasks, preset_key
+from weightsearch.trainer.tasks import METRICS, PRESETS, TASK_TYPES, parse_tasks, preset_key
 
 
 def parse(raw: object) -> tuple[tuple, list[str]]:
@@ -156,8 +156,8 @@ def test_the_tasks_schema_follows_the_declarations_and_the_registry() -> None:
 
     import jsonschema
 
-    from trainer.task_types import TaskType, register_task_type, unregister_task_type
-    from trainer.tasks import tasks_schema
+    from weightsearch.trainer.task_types import TaskType, register_task_type, unregister_task_type
+    from weightsearch.trainer.tasks import tasks_schema
 
     validator = jsonschema.Draft202012Validator(tasks_schema())
     presets = [json.loads(json.dumps({**dataclasses.asdict(p), "dev_files": dict(p.dev_files)}))
@@ -179,7 +179,7 @@ def test_the_tasks_schema_follows_the_declarations_and_the_registry() -> None:
 def test_qnli_is_two_class_classification_as_both_reference_codes_train_it():
     """SIWLM's and MT-DNN's glue_task_def.yml train QNLI as two classes per pair; MT-DNN
     v0.1's ranking of a question's candidates is the `qnli_rank` preset, on the same files."""
-    from trainer.tasks import PRESETS, dataset_name
+    from weightsearch.trainer.tasks import PRESETS, dataset_name
 
     qnli, ranked = PRESETS["qnli"], PRESETS["qnlirank"]
     assert (qnli.type, qnli.group, qnli.labels) == ("classification", None,

@@ -14,15 +14,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.encoders import load_tokenizer
-from trainer.heads import EvalSplit, build_head, head_class
-from trainer.heads.base import Encoded
-from trainer.heads.span_qa import _window_starts
-from trainer.mixture import MixtureSettings
-from trainer.model import MixtureOfExperts
-from trainer.task_rows import read_task_file
-from trainer.tasks import PRESETS
-from weightsearch.errors import DataError
+from weightsearch.core.errors import DataError
+from weightsearch.trainer.encoders import load_tokenizer
+from weightsearch.trainer.heads import EvalSplit, build_head, head_class
+from weightsearch.trainer.heads.base import Encoded
+from weightsearch.trainer.heads.span_qa import _window_starts
+from weightsearch.trainer.mixture import MixtureSettings
+from weightsearch.trainer.model import MixtureOfExperts
+from weightsearch.trainer.task_rows import read_task_file
+from weightsearch.trainer.tasks import PRESETS
 
 HIDDEN = 8
 
@@ -130,7 +130,7 @@ def test_san_trains_end_to_end():
 
 
 def test_san_is_refused_on_a_regression_task():
-    from trainer.tasks import parse_tasks
+    from weightsearch.trainer.tasks import parse_tasks
 
     problems: list[str] = []
     parse_tasks([{"preset": "stsb", "head": "san"}], problems)
@@ -160,7 +160,7 @@ def _write_swag(path: Path, rows: list[list[str]]) -> Path:
 
 
 def test_multiple_choice_rows_and_batches(tmp_path, tokenizer):
-    from trainer.data import load_task_data
+    from weightsearch.trainer.data import load_task_data
 
     _write_swag(tmp_path / "train.csv", [
         ["v1", "A man sits.", "He", "stands up.", "eats.", "sleeps.", "runs away fast.", "3"],

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import read_jsonl
-from trainer import load_config, train
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer import load_config, train
 
 pytest.importorskip("tensorboard")
 pytest.importorskip("mlflow")
@@ -155,7 +155,7 @@ def test_a_uri_mlflow_cannot_store_runs_at_is_refused_before_a_study_starts(
 
 def test_runs_naming_one_parent_nest_under_one_parent_run(sample_data_dir, tiny_encoder,
                                                           tmp_path):
-    from trainer.tracking import _parent_run
+    from weightsearch.trainer.tracking import _parent_run
 
     mlruns = tmp_path / "mlruns"
     for name in ("a", "b"):

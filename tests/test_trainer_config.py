@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.config import apply_overrides, load_config
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer.config import apply_overrides, load_config
 
 
 def base(sample_data_dir, **extra):

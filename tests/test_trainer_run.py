@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from tests.helpers import read_jsonl, run_config, train_tiny_run
-from trainer import train
 from weightsearch.cli import main
+from weightsearch.trainer import train
 
 
 @pytest.mark.slow
@@ -91,7 +91,7 @@ def test_zero_weight_is_honoured(sample_data_dir, tiny_encoder, tmp_path):
     assert {s["weight"] for s in steps if s["task"] != "mrpc"} == {1.0}
     # A zero-weighted head gets zero gradients, so Adamax leaves it exactly where it started.
     torch.manual_seed(cfg.seed)
-    from trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.model import MTDNN, load_encoder
 
     fresh = MTDNN(load_encoder(tiny_encoder, cfg.seed), cfg.tasks).state_dict()
     trained = load_file(tmp_path / "run" / "checkpoints" / "epoch-001" / "model.safetensors")
@@ -195,7 +195,7 @@ def test_bad_data_files_exit_2_and_write_nothing(sample_data_dir, tiny_encoder, 
 
 @pytest.mark.slow
 def test_existing_run_needs_resume(sample_data_dir, tiny_encoder, tmp_path, tiny_run_1_epoch):
-    from weightsearch.errors import ConfigError
+    from weightsearch.core.errors import ConfigError
 
     shutil.copytree(tiny_run_1_epoch.out, tmp_path / "run")  # a finished run of this config
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1)

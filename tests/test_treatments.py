@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from studies import schema
 from tests.helpers import SAMPLE
+from weightsearch.studies import schema
 
 
 def _clipping(clip_share: float, grad_clip: float = 1.0, mode: str = "global") -> dict:
@@ -26,7 +26,7 @@ def _study(url: str, name: str, cells: list[tuple[float, int, float, dict | None
     import optuna
     from optuna.distributions import FloatDistribution
 
-    from studies.reading import open_quiet
+    from weightsearch.studies.reading import open_quiet
 
     study = optuna.create_study(study_name=f"{name}/rte", storage=open_quiet(url),
                                 direction="maximize")
@@ -45,7 +45,7 @@ def _study(url: str, name: str, cells: list[tuple[float, int, float, dict | None
 
 
 def _read(url: str, name: str):
-    from studies.reading import open_quiet, read_central
+    from weightsearch.studies.reading import open_quiet, read_central
 
     return read_central(open_quiet(url), f"{name}/rte")
 
@@ -115,8 +115,8 @@ def test_one_weight_clipped_away_is_no_arm(url):
 def test_inspect_and_the_service_report_the_arm(url, capsys):
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
     from weightsearch.cli import main
+    from weightsearch.service.app import create_app
 
     _study(url, "shown", _cells())
     assert main(["inspect", "shown", "--storage", url]) == 0
@@ -149,9 +149,9 @@ def test_a_real_study_with_every_central_update_clipped(tiny_encoder, tmp_path):
     their clipping, score the same, and the launch summary and inspect call them one."""
     import ray
 
-    from studies.inspection import inspect
-    from sweep.launch import launch
-    from sweep.spec import load_study_spec
+    from weightsearch.studies.inspection import inspect
+    from weightsearch.sweep.launch import launch
+    from weightsearch.sweep.spec import load_study_spec
 
     spec = load_study_spec({
         "study": "clipped", "storage": f"sqlite:///{tmp_path / 'studies.db'}",
@@ -185,8 +185,8 @@ def test_a_study_searching_the_clipping_exports_one_task_per_regime(url):
     import optuna
     from optuna.distributions import CategoricalDistribution, FloatDistribution
 
-    from studies.exporter import export_rows
-    from studies.reading import open_quiet
+    from weightsearch.studies.exporter import export_rows
+    from weightsearch.studies.reading import open_quiet
 
     study = optuna.create_study(study_name="grid/rte", storage=open_quiet(url),
                                 direction="maximize")
@@ -216,7 +216,7 @@ def test_a_study_searching_the_clipping_exports_one_task_per_regime(url):
 
 
 def test_the_plot_shows_the_live_range(url, tmp_path):
-    from studies.inspection import plot
+    from weightsearch.studies.inspection import plot
 
     _study(url, "band", _cells())
     path = plot([_read(url, "band")], "band", tmp_path / "band.svg")
@@ -230,7 +230,7 @@ def test_the_plot_shows_the_live_range(url, tmp_path):
 def test_the_service_answers_for_a_clipping_regime(url):
     from fastapi.testclient import TestClient
 
-    from service.app import create_app
+    from weightsearch.service.app import create_app
 
     _study(url, "svc", _cells())
     client = TestClient(create_app(url))
@@ -264,7 +264,7 @@ def test_a_weight_still_running_keeps_the_grid_from_being_whole(url):
     import optuna
     from optuna.distributions import FloatDistribution
 
-    from studies.reading import open_quiet
+    from weightsearch.studies.reading import open_quiet
 
     _study(url, "running", [c for c in _cells() if c[0] != 1.0])
     study = optuna.load_study(study_name="running/rte", storage=open_quiet(url))
@@ -276,8 +276,8 @@ def test_a_weight_still_running_keeps_the_grid_from_being_whole(url):
 
 
 def test_a_wholly_inert_study_is_no_evidence_for_the_recommender(url):
-    from recommender.recommend import study_evidence
-    from studies.reading import open_quiet, read_all
+    from weightsearch.recommender.recommend import study_evidence
+    from weightsearch.studies.reading import open_quiet, read_all
 
     _study(url, "inert", [c for c in _cells() if c[0] != 1.0])
     found = study_evidence(read_all(open_quiet(url)))

@@ -1,5 +1,5 @@
-"""A trial's end is one transaction (`sweep.trial_end`): the same rows Optuna's public API
-writes, committed once, and nothing at all when any part fails."""
+"""A trial's end is one transaction (`weightsearch.sweep.trial_end`): the same rows Optuna's public
+API writes, committed once, and nothing at all when any part fails."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ optuna = pytest.importorskip("optuna")
 from optuna.exceptions import UpdateFinishedTrialError  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
-from studies.storage import open_storage  # noqa: E402
-from sweep.trial_end import finish_trial  # noqa: E402
+from weightsearch.studies.storage import open_storage  # noqa: E402
+from weightsearch.sweep.trial_end import finish_trial  # noqa: E402
 
 ATTRS = {"seed": 3, "metrics": {"rte": {"accuracy": 0.61}}, "history": [{"epoch": 1}],
          "best_epoch": 2, "wall_time_s": 12.5, "output_dir": None}

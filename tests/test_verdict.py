@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from scipy import stats
 
-from studies.verdict import judge
+from weightsearch.studies.verdict import judge
 
 
 def _paired_interval(a, b):
@@ -67,7 +67,7 @@ def test_seeds_in_lockstep_and_non_numbers_separate_nothing():
 
 
 def test_scores_pair_only_when_every_weight_has_the_same_seeds_once():
-    from studies.verdict import by_seed
+    from weightsearch.studies.verdict import by_seed
 
     assert by_seed([(1, 1, 0.5), (1, 2, 0.6), (9, 2, 0.8), (9, 1, 0.7)]) == (
         {1: [0.5, 0.6], 9: [0.7, 0.8]}, True)

@@ -10,7 +10,8 @@ import math
 import pytest
 import torch
 
-from trainer.weighting import (
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer.weighting import (
     SCHEMES,
     DwaSettings,
     EqualSettings,
@@ -22,7 +23,6 @@ from trainer.weighting import (
     parse_weighting,
     scheme_problems,
 )
-from weightsearch.errors import ConfigError
 
 # ---------------------------------------------------------------------------------------------
 # Golden tables. Every expected weight below was worked out by hand from the rules in

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ray.exceptions import OutOfMemoryError
 
-from sweep.tuning import _ray_lost_a_worker
+from weightsearch.sweep.tuning import _ray_lost_a_worker
 
 
 def test_a_lost_worker_is_told_apart_from_a_bug():

@@ -1,6 +1,6 @@
 """The MT-DNN trainer with SIWLM loss weighting. Imports neither ray nor optuna.
 
-Public API (loaded lazily so that `import trainer.cli` stays cheap):
+Public API (loaded lazily so that `import weightsearch.trainer.cli` stays cheap):
 `train`, `load_config`, `task_sizes`, `RunConfig`, `EpochReport`, `RunResult`.
 """
 
@@ -9,18 +9,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from trainer.config import RunConfig, load_config
-    from trainer.pipeline import train
-    from trainer.results import EpochReport, RunResult
-    from trainer.task_rows import task_sizes
+    from weightsearch.trainer.config import RunConfig, load_config
+    from weightsearch.trainer.pipeline import train
+    from weightsearch.trainer.results import EpochReport, RunResult
+    from weightsearch.trainer.task_rows import task_sizes
 
 _EXPORTS = {
-    "train": "trainer.pipeline",
-    "task_sizes": "trainer.task_rows",
-    "load_config": "trainer.config",
-    "RunConfig": "trainer.config",
-    "EpochReport": "trainer.results",
-    "RunResult": "trainer.results",
+    "train": "weightsearch.trainer.pipeline",
+    "task_sizes": "weightsearch.trainer.task_rows",
+    "load_config": "weightsearch.trainer.config",
+    "RunConfig": "weightsearch.trainer.config",
+    "EpochReport": "weightsearch.trainer.results",
+    "RunResult": "weightsearch.trainer.results",
 }
 
 __all__ = ["EpochReport", "RunConfig", "RunResult", "load_config", "task_sizes", "train"]
@@ -31,4 +31,4 @@ def __getattr__(name: str) -> Any:
         import importlib
 
         return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'trainer' has no attribute {name!r}")
+    raise AttributeError(f"module 'weightsearch.trainer' has no attribute {name!r}")

@@ -33,7 +33,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_model
 
-from weightsearch.errors import ConfigError, DiskFull, causes
+from weightsearch.core.errors import ConfigError, DiskFull, causes
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"

@@ -53,8 +53,8 @@ def _train(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub
-    from trainer.config import load_config
-    from trainer.pipeline import train
+    from weightsearch.trainer.config import load_config
+    from weightsearch.trainer.pipeline import train
 
     cfg = load_config(args.config, args.overrides)
     result = train(cfg, resume=args.resume, quiet=args.quiet)
@@ -77,12 +77,12 @@ def _soft_targets(args: argparse.Namespace) -> int:
     import yaml
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from trainer.config import load_config
-    from trainer.device import select_runtime
-    from trainer.distill import build_soft_target_files, pick_teachers
-    from trainer.encoders import load_tokenizer, resolve_encoder
-    from trainer.run_data import load_data
-    from weightsearch.errors import ConfigError
+    from weightsearch.core.errors import ConfigError
+    from weightsearch.trainer.config import load_config
+    from weightsearch.trainer.device import select_runtime
+    from weightsearch.trainer.distill import build_soft_target_files, pick_teachers
+    from weightsearch.trainer.encoders import load_tokenizer, resolve_encoder
+    from weightsearch.trainer.run_data import load_data
 
     cfg = load_config(args.config, args.overrides)
     if args.candidates:

@@ -12,9 +12,10 @@ Every update trains one task's batch as loss x weight, then clips the gradient. 
 - `grad_clip: 0`: no clipping in either mode (`unweighted` then is refused: nothing to clip).
 
 Each update's pre-clip norm and the factor the clip applied stay on the device; the loop
-reads them with the losses every `log_every` updates (`trainer.loop`), and `clip_summary`
-condenses the logged rows into what a study needs per task: the share of updates clipped, the
-median unweighted norm and the largest weight at which the median update would not clip.
+reads them with the losses every `log_every` updates (`weightsearch.trainer.loop`), and
+`clip_summary` condenses the logged rows into what a study needs per task: the share of updates
+clipped, the median unweighted norm and the largest weight at which the median update would not
+clip.
 """
 
 from __future__ import annotations

@@ -18,20 +18,8 @@ from typing import Any
 
 import yaml
 
-from trainer.clipping import DEFAULT_GRAD_CLIP_MODE, GRAD_CLIP_MODES, grad_clip_problems
-from trainer.config_paths import absolute, anchor_paths
-from trainer.distill_settings import DistillSettings, parse_distill
-from trainer.finetune_settings import HEAD_CHOICES, FinetuneSettings, parse_finetune
-from trainer.mixture import MixtureSettings, parse_mixture
-from trainer.optim_settings import HEAD_INITS, OPTIMIZERS, AdamaxSettings, parse_adamax
-from trainer.presets import expand_preset
-from trainer.sampling import ShuffleSettings, parse_sampling
-from trainer.smart import AdversarialSettings, parse_adversarial
-from trainer.tasks import TaskSpec, parse_tasks, preset_key
-from trainer.tracking import TrackingSettings, parse_tracking
-from trainer.weighting import parse_weighting, scheme_problems
-from weightsearch.errors import ConfigError
-from weightsearch.fields import (
+from weightsearch.core.errors import ConfigError
+from weightsearch.core.fields import (
     MAX_SEED,
     Choice,
     Flag,
@@ -40,7 +28,23 @@ from weightsearch.fields import (
     setting,
     unknown_keys,
 )
-from weightsearch.yamlio import load_yaml, read_yaml_file
+from weightsearch.core.yamlio import load_yaml, read_yaml_file
+from weightsearch.trainer.clipping import (
+    DEFAULT_GRAD_CLIP_MODE,
+    GRAD_CLIP_MODES,
+    grad_clip_problems,
+)
+from weightsearch.trainer.config_paths import absolute, anchor_paths
+from weightsearch.trainer.distill_settings import DistillSettings, parse_distill
+from weightsearch.trainer.finetune_settings import HEAD_CHOICES, FinetuneSettings, parse_finetune
+from weightsearch.trainer.mixture import MixtureSettings, parse_mixture
+from weightsearch.trainer.optim_settings import HEAD_INITS, OPTIMIZERS, AdamaxSettings, parse_adamax
+from weightsearch.trainer.presets import expand_preset
+from weightsearch.trainer.sampling import ShuffleSettings, parse_sampling
+from weightsearch.trainer.smart import AdversarialSettings, parse_adversarial
+from weightsearch.trainer.tasks import TaskSpec, parse_tasks, preset_key
+from weightsearch.trainer.tracking import TrackingSettings, parse_tracking
+from weightsearch.trainer.weighting import parse_weighting, scheme_problems
 
 CHECKPOINT_POLICIES = ("all", "last", "final", "none")  # trainer/checkpoint.py says what each keeps
 
@@ -429,7 +433,7 @@ def _window_problems(tasks: Sequence[TaskSpec], run_max_seq_len: int) -> list[st
 
 
 def _encoder_problem(encoder: str) -> str | None:
-    from trainer.encoders import DEFAULT_ENCODER_ALIASES, default_encoder_path
+    from weightsearch.trainer.encoders import DEFAULT_ENCODER_ALIASES, default_encoder_path
 
     if encoder in DEFAULT_ENCODER_ALIASES:
         try:

@@ -22,13 +22,13 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from trainer.heads import Head, head_class
-from trainer.heads.base import collate_sequences
-from trainer.readers import count_examples, read_task_table, resolve_path
-from trainer.sampling import Sampler, ShuffleSettings, build_sampler
-from trainer.task_rows import Subset
-from trainer.tasks import TaskSpec
-from weightsearch.errors import DataError
+from weightsearch.core.errors import DataError
+from weightsearch.trainer.heads import Head, head_class
+from weightsearch.trainer.heads.base import collate_sequences
+from weightsearch.trainer.readers import count_examples, read_task_table, resolve_path
+from weightsearch.trainer.sampling import Sampler, ShuffleSettings, build_sampler
+from weightsearch.trainer.task_rows import Subset
+from weightsearch.trainer.tasks import TaskSpec
 
 CACHE_VERSION = 2  # bump when the stored columns change
 BUCKET_BATCHES = 50  # batches per length-sorting chunk: little padding, still well mixed

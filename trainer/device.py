@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

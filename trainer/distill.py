@@ -29,18 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from trainer.checkpoint import CHECKPOINTS, latest_checkpoint, no_weights_problem
-from trainer.config import RunConfig, load_config
-from trainer.finetune_settings import FINETUNE_DIR
-from trainer.task_types import TASK_TYPES
-from weightsearch.errors import ConfigError
-from weightsearch.yamlio import read_yaml_file
+from weightsearch.core.errors import ConfigError
+from weightsearch.core.yamlio import read_yaml_file
+from weightsearch.trainer.checkpoint import CHECKPOINTS, latest_checkpoint, no_weights_problem
+from weightsearch.trainer.config import RunConfig, load_config
+from weightsearch.trainer.finetune_settings import FINETUNE_DIR
+from weightsearch.trainer.task_types import TASK_TYPES
 
 if TYPE_CHECKING:
     import torch
 
-    from trainer.data import TaskData
-    from trainer.device import Runtime
+    from weightsearch.trainer.data import TaskData
+    from weightsearch.trainer.device import Runtime
 
 SOFT_TARGETS_DIR = "soft-targets"
 
@@ -248,7 +248,7 @@ def _cached_or_built(cfg: RunConfig, task: str, teachers: tuple[str, ...], data:
 def _teacher_run(folder: Path, task: str, data: TaskData, tokenizer: Any, where: str
                  ) -> TeacherSource:
     """What a teacher run teaches `task` with (`teacher_source`), checked against the student."""
-    from trainer.encoders import load_tokenizer, resolve_encoder
+    from weightsearch.trainer.encoders import load_tokenizer, resolve_encoder
 
     source = teacher_source(folder, task, where)
     cfg = source.config
@@ -271,9 +271,9 @@ def _predict(cfg: RunConfig, weights: Path, task: str, data: TaskData, tokenizer
     import torch
     from safetensors.torch import load_file
 
-    from trainer.data import eval_batches
-    from trainer.encoders import resolve_encoder, resolve_pooling
-    from trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.data import eval_batches
+    from weightsearch.trainer.encoders import resolve_encoder, resolve_pooling
+    from weightsearch.trainer.model import MTDNN, load_encoder
 
     path = os.path.expanduser(resolve_encoder(cfg.encoder))
     model = MTDNN(load_encoder(path, cfg.seed), cfg.tasks, resolve_pooling(cfg.pooling, path),

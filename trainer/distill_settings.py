@@ -1,5 +1,5 @@
 """Settings of knowledge distillation (`distill:` of a run config): each task's teachers. The
-soft targets themselves are built by `trainer.distill`."""
+soft targets themselves are built by `weightsearch.trainer.distill`."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer.task_types import TASK_TYPES
-from weightsearch.fields import unknown_keys
+from weightsearch.core.fields import unknown_keys
+from weightsearch.trainer.task_types import TASK_TYPES
 
 # The task types whose heads learn from teachers' soft targets (`TaskType.distillable`).
 DISTILLABLE = tuple(name for name, t in TASK_TYPES.items() if t.distillable)

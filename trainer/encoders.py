@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
 
 if TYPE_CHECKING:  # transformers is imported where a tokenizer loads: a study's driver
     from transformers import PreTrainedTokenizerFast  # checks the encoder without it

@@ -14,13 +14,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainer.finetune_settings import FINETUNE_DIR
-from trainer.results import RunResult
-from trainer.task_types import TASK_TYPES
-from trainer.weighting import EqualSettings
+from weightsearch.trainer.finetune_settings import FINETUNE_DIR
+from weightsearch.trainer.results import RunResult
+from weightsearch.trainer.task_types import TASK_TYPES
+from weightsearch.trainer.weighting import EqualSettings
 
 if TYPE_CHECKING:
-    from trainer.config import RunConfig
+    from weightsearch.trainer.config import RunConfig
 
 def stage_config(cfg: RunConfig, task: str, init_from: Path) -> RunConfig:
     """The one-task run that fine-tunes `task` from the multi-task checkpoint `init_from`."""

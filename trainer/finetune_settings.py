@@ -1,5 +1,5 @@
 """Settings of the fine-tuning stage (`finetune:` of a run config): what each task is
-fine-tuned with after the multi-task stage. The stage itself is `trainer.finetune`."""
+fine-tuned with after the multi-task stage. The stage itself is `weightsearch.trainer.finetune`."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from trainer.optim_settings import OPTIMIZERS
-from trainer.smart import AdversarialSettings, parse_adversarial
-from trainer.task_types import TASK_TYPES
-from trainer.tasks import preset_key
-from weightsearch.fields import Choice, Number, check_section, setting
+from weightsearch.core.fields import Choice, Number, check_section, setting
+from weightsearch.trainer.optim_settings import OPTIMIZERS
+from weightsearch.trainer.smart import AdversarialSettings, parse_adversarial
+from weightsearch.trainer.task_types import TASK_TYPES
+from weightsearch.trainer.tasks import preset_key
 
 if TYPE_CHECKING:
-    from trainer.tasks import TaskSpec
+    from weightsearch.trainer.tasks import TaskSpec
 
 FINETUNE_DIR = "finetune"
 TASK_CHOICES = ("all", "central")

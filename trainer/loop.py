@@ -3,7 +3,7 @@
 `set_up` checks every input and loads the data and the model without writing anything;
 `train_stage` then trains the stage's epochs into `output_dir`, evaluating, checkpointing and
 reporting after each. Which stages a run has (soft targets, multi-task, fine-tuning) is the
-business of `trainer.pipeline`.
+business of `weightsearch.trainer.pipeline`.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ import torch
 import yaml
 from tqdm.auto import tqdm
 
-from trainer.checkpoint import (
+from weightsearch.core.errors import ConfigError, TrainingDiverged
+from weightsearch.trainer.checkpoint import (
     CHECKPOINTS,
     FULL,
     Checkpoint,
@@ -34,31 +35,30 @@ from trainer.checkpoint import (
     load_initial,
     save_checkpoint,
 )
-from trainer.clipping import clip_gradient, clip_summary, reading_fields, step_readings
-from trainer.config import DEFAULT_ENCODER, RunConfig
-from trainer.config_paths import writable_folder_problem
-from trainer.data import TaskData, batch_plan, eval_batches, token_limits
-from trainer.device import Runtime, select_runtime
-from trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
-from trainer.heads import EvalSplit, head_class
-from trainer.init_weights import init_head_weights
-from trainer.memory import give_back, peak_memory
-from trainer.model import MTDNN, load_encoder, recompute_activations
-from trainer.optim import build_optimizer, build_scheduler
-from trainer.results import EpochReport, Metrics, RunResult
-from trainer.resume import (
+from weightsearch.trainer.clipping import clip_gradient, clip_summary, reading_fields, step_readings
+from weightsearch.trainer.config import DEFAULT_ENCODER, RunConfig
+from weightsearch.trainer.config_paths import writable_folder_problem
+from weightsearch.trainer.data import TaskData, batch_plan, eval_batches, token_limits
+from weightsearch.trainer.device import Runtime, select_runtime
+from weightsearch.trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
+from weightsearch.trainer.heads import EvalSplit, head_class
+from weightsearch.trainer.init_weights import init_head_weights
+from weightsearch.trainer.memory import give_back, peak_memory
+from weightsearch.trainer.model import MTDNN, load_encoder, recompute_activations
+from weightsearch.trainer.optim import build_optimizer, build_scheduler
+from weightsearch.trainer.results import EpochReport, Metrics, RunResult
+from weightsearch.trainer.resume import (
     resume_problems,
     resume_record,
     source_digests,
     source_problems,
     trained_defaults,
 )
-from trainer.run_data import load_data
-from trainer.sampling import build_sampler
-from trainer.smart import smart_loss
-from trainer.tracking import Tracker, open_tracker, run_params
-from trainer.weighting import Scheme, build_scheme
-from weightsearch.errors import ConfigError, TrainingDiverged
+from weightsearch.trainer.run_data import load_data
+from weightsearch.trainer.sampling import build_sampler
+from weightsearch.trainer.smart import smart_loss
+from weightsearch.trainer.tracking import Tracker, open_tracker, run_params
+from weightsearch.trainer.weighting import Scheme, build_scheme
 
 STEPS, METRICS, RESULT, CONFIG, DATA_REPORT = (
     "steps.jsonl",
@@ -70,7 +70,7 @@ STEPS, METRICS, RESULT, CONFIG, DATA_REPORT = (
 
 Report = Callable[[EpochReport], None]
 # Soft targets of the distilled tasks, one row per training example: (cfg, data, tokenizer,
-# runtime, note) -> task -> tensor. The pipeline passes `trainer.distill.soft_targets`.
+# runtime, note) -> task -> tensor. The pipeline passes `weightsearch.trainer.distill.soft_targets`.
 SoftTargets = Callable[..., dict[str, torch.Tensor]]
 
 
@@ -267,7 +267,7 @@ def _open_output(run: StageRun, quiet: bool) -> Progress:
 def _train_epoch(run: StageRun, epoch: int, progress: Progress, tracker: Tracker, bar: Any,
                  quiet: bool) -> tuple[float, dict[str, dict[str, Any]]]:
     """One pass over the epoch's batch plan; the epoch's mean training loss and each task's
-    clipping (`trainer.clipping.clip_summary`)."""
+    clipping (`weightsearch.trainer.clipping.clip_summary`)."""
     run.model.train()
     plan = run.plans[epoch]
     started = time.perf_counter()
@@ -320,7 +320,7 @@ def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.nda
                 ) -> tuple[dict[str, Any], torch.Tensor]:
     """One batch: its weighted loss, and an update unless its weight is 0. The step's log
     record (without its global step) and its readings, still on the device: the unweighted
-    loss, the gradient's pre-clip norm and the clip's factor (`trainer.clipping`)."""
+    loss, the gradient's pre-clip norm and the clip's factor (`weightsearch.trainer.clipping`)."""
     cfg, model, data = run.cfg, run.model, run.data[task]
     batch = _to_device(data.collate(data.train, indices, run.pad_id), run.runtime)
     if task in run.soft:

@@ -1,5 +1,6 @@
 """Settings of the multi-gate mixture of experts (MMoE; Ma et al. 2018) that can sit between
-the shared encoder and the heads (the network itself: `trainer.model.MixtureOfExperts`).
+the shared encoder and the heads (the network itself:
+`weightsearch.trainer.model.MixtureOfExperts`).
 
 N expert feed-forward networks read the encoder's token states; each task k has its own
 softmax gate over the experts and its head reads its own gated mixture, as Ma et al. define it:
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from weightsearch.fields import Choice, Flag, Number, check_section, setting
+from weightsearch.core.fields import Choice, Flag, Number, check_section, setting
 
 GATES = ("example", "token")
 

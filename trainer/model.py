@@ -9,10 +9,10 @@ from functools import partial
 import torch
 from torch import nn
 
-from trainer.heads import Encoded, Head, build_head
-from trainer.mixture import MixtureSettings
-from trainer.tasks import TaskSpec
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer.heads import Encoded, Head, build_head
+from weightsearch.trainer.mixture import MixtureSettings
+from weightsearch.trainer.tasks import TaskSpec
 
 POOLINGS = ("pooler", "cls", "mean", "task-pooler")
 

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from trainer.config import RunConfig
+    from weightsearch.trainer.config import RunConfig
 
 
 class AdamaxW(torch.optim.Adamax):

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from weightsearch.fields import Flag, check_section, is_number, setting
+from weightsearch.core.fields import Flag, check_section, is_number, setting
 
 # MT-DNN's Adamax; AdamW for the usual BERT recipe; RAdam (Liu et al. 2020), which SIWLM's
 # fine-tuning scripts use

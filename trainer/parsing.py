@@ -1,15 +1,15 @@
 """Reading a task file's table into checked rows, for the task types whose rows are not
 sentence pairs: multiple choice and span QA. Without torch, so that a study's driver counts and
-checks every task's training rows without loading the trainer (`trainer.task_rows`); the heads'
-`parse` is these functions."""
+checks every task's training rows without loading the trainer (`weightsearch.trainer.task_rows`);
+the heads' `parse` is these functions."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from trainer.readers import ColumnRows, Table, texts
-from trainer.tasks import TaskSpec
-from weightsearch.errors import DataError
+from weightsearch.core.errors import DataError
+from weightsearch.trainer.readers import ColumnRows, Table, texts
+from weightsearch.trainer.tasks import TaskSpec
 
 
 def choice_rows(spec: TaskSpec, table: Table) -> ColumnRows:

@@ -2,11 +2,12 @@
 per-task fine-tuning stage, each as the run config asks.
 
 The multi-task stage trains with the soft targets of its distilled tasks; each fine-tuned task
-is a one-task run of its own (`trainer.finetune.stage_config`) in `output_dir/finetune/<task>/`,
-started from the multi-task stage's last checkpoint. A run's `result.json` is written when its
-last stage has finished: its presence means the run is done. Only then are its checkpoints
-trimmed to what the `checkpoints` policy keeps (the fine-tuning stage starts from the
-multi-task stage's last checkpoint, so that one stays until every fine-tuned task is done).
+is a one-task run of its own (`weightsearch.trainer.finetune.stage_config`) in
+`output_dir/finetune/<task>/`, started from the multi-task stage's last checkpoint. A run's
+`result.json` is written when its last stage has finished: its presence means the run is done. Only
+then are its checkpoints trimmed to what the `checkpoints` policy keeps (the fine-tuning stage
+starts from the multi-task stage's last checkpoint, so that one stays until every fine-tuned task is
+done).
 """
 
 from __future__ import annotations
@@ -20,15 +21,15 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from trainer.checkpoint import CHECKPOINTS, finish_checkpoints
-from trainer.config import RunConfig, load_config
-from trainer.distill import soft_targets
-from trainer.finetune import read_result, stage_config
-from trainer.finetune_settings import FINETUNE_DIR
-from trainer.loop import METRICS, RESULT, Report, holds_run, set_up, train_stage
-from trainer.memory import reset_peak
-from trainer.results import RunResult
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer.checkpoint import CHECKPOINTS, finish_checkpoints
+from weightsearch.trainer.config import RunConfig, load_config
+from weightsearch.trainer.distill import soft_targets
+from weightsearch.trainer.finetune import read_result, stage_config
+from weightsearch.trainer.finetune_settings import FINETUNE_DIR
+from weightsearch.trainer.loop import METRICS, RESULT, Report, holds_run, set_up, train_stage
+from weightsearch.trainer.memory import reset_peak
+from weightsearch.trainer.results import RunResult
 
 
 def train(

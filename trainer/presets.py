@@ -108,7 +108,7 @@ def _preset_tasks(items: list[Any], settings: Mapping[str, Mapping[str, Any]],
                   order: tuple[str, ...]) -> list[Any]:
     """The task list with the preset's per-task settings under each item's own, sorted by the
     preset's order (stable; tasks it does not name after the ones it does)."""
-    from trainer.tasks import preset_key
+    from weightsearch.trainer.tasks import preset_key
 
     def key_of(item: Any) -> str | None:
         name = item if isinstance(item, str) else (

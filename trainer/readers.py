@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from trainer.task_types import task_type
-from trainer.tasks import TaskSpec
-from weightsearch.errors import DataError
+from weightsearch.core.errors import DataError
+from weightsearch.trainer.task_types import task_type
+from weightsearch.trainer.tasks import TaskSpec
 
 
 @dataclass

@@ -20,8 +20,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from trainer.config import OVERLONG, RunConfig
-from trainer.readers import resolve_path
+from weightsearch.trainer.config import OVERLONG, RunConfig
+from weightsearch.trainer.readers import resolve_path
 
 BY_CONTENT = "compared by content"  # a weight source's place in the settings
 
@@ -44,7 +44,7 @@ def source_digests(cfg: RunConfig, soft: Mapping[str, Any],
                    warn: Callable[[str], None] = print) -> dict[str, str]:
     """sha256 of the weights `init_from` names and of each distilled task's soft targets (the
     tensors the run trains against, however they were built)."""
-    from trainer.checkpoint import initial_weights_file
+    from weightsearch.trainer.checkpoint import initial_weights_file
 
     out = {}
     if cfg.init_from is not None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.config import RunConfig
-from trainer.data import TaskData, load_task_data
-from trainer.task_rows import train_subset
+from weightsearch.trainer.config import RunConfig
+from weightsearch.trainer.data import TaskData, load_task_data
+from weightsearch.trainer.task_rows import train_subset
 
 
 def load_data(cfg: RunConfig, tokenizer: Any) -> dict[str, TaskData]:

@@ -28,12 +28,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from weightsearch.fields import Flag, Number, check_section, setting
+from weightsearch.core.fields import Flag, Number, check_section, setting
 
 if TYPE_CHECKING:  # torch stays out of config parsing, which imports the settings above
     import torch
 
-    from trainer.model import MTDNN
+    from weightsearch.trainer.model import MTDNN
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer.config import RunConfig, load_config
-from trainer.readers import Table, TaskRows, read_task_table, resolve_path
-from trainer.task_types import task_type
-from trainer.tasks import TaskSpec
+from weightsearch.trainer.config import RunConfig, load_config
+from weightsearch.trainer.readers import Table, TaskRows, read_task_table, resolve_path
+from weightsearch.trainer.task_types import task_type
+from weightsearch.trainer.tasks import TaskSpec
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def parser(type_name: str) -> Callable[[TaskSpec, Table], Any]:
     `parser` where it names one, else its head class's `parse`."""
     path = task_type(type_name).parser
     if path is None:
-        from trainer.heads import head_class
+        from weightsearch.trainer.heads import head_class
 
         return head_class(type_name).parse
     module, name = path.split(":")

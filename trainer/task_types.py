@@ -10,9 +10,9 @@ that type may say: its metrics, its own settings and their defaults, and the ans
 
 Adding a task type is one head module (the built-in ones are under `trainer/heads/`) plus one
 `register_task_type(TaskType(...))` call (the built-in ones are below). Its entry may name a
-`parser` that reads the type's rows without torch (the built-in ones are `trainer.readers`'
-`pair_rows` and `trainer.parsing`'s); without one, a study's driver loads the head module to
-count training rows. `TASK_TYPES` is a
+`parser` that reads the type's rows without torch (the built-in ones are
+`weightsearch.trainer.readers`' `pair_rows` and `weightsearch.trainer.parsing`'s); without one, a
+study's driver loads the head module to count training rows. `TASK_TYPES` is a
 read-only view of the registry, so it always shows the registered types; `NAMES` is rebound on
 every change, so read it as `task_types.NAMES` (or use `TASK_TYPES`) where a later registration
 matters.
@@ -115,23 +115,24 @@ def unregister_task_type(name: str) -> None:
     NAMES = tuple(_REGISTRY)
 
 
-_PAIRS = "trainer.readers:pair_rows"  # sentences and sentence pairs
+_PAIRS = "weightsearch.trainer.readers:pair_rows"  # sentences and sentence pairs
+_HEADS = "weightsearch.trainer.heads"
 for _builtin in (
-    TaskType("classification", "trainer.heads.classification", "classes", _CLASS_METRICS,
+    TaskType("classification", f"{_HEADS}.classification", "classes", _CLASS_METRICS,
              ("accuracy",), "accuracy", answer_modules=("linear", "san"), distillable=True,
              class_outputs=True, parser=_PAIRS),
-    TaskType("regression", "trainer.heads.regression", "score",
+    TaskType("regression", f"{_HEADS}.regression", "score",
              ("pearson", "spearman", "corr"), ("pearson", "spearman", "corr"), "corr",
              distillable=True, parser=_PAIRS),
-    TaskType("ranking", "trainer.heads.ranking", "classes", _CLASS_METRICS, ("accuracy",),
+    TaskType("ranking", f"{_HEADS}.ranking", "classes", _CLASS_METRICS, ("accuracy",),
              "accuracy", label_count=2, parser=_PAIRS,
              required_columns=MappingProxyType({
                  "group": "group: question (equal values form one candidate list)"})),
-    TaskType("multiple_choice", "trainer.heads.multiple_choice", "choice", ("accuracy",),
-             ("accuracy",), "accuracy", parser="trainer.parsing:choice_rows",
+    TaskType("multiple_choice", f"{_HEADS}.multiple_choice", "choice", ("accuracy",),
+             ("accuracy",), "accuracy", parser="weightsearch.trainer.parsing:choice_rows",
              required_columns=MappingProxyType({
                  "choices": "choices: [ending0, ending1, ending2, ending3]"})),
-    TaskType("span_qa", "trainer.heads.span_qa", "answers", _SQUAD_METRICS,
+    TaskType("span_qa", f"{_HEADS}.span_qa", "answers", _SQUAD_METRICS,
              ("exact", "f1", "has_ans_exact", "has_ans_f1", "no_ans_exact", "no_ans_f1",
               "best_exact", "best_f1"), "f1",
              options=MappingProxyType({
@@ -141,7 +142,8 @@ for _builtin in (
                  "max_answer_len": (30, positive_int),  # longest answer span, in tokens
                  "n_best": (20, positive_int),  # start/end candidates per window
              }),
-             formats=("squad", "jsonl", "parquet"), parser="trainer.parsing:span_qa_rows",
+             formats=("squad", "jsonl", "parquet"),
+             parser="weightsearch.trainer.parsing:span_qa_rows",
              required_columns=MappingProxyType({"text_b": "text_b: context"})),
 ):
     register_task_type(_builtin)

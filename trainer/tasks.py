@@ -3,9 +3,9 @@
 A task comes from the YAML `tasks` list as a preset name (`rte`), a preset with overrides
 (`{preset: rte, dropout: 0.2}`) or a full definition. `TaskSpec` declares each plain field's
 rule beside its default, and `parse_tasks` checks every item with the settings walker of
-`weightsearch.fields` and then the rules that tie fields together (the format a file's extension
-implies, what a task type needs, the label set, the metrics), reporting all problems at once so
-the user fixes the whole list in one go.
+`weightsearch.core.fields` and then the rules that tie fields together (the format a file's
+extension implies, what a task type needs, the label set, the metrics), reporting all problems at
+once so the user fixes the whole list in one go.
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any
 
-from trainer.task_types import TASK_TYPES, TYPE_COLUMNS, TaskType
-from weightsearch.fields import (
+from weightsearch.core.fields import (
     Number,
     Text,
     check_fields,
@@ -28,6 +27,7 @@ from weightsearch.fields import (
     setting,
     unknown_keys,
 )
+from weightsearch.trainer.task_types import TASK_TYPES, TYPE_COLUMNS, TaskType
 
 _TYPES = TASK_TYPES  # a live view of the registry: a type registered later counts at once
 

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from weightsearch.errors import ConfigError
-from weightsearch.fields import unknown_keys
+from weightsearch.core.errors import ConfigError
+from weightsearch.core.fields import unknown_keys
 
 EXTRA = "pip install 'weightsearch[tracking]'"
 TENSORBOARD_DIR = "tensorboard"

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from weightsearch.errors import DiskFull, WeightsearchError, causes
+from weightsearch.core.errors import DiskFull, WeightsearchError, causes
 
 DESCRIPTION = ("Find the loss weight a task should get in multi-task NLU training: train MT-DNN "
                "runs, search central weights with Ray Tune into an Optuna study database, "
@@ -29,11 +29,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from recommender import cli as recommender_cli
-    from service import cli as service_cli
-    from studies import cli as studies_cli
-    from sweep import cli as sweep_cli
-    from trainer import cli as trainer_cli
+    from weightsearch.recommender import cli as recommender_cli
+    from weightsearch.service import cli as service_cli
+    from weightsearch.studies import cli as studies_cli
+    from weightsearch.sweep import cli as sweep_cli
+    from weightsearch.trainer import cli as trainer_cli
 
     parser = _Parser(prog="weightsearch", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=_version())
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command in NEEDS:
-            from weightsearch.extras import require_extra
+            from weightsearch.core.extras import require_extra
 
             extra, modules = NEEDS[args.command]
             require_extra(extra, *modules, feature=f"weightsearch {args.command}")
@@ -97,7 +97,7 @@ def _environment_failure(exc: Exception, args: argparse.Namespace) -> Weightsear
         return DiskFull(f"no space left on the disk of {full.filename or 'a file it writes'}; "
                         "free space there and run it again")
     try:
-        from studies.storage import ENV_STORAGE, storage_failure
+        from weightsearch.studies.storage import ENV_STORAGE, storage_failure
     except ImportError:  # an install without the study database's libraries
         return None
     url = getattr(args, "storage", None) or os.environ.get(ENV_STORAGE)

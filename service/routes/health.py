@@ -2,10 +2,10 @@
 
 from fastapi import APIRouter
 
-from service.database import redacted
-from service.deps import Database
-from service.models import Health
 from weightsearch import __version__
+from weightsearch.service.database import redacted
+from weightsearch.service.deps import Database
+from weightsearch.service.models import Health
 
 router = APIRouter()
 

@@ -3,9 +3,9 @@
 from fastapi import APIRouter, Depends, HTTPException
 from fastapi.responses import PlainTextResponse
 
-from service.deps import Jobs, authorized
-from service.jobs import Job, JobTable
-from service.models import JobInfo, JobList, errors
+from weightsearch.service.deps import Jobs, authorized
+from weightsearch.service.jobs import Job, JobTable
+from weightsearch.service.models import JobInfo, JobList, errors
 
 router = APIRouter()
 

@@ -5,10 +5,10 @@ from typing import Literal
 
 from fastapi import APIRouter, Query
 
-from recommender.recommend import CLIPPING_PATTERN, ENCODER_PATTERN
-from service.deps import Database
-from service.models import Recommendation, errors
-from trainer import task_types
+from weightsearch.recommender.recommend import CLIPPING_PATTERN, ENCODER_PATTERN
+from weightsearch.service.deps import Database
+from weightsearch.service.models import Recommendation, errors
+from weightsearch.trainer import task_types
 
 
 def make_router() -> APIRouter:
@@ -27,7 +27,7 @@ def make_router() -> APIRouter:
                       None, pattern=CLIPPING_PATTERN, max_length=40,
                       description="the gradient clipping the answer is for: clip1 (the "
                       "default, the reference's), uclip1 or noclip")) -> dict:
-        from recommender.recommend import recommend_from
+        from weightsearch.recommender.recommend import recommend_from
 
         return recommend_from(database.evidence(), train_size, task_type, encoder,
                               stage, clipping=clipping).to_dict()

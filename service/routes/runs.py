@@ -4,12 +4,12 @@ stored study. Both answer 202 with the job that runs `weightsearch launch|resume
 from fastapi import APIRouter, Depends, HTTPException, Request
 from starlette.concurrency import run_in_threadpool
 
-from service.database import StudyDatabase
-from service.deps import Database, Launching, authorized
-from service.launcher import RETRY_AFTER_S, AlreadyLaunching, Launcher, TooManyJobs
-from service.models import STUDY_FILE_BODY, Started, errors
-from service.safe_body import parse_body
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.service.database import StudyDatabase
+from weightsearch.service.deps import Database, Launching, authorized
+from weightsearch.service.launcher import RETRY_AFTER_S, AlreadyLaunching, Launcher, TooManyJobs
+from weightsearch.service.models import STUDY_FILE_BODY, Started, errors
+from weightsearch.service.safe_body import parse_body
 
 router = APIRouter()
 
@@ -40,7 +40,7 @@ def _start_study(text: str, content_type: str, database: StudyDatabase,
 
 def _read_and_start(text: str, content_type: str, database: StudyDatabase,
                     launcher: Launcher) -> dict:
-    from sweep.spec import load_study_spec
+    from weightsearch.sweep.spec import load_study_spec
 
     source = parse_body(text, content_type) if text.strip() else None
     if not isinstance(source, dict) or not source:

@@ -1,18 +1,18 @@
 """Reading studies: GET /studies lists them, GET /studies/{name} shows one (POST routes, which
-start runs, are in `service.routes.runs`)."""
+start runs, are in `weightsearch.service.routes.runs`)."""
 
 from fastapi import APIRouter, HTTPException
 
-from service.deps import Database
-from service.models import StudyDetail, StudyList, errors
-from studies import schema
+from weightsearch.service.deps import Database
+from weightsearch.service.models import StudyDetail, StudyList, errors
+from weightsearch.studies import schema
 
 router = APIRouter()
 
 
 @router.get("/studies", response_model=StudyList, responses=errors(503))
 def list_studies(database: Database) -> dict:
-    from studies.inspection import overview
+    from weightsearch.studies.inspection import overview
 
     return {"studies": overview(database.studies())}
 
@@ -21,8 +21,8 @@ def list_studies(database: Database) -> dict:
 def get_study(name: str, database: Database) -> dict:
     # A study by its full name, or every central-task study under a base name. (No docstring:
     # FastAPI would publish it as the operation's description.)
-    from studies.inspection import cell_rows
-    from studies.methods import comparison, is_methods_study, method_rows
+    from weightsearch.studies.inspection import cell_rows
+    from weightsearch.studies.methods import comparison, is_methods_study, method_rows
 
     every = database.studies()
     studies = [s for s in every if s.name == name] or \

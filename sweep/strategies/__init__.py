@@ -12,18 +12,18 @@ class attributes say what the study file and the launch need to know: `accepts_w
 
 from __future__ import annotations
 
-from sweep.strategies._forward import ForwardStrategy, forward_next
-from sweep.strategies._grid import GridStrategy
-from sweep.strategies._guided import SAMPLERS, GuidedStrategy
-from sweep.strategies._halving import (
+from weightsearch.core.registry import Registry
+from weightsearch.sweep.strategies._forward import ForwardStrategy, forward_next
+from weightsearch.sweep.strategies._grid import GridStrategy
+from weightsearch.sweep.strategies._guided import SAMPLERS, GuidedStrategy
+from weightsearch.sweep.strategies._halving import (
     HalvingStrategy,
     keep_count,
     promote,
     rung_budgets,
     successive_halving,
 )
-from sweep.strategies.base import Record, Strategy, Unit
-from weightsearch.registry import Registry
+from weightsearch.sweep.strategies.base import Record, Strategy, Unit
 
 STRATEGIES: Registry = Registry("search strategy", Strategy)
 

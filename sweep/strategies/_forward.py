@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sweep.space import Point, Space
-from sweep.strategies.base import Record, Strategy, Unit, done_units, mean_score
+from weightsearch.sweep.space import Point, Space
+from weightsearch.sweep.strategies.base import Record, Strategy, Unit, done_units, mean_score
 
 Group = tuple[str, ...]
 

@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sweep.space import Dimension, Space
-from sweep.strategies.base import Record, Strategy, Unit, done_units, grid_or_problem
+from weightsearch.sweep.space import Dimension, Space
+from weightsearch.sweep.strategies.base import Record, Strategy, Unit, done_units, grid_or_problem
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sweep.space import Dimension, Point, Space
-from sweep.strategies.base import DONE, Record, Strategy, Unit, done_units
+from weightsearch.sweep.space import Dimension, Point, Space
+from weightsearch.sweep.strategies.base import DONE, Record, Strategy, Unit, done_units
 
 SAMPLERS = ("tpe", "gp", "random", "cmaes")
 _TRIES = 20  # proposals asked before falling back to an untaken point of a finite space

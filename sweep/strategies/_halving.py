@@ -12,8 +12,9 @@ The decisions are pure functions of the scores (`rung_budgets`, `keep_count`, `p
 `successive_halving`), for benchmarks on synthetic learning curves.
 
 `start: recommend` narrows the first rung to the points the launch passes as `first`: the grid
-weights around the recommender's answer for the task (`recommender.recommend.start_weights`,
-measured by benchmarks/bench_search.py). Without them (no recommendation) it is the whole grid.
+weights around the recommender's answer for the task
+(`weightsearch.recommender.recommend.start_weights`, measured by benchmarks/bench_search.py).
+Without them (no recommendation) it is the whole grid.
 """
 
 from __future__ import annotations
@@ -23,8 +24,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from sweep.space import CENTRAL_WEIGHT, Point, Space
-from sweep.strategies.base import DONE, Record, Strategy, Unit, done_units, grid_or_problem
+from weightsearch.sweep.space import CENTRAL_WEIGHT, Point, Space
+from weightsearch.sweep.strategies.base import (
+    DONE,
+    Record,
+    Strategy,
+    Unit,
+    done_units,
+    grid_or_problem,
+)
 
 
 def rung_budgets(epochs: int, min_epochs: int, factor: float) -> list[int]:
@@ -121,7 +129,7 @@ class HalvingStrategy(Strategy):
         weight); with `start: recommend`, only the grid weights around it."""
         grid = space.grid(central) or []
         if settings.start == "recommend":
-            from recommender.recommend import start_weights
+            from weightsearch.recommender.recommend import start_weights
 
             keep = start_weights([p[CENTRAL_WEIGHT] for p in grid], weight, interval)
             grid = [p for p in grid if p[CENTRAL_WEIGHT] in keep]

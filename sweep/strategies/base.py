@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from sweep.space import CENTRAL_WEIGHT, Dimension, Point, Space
+from weightsearch.sweep.space import CENTRAL_WEIGHT, Dimension, Point, Space
 
 DONE = ("complete", "pruned")
 

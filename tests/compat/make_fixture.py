@@ -55,10 +55,10 @@ def main() -> None:
     lay_out()
     import ray
 
-    from studies.importer import import_file
-    from sweep.launch import launch
-    from sweep.spec import load_study_spec
-    from trainer import train
+    from weightsearch.studies.importer import import_file
+    from weightsearch.sweep.launch import launch
+    from weightsearch.sweep.spec import load_study_spec
+    from weightsearch.trainer import train
 
     # A run of two epochs, then cut back to its first: what a killed run leaves behind.
     result = train(run_config(), quiet=True)

@@ -12,7 +12,7 @@ def build(path: Path, hidden: int = 8, layers: int = 1, heads: int = 2, intermed
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from trainer.encoders import default_encoder_path
+    from weightsearch.trainer.encoders import default_encoder_path
 
     tokenizer = AutoTokenizer.from_pretrained(default_encoder_path())
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=hidden,

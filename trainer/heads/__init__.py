@@ -1,9 +1,10 @@
-"""Task heads, one module per task type; `trainer.task_types` says which module serves which type.
+"""Task heads, one module per task type; `weightsearch.trainer.task_types` says which module serves
+which type.
 
-Every head class implements the protocol of `trainer.heads.base.Head`. The loop, the data layer
-and the model look a head class up here by the task's type and never branch on the type. A task
-type registered later (`trainer.task_types.register_task_type`) is served the same way: its
-entry names the module whose `HEAD` is its head class.
+Every head class implements the protocol of `weightsearch.trainer.heads.base.Head`. The loop, the
+data layer and the model look a head class up here by the task's type and never branch on the type.
+A task type registered later (`weightsearch.trainer.task_types.register_task_type`) is served the
+same way: its entry names the module whose `HEAD` is its head class.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator, Mapping
 
-from trainer.heads.base import Encoded, EvalSplit, Features, Head
-from trainer.task_types import TASK_TYPES
-from trainer.tasks import TaskSpec
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
+from weightsearch.trainer.heads.base import Encoded, EvalSplit, Features, Head
+from weightsearch.trainer.task_types import TASK_TYPES
+from weightsearch.trainer.tasks import TaskSpec
 
 
 def head_class(task_type: str) -> type[Head]:

@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.metrics import compute_metrics
-from trainer.readers import Table, TaskRows, pair_rows
-from trainer.tasks import TaskSpec
-from weightsearch.errors import ConfigError, DataError
+from weightsearch.core.errors import ConfigError, DataError
+from weightsearch.trainer.metrics import compute_metrics
+from weightsearch.trainer.readers import Table, TaskRows, pair_rows
+from weightsearch.trainer.tasks import TaskSpec
 
 
 @dataclass

@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from trainer.heads.base import Encoded, Head, symmetric_kl
-from trainer.heads.san import StochasticAnswerNetwork
-from trainer.tasks import TaskSpec
+from weightsearch.trainer.heads.base import Encoded, Head, symmetric_kl
+from weightsearch.trainer.heads.san import StochasticAnswerNetwork
+from weightsearch.trainer.tasks import TaskSpec
 
 
 class ClassificationHead(Head):

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trainer.heads.base import (
+from weightsearch.trainer.heads.base import (
     Encoded,
     Features,
     Head,
@@ -27,9 +27,9 @@ from trainer.heads.base import (
     refuse_soft_targets,
     symmetric_kl,
 )
-from trainer.parsing import choice_rows
-from trainer.readers import ColumnRows, Table
-from trainer.tasks import TaskSpec
+from weightsearch.trainer.parsing import choice_rows
+from weightsearch.trainer.readers import ColumnRows, Table
+from weightsearch.trainer.tasks import TaskSpec
 
 
 class MultipleChoiceHead(Head):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from trainer.heads.base import Head
+from weightsearch.trainer.heads.base import Head
 
 
 class RankingHead(Head):

@@ -41,7 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trainer.heads.base import (
+from weightsearch.core.errors import DataError
+from weightsearch.trainer.heads.base import (
     Encoded,
     EvalSplit,
     Features,
@@ -50,10 +51,9 @@ from trainer.heads.base import (
     refuse_soft_targets,
     symmetric_kl,
 )
-from trainer.parsing import span_qa_rows
-from trainer.readers import ColumnRows, Table
-from trainer.tasks import TaskSpec
-from weightsearch.errors import DataError
+from weightsearch.trainer.parsing import span_qa_rows
+from weightsearch.trainer.readers import ColumnRows, Table
+from weightsearch.trainer.tasks import TaskSpec
 
 _NO_SPAN = np.float32(1e9)  # null odds of a question with no valid span: surely "no answer"
 

@@ -24,8 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trainer.sampling._shuffle import ShuffleSampler, ShuffleSettings
-from trainer.sampling._sizes import (
+from weightsearch.core.fields import unknown_keys
+from weightsearch.core.registry import Registry
+from weightsearch.trainer.sampling._shuffle import ShuffleSampler, ShuffleSettings
+from weightsearch.trainer.sampling._sizes import (
     ProportionalSampler,
     ProportionalSettings,
     SizeRuleSampler,
@@ -34,11 +36,9 @@ from trainer.sampling._sizes import (
     TemperatureSampler,
     TemperatureSettings,
 )
-from trainer.sampling._unimax import UnimaxSampler, UnimaxSettings
-from trainer.sampling._weighted import WeightedSampler, WeightedSettings
-from trainer.sampling.base import PREFIX, Batches, Plan, Sampler, SamplerSettings
-from weightsearch.fields import unknown_keys
-from weightsearch.registry import Registry
+from weightsearch.trainer.sampling._unimax import UnimaxSampler, UnimaxSettings
+from weightsearch.trainer.sampling._weighted import WeightedSampler, WeightedSettings
+from weightsearch.trainer.sampling.base import PREFIX, Batches, Plan, Sampler, SamplerSettings
 
 
 def _has_settings(sampler: type[Sampler]) -> None:

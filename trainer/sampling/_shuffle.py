@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainer.sampling.base import Batches, Plan, Sampler, SamplerSettings, rng
+from weightsearch.trainer.sampling.base import Batches, Plan, Sampler, SamplerSettings, rng
 
 
 @dataclass(frozen=True)

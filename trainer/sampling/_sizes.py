@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from trainer.sampling.base import (
+from weightsearch.trainer.sampling.base import (
     PREFIX,
     Batches,
     Plan,

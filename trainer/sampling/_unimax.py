@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, ClassVar
 
-from trainer.sampling.base import (
+from weightsearch.trainer.sampling.base import (
     PREFIX,
     Batches,
     Plan,

@@ -19,7 +19,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from trainer.sampling.base import PREFIX, Batches, Plan, Sampler, SamplerSettings, pick, rng
+from weightsearch.trainer.sampling.base import (
+    PREFIX,
+    Batches,
+    Plan,
+    Sampler,
+    SamplerSettings,
+    pick,
+    rng,
+)
 
 SHARE = "share"
 

@@ -29,15 +29,15 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Union
 
-from trainer.weighting._checks import PREFIX
-from trainer.weighting._dwa import DwaScheme, DwaSettings
-from trainer.weighting._equal import EqualScheme, EqualSettings
-from trainer.weighting._siwlm import VARIANTS, SiwlmScheme, SiwlmSettings
-from trainer.weighting._static import StaticScheme, StaticSettings
-from trainer.weighting._uncertainty import UncertaintyScheme, UncertaintySettings
-from trainer.weighting.base import Scheme, Settings, WeightingScheme
-from weightsearch.errors import ConfigError
-from weightsearch.registry import Registry
+from weightsearch.core.errors import ConfigError
+from weightsearch.core.registry import Registry
+from weightsearch.trainer.weighting._checks import PREFIX
+from weightsearch.trainer.weighting._dwa import DwaScheme, DwaSettings
+from weightsearch.trainer.weighting._equal import EqualScheme, EqualSettings
+from weightsearch.trainer.weighting._siwlm import VARIANTS, SiwlmScheme, SiwlmSettings
+from weightsearch.trainer.weighting._static import StaticScheme, StaticSettings
+from weightsearch.trainer.weighting._uncertainty import UncertaintyScheme, UncertaintySettings
+from weightsearch.trainer.weighting.base import Scheme, Settings, WeightingScheme
 
 __all__ = [
     "SCHEMES",
@@ -74,7 +74,7 @@ def _has_settings(scheme: type[Scheme]) -> None:
     if not (isinstance(settings, type) and issubclass(settings, Settings)
             and dataclasses.is_dataclass(settings)):
         raise TypeError(f"{scheme.__name__}.settings_type must be a dataclass mixing in "
-                        "trainer.weighting.Settings")
+                        "weightsearch.trainer.weighting.Settings")
     fields = {f.name: f for f in dataclasses.fields(settings)}
     if "scheme" not in fields or fields["scheme"].default != scheme.name:
         raise ValueError(f"{settings.__name__} needs a field `scheme: str = "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Mapping
 
-from weightsearch.fields import is_real, unknown_keys
+from weightsearch.core.fields import is_real, unknown_keys
 
 PREFIX = "weighting"
 

@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from trainer.weighting._checks import PREFIX
-from trainer.weighting.base import Scheme, Settings
-from weightsearch.fields import is_real
+from weightsearch.core.fields import is_real
+from weightsearch.trainer.weighting._checks import PREFIX
+from weightsearch.trainer.weighting.base import Scheme, Settings
 
 DEFAULT_TEMPERATURE = 2.0  # Liu et al.'s T
 

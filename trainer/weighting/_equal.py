@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from trainer.weighting.base import Scheme, Settings
+from weightsearch.trainer.weighting.base import Scheme, Settings
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from trainer.weighting._checks import PREFIX, check_unknown_tasks, check_weight, check_weight_map
-from trainer.weighting.base import Scheme, Settings
+from weightsearch.trainer.weighting._checks import (
+    PREFIX,
+    check_unknown_tasks,
+    check_weight,
+    check_weight_map,
+)
+from weightsearch.trainer.weighting.base import Scheme, Settings
 
 VARIANTS = ("reference", "paper")
 

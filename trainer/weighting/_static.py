@@ -6,8 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from trainer.weighting._checks import check_unknown_tasks, check_weight_map
-from trainer.weighting.base import Scheme, Settings
+from weightsearch.trainer.weighting._checks import check_unknown_tasks, check_weight_map
+from weightsearch.trainer.weighting.base import Scheme, Settings
 
 
 @dataclass(frozen=True)

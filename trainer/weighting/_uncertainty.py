@@ -48,10 +48,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from trainer.task_types import TASK_TYPES
-from trainer.weighting._checks import PREFIX
-from trainer.weighting.base import Scheme, Settings
-from weightsearch.fields import is_real
+from weightsearch.core.fields import is_real
+from weightsearch.trainer.task_types import TASK_TYPES
+from weightsearch.trainer.weighting._checks import PREFIX
+from weightsearch.trainer.weighting.base import Scheme, Settings
 
 REGRESSION, CLASSIFICATION = 0.5, 1.0  # c_t
 

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from trainer.weighting._checks import PREFIX, check_keys
+from weightsearch.trainer.weighting._checks import PREFIX, check_keys
 
 
 @runtime_checkable
@@ -125,7 +125,7 @@ class Settings:
 
     KEYS: ClassVar[tuple[str, ...]]
     # Whether the scheme has a `central_weight` setting: the value a weight search sweeps
-    # (`trainer.weighting.has_central_weight`).
+    # (`weightsearch.trainer.weighting.has_central_weight`).
     has_central_weight: ClassVar[bool] = False
 
     @classmethod

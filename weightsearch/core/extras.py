@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from weightsearch.errors import MissingExtra
+from weightsearch.core.errors import MissingExtra
 
 
 def require_extra(extra: str, *modules: str, feature: str) -> None:

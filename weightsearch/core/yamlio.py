@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from weightsearch.errors import ConfigError
+from weightsearch.core.errors import ConfigError
 
 _Base: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 C_PARSER = _Base is not yaml.SafeLoader

@@ -1,0 +1,1 @@
+"""The shared core every layer may import: errors, settings fields, registries, YAML, extras."""
