@@ -37,61 +37,8 @@ Tasks that ignore the law: a task's best weight is, with probability pi, anywher
 (uniform) instead of near the law (`fit_law`'s `robust`); a best weight at an end of a grid is a
 censored observation, entered as an expectation-propagation site (`bounds`).
 
-Figures from `benchmarks/bench_recommend_worlds.py` (200 worlds per kind, 8 studied tasks x 3
-seeds, 4 new tasks per world; BENCHMARKS.md section 7 has the full tables), before -> after:
-smooth worlds: 80% coverage 0.82 -> 0.84, outside the studied sizes 0.61 -> 0.90, true best at
-an end 0.58 -> 0.75, mean error 2.23 -> 1.55 (the paper's rule of thumb: 2.22); mean error over
-the eleven world kinds 2.48 -> 1.77 (best simple rule, the paper's: 2.24).
-
-What was tried and rejected:
-- A Gaussian process with a constant mean and fixed hyperparameters (signal sd 4, length 0.8
-  decades), the previous law: far from the studied sizes it reverts to the tasks' average
-  (the figures "before" above), and it lost to the rule of thumb by 1.40 weight units in
-  worlds with a sharp transition.
-- A line alone (no transition models): the step world's error 2.22 against the rule's 1.18.
-  A free transition with a uniform prior on where: 2.07. The paper's rule as one more
-  hypothesis of the mean (prior 0.2) and the transition's place centred on 10^4: 1.52.
-- A fixed extra variance (9) for every point of another regime: 32 studies of another
-  encoder kept most of the say whatever their offset; a shared offset counts a regime's
-  evidence about the law's shape fully and its level only as far as overlapping tasks pin it.
-- The location of a task's best as the median of the argmax draws (less pulled inwards at the
-  ends, but 10-20% larger error in the middle of the range), and censored sites without the
-  task's own Gaussian evidence (end coverage +0.03, mean error +0.05 to +0.25).
-- A Beta(1, 4) or Beta(1, 9) prior on the outlier share: wider intervals everywhere for little
-  gain where tasks ignore size; the scatter tau, once its grid is weighted right, absorbs most
-  of them.
-- The tau grid's points weighted by the half-Cauchy density alone: on a geometric grid that
-  favours small tau (ends covered 0.70 instead of 0.80 in smooth worlds, before the outlier
-  fix below).
-- Outlier probabilities from each point's own leave-one-out residual, against the variance the
-  previous round had inflated: a task studied twice hid behind its own other study, and a
-  flagged point looked like a follower in the next round (smooth error 1.62 instead of 1.55).
-
-- Each task's Gaussian as the likelihood behind its draws, de-truncated from the weight range
-  by moment matching (the draws are a flat prior on the range times the trials' likelihood),
-  instead of the draws' variance over the informativeness (`task_curve`): sharper sites, but
-  the scatter tau grows to match, so intervals widened (+0.2 to +0.6) and errors moved little
-  (100 worlds per kind, 8 x 3: ignores_size coverage 0.69 -> 0.71, two_peaks 0.87 -> 0.89,
-  grids 0.87 -> 0.89, step error 1.53 -> 1.58).
-
-- A larger prior share for the paper's rule (0.5, the transition 0.2; 100 worlds per kind):
-  the step world's error 1.53 -> 1.37 (the rule's 1.17), but every other kind's error rose by
-  0.03-0.16 (smooth 1.53 -> 1.68) and the mean over the kinds from 1.76 to 1.86. Even the rule
-  as the only mean model (prior share 0.98) errs by 1.33 in the step world: its two levels
-  are still learned from about four tasks on each side, which the rule, being the step
-  world's own law, does not need to learn. And smooth worlds then err by 2.05.
-- A Beta(1, 9) prior on the outlier share, with every change above in place: where 40% of
-  tasks ignore size, coverage 0.69 -> 0.70 at the same width (7.0), while two_peaks and grids
-  rose to 0.89-0.90. The outliers there are mostly not told apart from followers (the
-  fitted share stays about 0.05 and the scatter tau absorbs them: 2.1 against 1.5), and a
-  new task's best weight drawn uniformly from 1-15 lies outside an interval of width 7
-  about half the time.
-
-Known shortfalls (targets: 0.72-0.88 coverage in every kind, 0.70 in every cell of the smooth
-and monotone worlds, an error within 0.2 of the best simple rule): 0.68 where 40% of tasks
-ignore size; intervals too wide with four tasks (0.84-0.93) and the ends under-covered with
-sixteen single-seed tasks (0.59-0.72); the step world's error is 1.56 against the rule's 1.18
-(its law is the rule itself) and its ends are covered 0.64.
+Its figures on generated worlds, what was tried and rejected and its known shortfalls are in
+docs/recommender.md ("The model") and BENCHMARKS.md section 7.
 """
 
 from __future__ import annotations

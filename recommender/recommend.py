@@ -15,8 +15,8 @@ with Student-t tails, a floor for single runs; a best at an end of the grid is c
 tied curve gets almost no say). `weightsearch.recommender.hierarchy` combines the tasks as noisy
 observations of a law in log training size: a trend (a line, a sharp transition, or the paper's
 rule), a smooth deviation whose size and length come from the data, a task scatter with an outlier
-component, and a shared offset per other regime; both modules' docstrings give the model, its
-priors and what was tried and rejected.
+component, and a shared offset per other regime; both modules' docstrings give the model and
+its priors, docs/recommender.md what was tried and rejected.
 
 Regimes (`weightsearch.recommender.regime`): a point carries its encoder, the encoder's size, the
 stage its scores come from (multitask | finetuned) and the weighting variant. The prior is BERT-base

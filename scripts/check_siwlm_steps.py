@@ -1,7 +1,8 @@
 """Check a finished run's steps.jsonl against the SIWLM rule, update by update.
 
-The rule is written out again here from DESIGN.md ("SIWLM, exactly") rather than imported from
-trainer.weighting, so that a bug in the trainer's scheme cannot agree with itself.
+The rule is written out again here from docs/training.md ("SIWLM, exactly") rather than imported
+from weightsearch.trainer.weighting, so that a bug in the trainer's scheme cannot agree with
+itself.
 
     python scripts/check_siwlm_steps.py runs/glue-rte-w9
 
@@ -19,7 +20,7 @@ import yaml
 
 
 def expected(cfg: dict, epoch: int, step: int, task: str) -> tuple[str, str, float]:
-    """(stage, focus, weight) of one update, from DESIGN.md's statement of SIWLM."""
+    """(stage, focus, weight) of one update, from docs/training.md's statement of SIWLM."""
     w = cfg["weighting"]
     names = [t["name"] for t in cfg["tasks"]]
     central = cfg["central_task"]

@@ -282,8 +282,20 @@ def report(ladder: dict[int, pd.DataFrame], dev: int, inferred: bool = False) ->
     lines = [f"Scores as correct counts of {dev:,} dev examples"
              + (" (the smallest dev size at which every score is a whole count)" if inferred
                 else "") + "; accuracy and differences in points (percent).", ""]
+    lines += _per_seed_section(ladder, dev, seeds, same_seeds)
+    lines += _best_section(ladder, dev, by_size)
+    lines += _pairs_section(by_size)
+    lines += _bootstrap_section(ladder, rng)
+    lines += _interaction_section(ladder, dev)
+    lines += _equivalence_section(ladder, by_size)
+    lines += _trend_section(ladder)
+    return "\n".join(lines) + "\n"
 
-    lines += ["### Correct dev examples per seed", ""]
+
+def _per_seed_section(ladder: dict[int, pd.DataFrame], dev: int, seeds: dict[int, list],
+                      same_seeds: bool) -> list[str]:
+    """Correct dev examples per seed, with each weight's mean and interval."""
+    lines = ["### Correct dev examples per seed", ""]
     head = [f"seed {s}" for s in next(iter(seeds.values()))] if same_seeds else ["per seed"]
     lines += ["| train size | weight | " + " | ".join(head) + " | sum | mean accuracy | "
               "95% t-interval |", "|---:|---:|" + "---:|" * (len(head) + 2) + ":---:|"]
@@ -294,8 +306,12 @@ def report(ladder: dict[int, pd.DataFrame], dev: int, inferred: bool = False) ->
             mean, low, high = t_interval(row / dev * 100)
             lines.append(f"| {size:,} | {w:g} | " + " | ".join(cells)
                          + f" | {row.sum():,} | {mean:.2f} | [{low:.2f}, {high:.2f}] |")
+    return lines
 
-    lines += ["", "### The best weight and the weights not separated from it", "",
+
+def _best_section(ladder: dict[int, pd.DataFrame], dev: int, by_size: dict) -> list[str]:
+    """The best weight per size and the weights not separated from it."""
+    lines = ["", "### The best weight and the weights not separated from it", "",
               "Best: the highest sum of correct counts over the seeds. Not separated: the "
               "seed-paired difference from the best has a 95% t-interval that contains 0 (from "
               "every weight tied for the best).", "",
@@ -314,8 +330,12 @@ def report(ladder: dict[int, pd.DataFrame], dev: int, inferred: bool = False) ->
         lines.append(f"| {size:,} | {table.shape[1]} | {named} ({int(sums.max()):,} of "
                      f"{dev * table.shape[1]:,}{' each' if len(bests) > 1 else ''}) | "
                      f"{_fmt_weights(rest)} | {_fmt_weights(separated)} | {ties} |")
+    return lines
 
-    lines += ["", "### Each weight against the best, seed by seed", "",
+
+def _pairs_section(by_size: dict) -> list[str]:
+    """Each weight against the best, seed by seed."""
+    lines = ["", "### Each weight against the best, seed by seed", "",
               "Differences are weight minus best. Detectable: the true difference that a "
               "two-sided paired t-test at 5% over these seeds detects with 80% power if the "
               "paired sd is the one measured (noncentral t); the measured sd is itself rough "
@@ -331,8 +351,12 @@ def report(ladder: dict[int, pd.DataFrame], dev: int, inferred: bool = False) ->
                          f"{', '.join(f'{int(d):+d}' for d in p.diffs)} | {mean:+.2f} | "
                          f"[{low:+.2f}, {high:+.2f}] | [{low90:+.2f}, {high90:+.2f}] | "
                          f"{p.sd:.2f} | {detectable(p.sd, len(p.diffs)):.2f} |")
+    return lines
 
-    lines += ["", "### Bootstrap over seeds", "",
+
+def _bootstrap_section(ladder: dict[int, pd.DataFrame], rng: np.random.Generator) -> list[str]:
+    """How often each weight is the sole or a tied best over resampled seeds."""
+    lines = ["", "### Bootstrap over seeds", "",
               "Seeds drawn with replacement, the same draw at every weight; sums of integer "
               "counts compared exactly, so a tie stays a tie.", "",
               "| train size | resamples | weight | sole best | tied for the best |",
@@ -343,8 +367,12 @@ def report(ladder: dict[int, pd.DataFrame], dev: int, inferred: bool = False) ->
             lines.append(f"| {size:,} | {how + ' ' if i == 0 else ''}| {w:g} | {sole[i]:.2f} | "
                          f"{tied[i]:.2f} |")
         lines.append(f"| {size:,} | | (a tie for the best) | | {1 - sole.sum():.2f} |")
+    return lines
 
-    lines += ["", "### Weight x size: does the effect of the weight change with size?", ""]
+
+def _interaction_section(ladder: dict[int, pd.DataFrame], dev: int) -> list[str]:
+    """The weight x size analysis of variance."""
+    lines = ["", "### Weight x size: does the effect of the weight change with size?", ""]
     if len(ladder) < 2:
         lines.append("One size: no interaction to test.")
     else:
@@ -358,7 +386,12 @@ def report(ladder: dict[int, pd.DataFrame], dev: int, inferred: bool = False) ->
             test = (f"F({df}, {resid_df}) = {f:.2f}", _fmt_p(p)) if not math.isnan(f) \
                 else ("", "")
             lines.append(f"| {name} | {df} | {ss:.2f} | {test[0]} | {test[1]} |")
+    return lines
 
+
+def _equivalence_section(ladder: dict[int, pd.DataFrame], by_size: dict) -> list[str]:
+    """The smallest bound within which every weight is equivalent to the best."""
+    lines: list[str] = []
     weights, bounds = equivalence_bounds(ladder, by_size)
     lines += ["", "### Equivalence to the best", "",
               "Per size, the smallest symmetric bound (points) within which two one-sided "
@@ -370,7 +403,12 @@ def report(ladder: dict[int, pd.DataFrame], dev: int, inferred: bool = False) ->
     for size, row in sorted(bounds.items()):
         lines.append(f"| {size:,} | " + " | ".join(
             "" if math.isnan(row[w]) else f"{row[w]:.2f}" for w in weights) + " |")
+    return lines
 
+
+def _trend_section(ladder: dict[int, pd.DataFrame]) -> list[str]:
+    """The best weight's trend over sizes, descriptive only."""
+    lines: list[str] = []
     if len(ladder) >= 2:
         sizes = sorted(ladder)
         x = np.log10(np.array(sizes, dtype=float))
@@ -388,8 +426,7 @@ def report(ladder: dict[int, pd.DataFrame], dev: int, inferred: bool = False) ->
                          f"{rho:+.2f}, slope {slope:+.2f} weight units per decade")
         lines += ["", "Descriptive only, not a test (one best weight per size, no account of "
                   "seed noise or ties): " + "; ".join(parts) + "."]
-    return "\n".join(lines) + "\n"
-
+    return lines
 
 def plot(ladder: dict[int, pd.DataFrame], dev: int, path: Path, majority: float | None,
          metric: str) -> None:

@@ -135,7 +135,7 @@ class Started(BaseModel):
 STUDY_FILE_BODY = {
     "requestBody": {
         "required": True,
-        "description": "a study file (see the README), as YAML or JSON",
+        "description": "a study file (see docs/studies.md), as YAML or JSON",
         "content": {
             "application/yaml": {"schema": {"type": "string"}},
             "application/json": {"schema": study_file_schema()},

@@ -211,45 +211,69 @@ def _branch_and_bound(table: ScoreTable, budget: float,
         raise ValueError(f"no cost for group(s) {missing}")
     n = len(table.tasks)
     _, by_mask = _best_per_part(table, costs)
-    # The most each task can score in any affordable group: the bound for tasks left.
-    alone = [max((s[t] for g, s in table.scores.items()
-                  if t in s and costs[g] <= budget + _EPS), default=-math.inf)
-             for t in table.tasks]
-    if any(a == -math.inf for a in alone):
+    bound = _upper_bounds(table, budget, costs)
+    if bound is None:
         return None
-    bound = [0.0] * (1 << n)
-    for mask in range(1, 1 << n):
-        low = (mask & -mask).bit_length() - 1
-        bound[mask] = bound[mask & (mask - 1)] + alone[low]
     parts_of: dict[int, list[int]] = {}  # lowest task -> every part holding it
     for mask in by_mask:
         parts_of.setdefault((mask & -mask).bit_length() - 1, []).append(mask)
     for found in parts_of.values():  # closest to its bound first: good choices early
         found.sort(key=lambda m: (bound[m] - by_mask[m][-1][1], -m.bit_count()))
     best: list = [-math.inf, math.inf, None]  # total, cost, parts
-
-    def search(left: int, money: float, total: float, spent: float, parts: list) -> None:
-        if left == 0:
-            if total > best[0] + _EPS or (total > best[0] - _EPS and spent < best[1] - _EPS):
-                best[:] = [total, spent, list(parts)]
-            return
-        low = (left & -left).bit_length() - 1
-        for part in parts_of.get(low, ()):
-            if part & left != part:
-                continue
-            for cost, score, group in by_mask[part]:
-                if cost > money + _EPS:
-                    break  # cheapest first: the rest cost more
-                if total + score + bound[left ^ part] < best[0] - _EPS:
-                    continue
-                parts.append(group)
-                search(left ^ part, money - cost, total + score, spent + cost, parts)
-                parts.pop()
-
-    search((1 << n) - 1, budget, 0.0, 0.0, [])
+    _search((1 << n) - 1, budget, 0.0, 0.0, [], _Tree(parts_of, by_mask, bound, best))
     if best[2] is None:
         return None
     return _selection(table, budget, best[2], costs)
+
+
+@dataclass(frozen=True)
+class _Tree:
+    """What the depth-first search reads: each lowest task's parts, each part's frontier
+    (cost, score, group; cheapest first), the bounds, and the best found so far (updated)."""
+
+    parts_of: dict[int, list[int]]
+    by_mask: dict[int, list]
+    bound: list[float]
+    best: list  # total, cost, parts
+
+
+def _search(left: int, money: float, total: float, spent: float, parts: list,
+            tree: _Tree) -> None:
+    """Cover the tasks in `left` with parts holding its lowest task first, pruning branches
+    whose bound cannot beat the best found."""
+    best = tree.best
+    if left == 0:
+        if total > best[0] + _EPS or (total > best[0] - _EPS and spent < best[1] - _EPS):
+            best[:] = [total, spent, list(parts)]
+        return
+    low = (left & -left).bit_length() - 1
+    for part in tree.parts_of.get(low, ()):
+        if part & left != part:
+            continue
+        for cost, score, group in tree.by_mask[part]:
+            if cost > money + _EPS:
+                break  # cheapest first: the rest cost more
+            if total + score + tree.bound[left ^ part] < best[0] - _EPS:
+                continue
+            parts.append(group)
+            _search(left ^ part, money - cost, total + score, spent + cost, parts, tree)
+            parts.pop()
+
+
+def _upper_bounds(table: ScoreTable, budget: float,
+                  costs: Mapping[Group, float]) -> list[float] | None:
+    """Per set of tasks (a bit mask), the most its tasks can score: each task's best in any
+    affordable group. None when some task has no affordable group."""
+    alone = [max((s[t] for g, s in table.scores.items()
+                  if t in s and costs[g] <= budget + _EPS), default=-math.inf)
+             for t in table.tasks]
+    if any(a == -math.inf for a in alone):
+        return None
+    bound = [0.0] * (1 << len(table.tasks))
+    for mask in range(1, len(bound)):
+        low = (mask & -mask).bit_length() - 1
+        bound[mask] = bound[mask & (mask - 1)] + alone[low]
+    return bound
 
 
 def _selection(table: ScoreTable, budget: float, parts: Sequence[Group],

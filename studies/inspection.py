@@ -218,21 +218,12 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
     if grouped:
         return _render_grouped(studies, name or "", fmt, grouped)
     if name is None:
-        rows = overview(studies)
-        if fmt == "json":
-            return json.dumps({"studies": rows}, indent=2)
-        if fmt == "csv":
-            df = _frame(rows)
-            for col in ("central_tasks", "best_weights", "best_clear"):
-                if col in df:
-                    df[col] = df[col].map(_compact)
-            return df.to_csv(index=False)
-        return _table(rows) if rows else "no studies yet"
+        return _render_overview(studies, fmt)
     methods = {s.name: method_rows(s) for s in studies if is_methods_study(s)}
     # A study that compares methods: its methods table says which is best, not a best point.
     # The best-weight table pools every point of a weight: only where the weight is all that
     # varies (other searches have the best-point table).
-    from weightsearch.studies.treatments import clip_rows, rest_of
+    from weightsearch.studies.treatments import rest_of
 
     plain = [s for s in studies if all(not rest_of(c.point) for c in s.cells)]
     cells, best = cell_rows(studies), best_rows(plain)
@@ -251,6 +242,30 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
         if compared:  # a comparison of methods: its rows (`export` writes the cells)
             return _frame(compared).to_csv(index=False)
         return _frame(cells).to_csv(index=False)
+    return _render_text(studies, plain, methods, cells, best, points)
+
+
+def _render_overview(studies: list[CentralStudy], fmt: str) -> str:
+    """Every study in the database, one row per study."""
+    rows = overview(studies)
+    if fmt == "json":
+        return json.dumps({"studies": rows}, indent=2)
+    if fmt == "csv":
+        df = _frame(rows)
+        for col in ("central_tasks", "best_weights", "best_clear"):
+            if col in df:
+                df[col] = df[col].map(_compact)
+        return df.to_csv(index=False)
+    return _table(rows) if rows else "no studies yet"
+
+
+def _render_text(studies: list[CentralStudy], plain: list[CentralStudy],
+                 methods: dict[str, list[dict]], cells: list[dict], best: list[dict],
+                 points: list[dict]) -> str:
+    """One study as text: its cells, the best weight (where the weight alone varies), the
+    clipping, the treatments, the best point, the methods and the groups."""
+    from weightsearch.studies.treatments import clip_rows
+
     parts = [f"{s.name} ({s.source}, {s.counts['complete']} complete; {value_note(s)}):\n"
              + _table([r for r in cells if r["central_task"] == s.central_task])
              for s in studies]

@@ -426,6 +426,34 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
     seeds = _parse_seeds(raw.get("seeds", [1]), problems)
     resources = _parse_resources(raw.get("resources"), problems)
     scheduler = _parse_scheduler(raw.get("scheduler", "fifo"), problems)
+    _stopping_checks(search, scheduler, problems)
+
+    max_concurrent = plain.get("max_concurrent")
+    max_failures = plain.get("max_failures", 1)
+    reuse_workers = plain.get("reuse_workers", True)
+    workdir = _absolute(plain.get("workdir", DEFAULT_WORKDIR), where("workdir"))
+    if (problem := writable_folder_problem(workdir, "workdir")) is not None:
+        problems.append(problem)
+
+    warm, warm_recommend = _parse_warm(raw.get("warm_start"), search, central, problems)
+    objective = _parse_objective(raw.get("objective"), train, central, problems)
+    _finetuned_objective_checks(objective, search, scheduler, problems)
+    epochs = _check_cells(train, tasks, central, search, seeds, workdir, problems)
+
+    if problems:
+        raise ConfigError(problems, label)
+    return StudySpec(
+        study=study, storage=storage, train=train, tasks=tasks, central_tasks=central,
+        search=search, seeds=seeds, resources=resources, max_concurrent=max_concurrent,
+        scheduler=scheduler, max_failures=max_failures, workdir=workdir, epochs=epochs,
+        warm_start=warm, warm_recommend=warm_recommend, objective=objective, aux_tasks=aux,
+        reuse_workers=reuse_workers,
+    )
+
+
+def _stopping_checks(search: Search, scheduler: Scheduler, problems: list[str]) -> None:
+    """What early stopping cannot be combined with: a space whose settings apply to some
+    schemes only, a comparison of methods (scored on finished runs), a second stopper."""
     stops_early = STRATEGIES[search.strategy].stops_early
     if search.space.conditional and search.strategy != "grid":
         problems.append(f"search.strategy: {search.strategy} cannot search a setting that "
@@ -443,17 +471,12 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
         problems.append(f"scheduler: asha and strategy {search.strategy} both stop trials "
                         f"early; use scheduler: fifo with {search.strategy}")
 
-    max_concurrent = plain.get("max_concurrent")
-    max_failures = plain.get("max_failures", 1)
-    reuse_workers = plain.get("reuse_workers", True)
-    workdir = _absolute(plain.get("workdir", DEFAULT_WORKDIR), where("workdir"))
-    if (problem := writable_folder_problem(workdir, "workdir")) is not None:
-        problems.append(problem)
 
-    warm, warm_recommend = _parse_warm(raw.get("warm_start"), search, central, problems)
-    objective = _parse_objective(raw.get("objective"), train, central, problems)
+def _finetuned_objective_checks(objective: Objective, search: Search, scheduler: Scheduler,
+                                problems: list[str]) -> None:
     # Early stopping ranks trials by their multi-task epoch scores; a fine-tuned score exists
     # only once a trial has finished, so the two would rank different things.
+    stops_early = STRATEGIES[search.strategy].stops_early
     if objective.stage == "finetuned" and (scheduler.name == "asha" or stops_early):
         stopper = ("scheduler: asha" if scheduler.name == "asha"
                    else f"strategy: {search.strategy}")
@@ -461,6 +484,13 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
         problems.append(f"objective.stage: finetuned cannot be combined with {stopper}, which "
                         "stops trials on their multi-task epoch scores before any fine-tuned "
                         f"score exists; use scheduler: fifo and the {_or(whole)} strategy")
+
+
+def _check_cells(train: dict[str, Any], tasks: tuple[str, ...], central: tuple[str, ...],
+                 search: Search, seeds: tuple[int, ...], workdir: Path,
+                 problems: list[str]) -> int:
+    """The study's size against the cap, every point's run config, and the strategy's own
+    checks; returns the epochs a trial trains (5 when the run config could not be read)."""
     epochs = 5
     cells = sum(search.space.size(c) for c in central or tasks[:1]) * max(1, len(seeds))
     if math.isfinite(cells) and cells > MAX_CELLS:
@@ -473,16 +503,7 @@ def _parse(raw: Mapping[str, Any], label: str | None, base: Path,
     STRATEGIES[search.strategy].check(search.settings, search.space, central, problems,
                                       where="weights" if search.shorthand else "search",
                                       epochs=epochs if train else None)
-
-    if problems:
-        raise ConfigError(problems, label)
-    return StudySpec(
-        study=study, storage=storage, train=train, tasks=tasks, central_tasks=central,
-        search=search, seeds=seeds, resources=resources, max_concurrent=max_concurrent,
-        scheduler=scheduler, max_failures=max_failures, workdir=workdir, epochs=epochs,
-        warm_start=warm, warm_recommend=warm_recommend, objective=objective, aux_tasks=aux,
-        reuse_workers=reuse_workers,
-    )
+    return epochs
 
 
 # --- search ------------------------------------------------------------------------------

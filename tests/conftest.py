@@ -19,6 +19,27 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Tokenized-data cache private to this test session, never the user's.
 os.environ["WEIGHTSEARCH_CACHE"] = tempfile.mkdtemp(prefix="weightsearch-test-cache-")
 
+# The fast tier (plain `pytest`: slow and integration deselected) stays fast: an unmarked test
+# whose own body runs longer than this fails there, asking to be marked or made faster. Its
+# fixtures' set-up does not count (a session's tiny run is trained once for many tests).
+FAST_TEST_LIMIT_S = float(os.environ.get("WEIGHTSEARCH_FAST_TEST_LIMIT_S", "5"))
+_TIERS = ("slow", "integration")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    fast_tier = all(f"not {tier}" in (item.config.option.markexpr or "") for tier in _TIERS)
+    if (report.when == "call" and report.passed and fast_tier
+            and not any(item.get_closest_marker(tier) for tier in _TIERS)
+            and report.duration > FAST_TEST_LIMIT_S):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} took {report.duration:.1f}s, over the fast tier's "
+            f"{FAST_TEST_LIMIT_S:g}s: mark it `slow` (or `integration`) or make it faster "
+            "(WEIGHTSEARCH_FAST_TEST_LIMIT_S sets the limit on a slow machine)")
+
 
 @pytest.fixture(scope="session")
 def sample_data_dir() -> Path:

@@ -15,7 +15,7 @@ from weightsearch.recommender.recommend import load_evidence
 from weightsearch.studies.importer import import_file
 from weightsearch.studies.reading import open_quiet, read_all
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1]  # tests/
 RELEASE_DB = HERE / "compat" / "release-0.1.0" / "studies.db"  # a study a sweep made
 LADDER = ("central_task,dataset,task_type,train_size,central_weight,seed,metric,encoder,stage,"
           "variant,f1\n"

@@ -91,7 +91,8 @@ def test_the_mix_trains_scores_and_resumes_exactly(sample_data_dir, tiny_encoder
         tasks = [s["task"] for s in steps if s["epoch"] == epoch]
         assert tasks[-1] == "squad2"  # every epoch ends when the QA batches run out
         assert {"swag", "mrpc", "cola"} & set(tasks)
-    # The SIWLM weights still follow DESIGN.md update by update, whatever the batch order.
+    # The SIWLM weights still follow docs/training.md ("SIWLM, exactly") update by update,
+    # whatever the batch order.
     check = check_siwlm_steps(out)
     assert check.returncode == 0, check.stdout + check.stderr
 

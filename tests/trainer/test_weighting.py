@@ -26,7 +26,7 @@ from weightsearch.trainer.weighting import (
 
 # ---------------------------------------------------------------------------------------------
 # Golden tables. Every expected weight below was worked out by hand from the rules in
-# DESIGN.md ("SIWLM, exactly"), not by the code under test.
+# docs/training.md ("SIWLM, exactly"), not by the code under test.
 # ---------------------------------------------------------------------------------------------
 
 # Tasks rte (central, 9), mrpc, stsb (aux 1); focus_span 2, so in SWL epochs the focus is
