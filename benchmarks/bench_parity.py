@@ -68,7 +68,7 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
 
 def variant_config(sets: list[str]) -> tuple[dict[str, Any], list[str], str | None]:
     """(base config, the run-config overrides, the weight-decay form) of one variant."""
-    from weightsearch.trainer.presets import PRESETS
+    from weightsearch.trainer.presets import RUN_PRESETS
 
     # Truncation, the trainer's default when the rows of BENCHMARKS.md section 11 were taken,
     # keeps `base` comparable with them; a preset brings its own.
@@ -76,9 +76,10 @@ def variant_config(sets: list[str]) -> tuple[dict[str, Any], list[str], str | No
     for item in sets:
         key, _, value = item.partition("=")
         if key == "preset":
-            if value not in PRESETS:
-                raise SystemExit(f"--variant: preset {value!r} is not one of {', '.join(PRESETS)}")
-            preset = {k: v for k, v in PRESETS[value].items() if k != "finetune"}
+            if value not in RUN_PRESETS:
+                raise SystemExit(f"--variant: preset {value!r} is not one of "
+                                 f"{', '.join(RUN_PRESETS)}")
+            preset = {k: v for k, v in RUN_PRESETS[value].items() if k != "finetune"}
             base = {**preset, **{k: v for k, v in base.items() if k != "overlong"}}
         elif key == "bench.head":
             if value not in ("linear", "san"):

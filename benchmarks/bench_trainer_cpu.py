@@ -43,7 +43,7 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
     from weightsearch.trainer.optim import linear_warmup_decay
     from weightsearch.trainer.readers import resolve_path
     from weightsearch.trainer.task_rows import read_task_file
-    from weightsearch.trainer.tasks import PRESETS
+    from weightsearch.trainer.tasks import TASK_PRESETS
 
     tok = AutoTokenizer.from_pretrained(encoder_path)
     torch.manual_seed(seed)
@@ -51,7 +51,7 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
     heads = torch.nn.ModuleDict()
     encoded = {}
     for name in tasks:
-        spec = PRESETS[name]
+        spec = TASK_PRESETS[name]
         rows = read_task_file(spec, resolve_path(data_dir, spec.train_file))
         n = min(n_examples, len(rows.labels))
         pair = (rows.text_a[:n], rows.text_b[:n]) if rows.text_b is not None else (rows.text_a[:n],)
@@ -95,7 +95,7 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
     model.eval()
     with torch.inference_mode():
         for name in tasks:
-            spec = PRESETS[name]
+            spec = TASK_PRESETS[name]
             _, path = spec.dev_files[0]
             rows = read_task_file(spec, resolve_path(data_dir, path))
             preds = []

@@ -67,11 +67,12 @@ def _train_size(args) -> int:
 
         return count_rows(args.data)
     from weightsearch.studies.tables import count_preset_rows
-    from weightsearch.trainer.tasks import PRESETS, preset_key
+    from weightsearch.trainer.tasks import TASK_PRESETS, preset_key
 
-    spec = PRESETS.get(preset_key(args.task))
+    spec = TASK_PRESETS.get(preset_key(args.task))
     if spec is None:
-        raise ConfigError(f"--task {args.task!r} is not a preset; presets: {', '.join(PRESETS)}")
+        raise ConfigError(f"--task {args.task!r} is not a preset; presets: "
+                          f"{', '.join(TASK_PRESETS)}")
     if not args.data_dir:
         raise ConfigError(f"--task {args.task} needs --data-dir, the folder that holds "
                           f"{spec.train_file}")

@@ -20,7 +20,7 @@ def table_format(path: Path) -> str:
     return fmt
 
 
-def read_table(path: str | Path, as_text: bool = False):
+def read_frame(path: str | Path, as_text: bool = False):
     """A pandas DataFrame of the file. TSV is read with quoting off, as GLUE files need.
 
     `as_text`: keep every cell as a string (empty cells as ""), so the caller can validate
@@ -69,7 +69,7 @@ def count_rows(path: str | Path) -> int:
             return int(pq.ParquetFile(path).metadata.num_rows)
         except (OSError, ImportError, ValueError) as exc:
             raise DataError(f"{path}: cannot read it as parquet: {exc}") from None
-    return len(read_table(path))
+    return len(read_frame(path))
 
 
 def count_preset_rows(spec, data_dir: str | Path) -> int:

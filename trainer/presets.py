@@ -59,7 +59,7 @@ SIWLM_PAPER: dict[str, Any] = {
     },
 }
 
-PRESETS: dict[str, dict[str, Any]] = {"siwlm-paper": SIWLM_PAPER}
+RUN_PRESETS: dict[str, dict[str, Any]] = {"siwlm-paper": SIWLM_PAPER}
 
 # Per-task settings, from the reference code's task definitions (experiments/glue/
 # glue_task_def.yml): the pairwise classification tasks, QNLI among them, use the SAN answer
@@ -87,11 +87,11 @@ def expand_preset(raw: Mapping[str, Any], problems: list[str]) -> Mapping[str, A
     rest = {k: v for k, v in raw.items() if k != "preset"}
     if name is None:
         return rest
-    if not isinstance(name, str) or name.lower() not in PRESETS:
-        problems.append(f"preset: {name!r} is not a preset; choose one of {', '.join(PRESETS)}")
+    if not isinstance(name, str) or name.lower() not in RUN_PRESETS:
+        problems.append(f"preset: {name!r} is not a preset; choose one of {', '.join(RUN_PRESETS)}")
         return rest
     name = name.lower()
-    out = _merge(PRESETS[name], rest)
+    out = _merge(RUN_PRESETS[name], rest)
     order = PRESET_ORDER.get(name)
     if "tasks" not in out and order:
         out["tasks"] = list(order)

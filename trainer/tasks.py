@@ -309,7 +309,7 @@ def _pair(name: str, folder: str, text_a: str, text_b: str, label: str,
                     text_a=text_a, text_b=text_b, label=label, labels=labels, **extra)
 
 
-PRESETS: dict[str, TaskSpec] = {
+TASK_PRESETS: dict[str, TaskSpec] = {
     # CoLA has no header: source, label, original label, sentence.
     "cola": TaskSpec(name="cola", type="classification", train_file="CoLA/train.tsv",
                      dev_files=(("dev", "CoLA/dev.tsv"),), text_a="3", label="1", header=False,
@@ -366,7 +366,7 @@ _Bad = Callable[[str, str], None]  # bad(field, what is wrong; the fix)
 def dataset_name(spec: TaskSpec) -> str:
     """The data a task is drawn from: the preset whose files it reads (so that `sst2_125`, the
     SST-2 preset with a cap of its own, is SST-2), else the task's own name."""
-    for name, preset in PRESETS.items():
+    for name, preset in TASK_PRESETS.items():
         if (preset.train_file, preset.format) == (spec.train_file, spec.format):
             return name
     return spec.name
@@ -378,7 +378,7 @@ def preset_key(name: str) -> str:
 
 
 def _preset_choices() -> str:
-    return ", ".join(PRESETS)
+    return ", ".join(TASK_PRESETS)
 
 
 def tasks_schema() -> dict[str, Any]:
@@ -420,7 +420,7 @@ def parse_tasks(raw: object, problems: list[str]) -> tuple[TaskSpec, ...]:
 
 
 def _preset(name: object, where: str, problems: list[str], other: str = "") -> TaskSpec | None:
-    preset = PRESETS.get(preset_key(name)) if isinstance(name, str) else None
+    preset = TASK_PRESETS.get(preset_key(name)) if isinstance(name, str) else None
     if preset is None:
         problems.append(f"{where}: unknown preset {name!r}; choose one of "
                         f"{_preset_choices()}{other}")

@@ -13,7 +13,7 @@ import torch
 from weightsearch.trainer import data
 from weightsearch.trainer.data import TaskData, batch_plan, collate, eval_batches, load_task_data
 from weightsearch.trainer.encoders import load_tokenizer
-from weightsearch.trainer.tasks import PRESETS, TaskSpec
+from weightsearch.trainer.tasks import TASK_PRESETS, TaskSpec
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +25,7 @@ def tokenizer(minilm_path: str) -> Any:
 def sample_tasks(sample_data_dir: Path, tokenizer: Any,
                  tmp_path_factory: pytest.TempPathFactory) -> dict[str, TaskData]:
     cache = tmp_path_factory.mktemp("cache")
-    return {name: load_task_data(PRESETS[name], sample_data_dir, tokenizer, 128, cache)
+    return {name: load_task_data(TASK_PRESETS[name], sample_data_dir, tokenizer, 128, cache)
             for name in ("rte", "mrpc", "stsb", "cola")}
 
 
@@ -53,22 +53,23 @@ def test_cache_hit_does_not_tokenize(sample_data_dir: Path, tokenizer: Any, tmp_
         return real(*args, **kwargs)
 
     monkeypatch.setattr(base, "encode", counting)
-    first = load_task_data(PRESETS["mrpc"], sample_data_dir, tokenizer, 64, tmp_path)
+    first = load_task_data(TASK_PRESETS["mrpc"], sample_data_dir, tokenizer, 64, tmp_path)
     assert calls and len(list(tmp_path.iterdir())) == 2  # train + dev entries, no temp dirs left
     calls.clear()
-    second = load_task_data(PRESETS["mrpc"], sample_data_dir, tokenizer, 64, tmp_path)
+    second = load_task_data(TASK_PRESETS["mrpc"], sample_data_dir, tokenizer, 64, tmp_path)
     assert calls == []
     assert second.train["input_ids"][:5] == first.train["input_ids"][:5]
     assert second.truncated == first.truncated
     # A different max_seq_len or example limit is a different entry.
-    load_task_data(PRESETS["mrpc"], sample_data_dir, tokenizer, 64, tmp_path, max_train_examples=10)
+    load_task_data(TASK_PRESETS["mrpc"], sample_data_dir, tokenizer, 64, tmp_path,
+                   max_train_examples=10)
     assert calls and len(list(tmp_path.iterdir())) == 3
 
 
 def test_truncation_counted_not_dropped(sample_data_dir: Path, tokenizer: Any) -> None:
-    full = load_task_data(PRESETS["rte"], sample_data_dir, tokenizer, 512, None)
+    full = load_task_data(TASK_PRESETS["rte"], sample_data_dir, tokenizer, 512, None)
     lengths = np.asarray(full.train["length"])
-    short = load_task_data(PRESETS["rte"], sample_data_dir, tokenizer, 64, None)
+    short = load_task_data(TASK_PRESETS["rte"], sample_data_dir, tokenizer, 64, None)
     assert short.train_size == full.train_size == 300
     assert short.truncated["train"] == int((lengths > 64).sum()) > 0
     assert max(short.train["length"]) == 64
@@ -76,7 +77,7 @@ def test_truncation_counted_not_dropped(sample_data_dir: Path, tokenizer: Any) -
 
 
 def test_example_limits_take_first_rows(sample_data_dir: Path, tokenizer: Any) -> None:
-    task = load_task_data(PRESETS["stsb"], sample_data_dir, tokenizer, 128, None,
+    task = load_task_data(TASK_PRESETS["stsb"], sample_data_dir, tokenizer, 128, None,
                           max_train_examples=7, max_eval_examples=5)
     assert task.train_size == 7 and len(task.evals["dev"]) == 5
     assert task.train["label"][:2] == pytest.approx([5.0, 3.8])
@@ -124,7 +125,7 @@ def test_ranking_groups_stay_in_one_batch(tmp_path: Path, tokenizer: Any) -> Non
         label = "entailment" if i % 3 == 0 else "not_entailment"
         lines.append(f"{i}\t{q}\t{'word ' * int(rng.integers(1, 20))}\t{label}")
     (tmp_path / "q.tsv").write_text("\n".join(lines) + "\n")
-    spec = dataclasses.replace(PRESETS["qnlirank"], train_file="q.tsv",
+    spec = dataclasses.replace(TASK_PRESETS["qnlirank"], train_file="q.tsv",
                                dev_files=(("dev", "q.tsv"),))
     task = load_task_data(spec, tmp_path, tokenizer, 128, tmp_path / "cache")
     groups = np.asarray(task.train["group"])
@@ -168,8 +169,8 @@ def test_collate_pads_to_longest(sample_tasks: dict[str, TaskData], tokenizer: A
 
 
 def test_count_train_examples(sample_data_dir: Path) -> None:
-    assert data.count_train_examples(PRESETS["cola"], sample_data_dir) == 300
-    spec: TaskSpec = dataclasses.replace(PRESETS["wnli"], train_file="WNLI/dev.tsv")
+    assert data.count_train_examples(TASK_PRESETS["cola"], sample_data_dir) == 300
+    spec: TaskSpec = dataclasses.replace(TASK_PRESETS["wnli"], train_file="WNLI/dev.tsv")
     assert data.count_train_examples(spec, sample_data_dir) == 71
 
 

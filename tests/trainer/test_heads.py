@@ -18,7 +18,7 @@ from weightsearch.trainer.heads import (
     RegressionHead,
     build_head,
 )
-from weightsearch.trainer.tasks import PRESETS, TASK_TYPES
+from weightsearch.trainer.tasks import TASK_PRESETS, TASK_TYPES
 
 HIDDEN = 8
 LN = math.log
@@ -33,7 +33,7 @@ def _pooled(vectors: torch.Tensor) -> Encoded:
 
 def _head(preset: str):
     torch.manual_seed(0)
-    head = build_head(PRESETS[preset], HIDDEN)
+    head = build_head(TASK_PRESETS[preset], HIDDEN)
     head.eval()  # dropout off: forward is deterministic
     return head
 
@@ -46,15 +46,15 @@ def test_registry_covers_every_task_type():
 
 
 def test_unknown_type_is_a_config_error():
-    spec = dataclasses.replace(PRESETS["rte"], type="tagging")
+    spec = dataclasses.replace(TASK_PRESETS["rte"], type="tagging")
     with pytest.raises(ConfigError, match="choose one of classification, regression, ranking, "
                                           "multiple_choice, span_qa"):
         build_head(spec, HIDDEN)
 
 
 def test_dropout_comes_from_the_spec():
-    assert build_head(PRESETS["cola"], HIDDEN).dropout.p == 0.05
-    assert build_head(PRESETS["rte"], HIDDEN).dropout.p == 0.1
+    assert build_head(TASK_PRESETS["cola"], HIDDEN).dropout.p == 0.05
+    assert build_head(TASK_PRESETS["rte"], HIDDEN).dropout.p == 0.1
 
 
 @pytest.mark.parametrize(("preset", "shape"), [("mnli", (5, 3)), ("rte", (5, 2)),
@@ -134,7 +134,7 @@ def test_ranking_predict():
 
 @pytest.mark.parametrize("preset", ["rte", "stsb", "qnlirank"])
 def test_gradients_reach_the_pooled_input_and_the_head(preset):
-    head = build_head(PRESETS[preset], HIDDEN)
+    head = build_head(TASK_PRESETS[preset], HIDDEN)
     head.train()
     pooled = torch.randn(4, HIDDEN, requires_grad=True)
     labels = torch.tensor([0.5, 1.0, 2.0, 3.0]) if preset == "stsb" else torch.tensor([0, 1, 1, 0])

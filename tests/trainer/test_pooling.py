@@ -10,7 +10,7 @@ from transformers import BertConfig, BertModel
 
 from weightsearch.trainer.encoders import resolve_pooling, trained_pooling
 from weightsearch.trainer.model import MTDNN
-from weightsearch.trainer.tasks import PRESETS
+from weightsearch.trainer.tasks import TASK_PRESETS
 
 
 def _tiny_bert(add_pooler: bool = True) -> BertModel:
@@ -48,7 +48,8 @@ def test_auto_follows_the_folder_then_falls_back_to_bert(tmp_path):
     assert resolve_pooling("auto", str(plain)) == "pooler"
     # ... and an encoder without a pooling layer then feeds the heads its [CLS] state
     no_pooler = _tiny_bert(add_pooler=False)
-    assert MTDNN(no_pooler, (PRESETS["rte"],), resolve_pooling("auto", str(plain))).pooling == "cls"
+    auto = resolve_pooling("auto", str(plain))
+    assert MTDNN(no_pooler, (TASK_PRESETS["rte"],), auto).pooling == "cls"
     (plain / "modules.json").write_text("not json")
     assert resolve_pooling("auto", str(plain)) == "pooler"
 
@@ -56,7 +57,7 @@ def test_auto_follows_the_folder_then_falls_back_to_bert(tmp_path):
 def test_an_explicit_setting_wins_over_the_folder(minilm_path):
     assert resolve_pooling("pooler", minilm_path) == "pooler"
     no_pooler = _tiny_bert(add_pooler=False)
-    model = MTDNN(no_pooler, (PRESETS["rte"],), resolve_pooling("pooler", minilm_path))
+    model = MTDNN(no_pooler, (TASK_PRESETS["rte"],), resolve_pooling("pooler", minilm_path))
     assert model.pooling == "cls"
     assert resolve_pooling("cls", minilm_path) == "cls"
 
@@ -64,7 +65,7 @@ def test_an_explicit_setting_wins_over_the_folder(minilm_path):
 @pytest.mark.parametrize("pooling", ["pooler", "cls", "mean"])
 def test_each_pooling_feeds_the_head_what_it_says(pooling):
     encoder = _tiny_bert()
-    model = MTDNN(encoder, (PRESETS["rte"],), pooling).eval()
+    model = MTDNN(encoder, (TASK_PRESETS["rte"],), pooling).eval()
     ids = torch.tensor([[2, 7, 9, 3, 0, 0], [2, 5, 6, 8, 4, 3]])
     mask = (ids != 0).long()
     batch = {"input_ids": ids, "attention_mask": mask}
@@ -85,7 +86,7 @@ def test_each_pooling_feeds_the_head_what_it_says(pooling):
 
 
 def test_mean_pooling_ignores_what_padding_holds():
-    model = MTDNN(_tiny_bert(), (PRESETS["rte"],), "mean").eval()
+    model = MTDNN(_tiny_bert(), (TASK_PRESETS["rte"],), "mean").eval()
     short = {"input_ids": torch.tensor([[2, 7, 9, 3]]), "attention_mask": torch.ones(1, 4).long()}
     padded = {"input_ids": torch.tensor([[2, 7, 9, 3, 0, 0, 0]]),
               "attention_mask": torch.tensor([[1, 1, 1, 1, 0, 0, 0]])}
@@ -94,7 +95,7 @@ def test_mean_pooling_ignores_what_padding_holds():
 
 
 def test_pooler_without_a_pooling_layer_uses_cls():
-    model = MTDNN(_tiny_bert(add_pooler=False), (PRESETS["rte"],), "pooler")
+    model = MTDNN(_tiny_bert(add_pooler=False), (TASK_PRESETS["rte"],), "pooler")
     assert model.pooling == "cls"
     with pytest.raises(ValueError, match="pooling must be"):
-        MTDNN(_tiny_bert(), (PRESETS["rte"],), "max")
+        MTDNN(_tiny_bert(), (TASK_PRESETS["rte"],), "max")

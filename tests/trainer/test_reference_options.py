@@ -172,10 +172,10 @@ def test_biases_and_layernorm_are_exempt_from_decay(sample_data_dir, tiny_encode
 def _rte_lengths(sample_data_dir, tiny_encoder, **options):
     from weightsearch.trainer.data import load_task_data
     from weightsearch.trainer.encoders import load_tokenizer
-    from weightsearch.trainer.tasks import PRESETS
+    from weightsearch.trainer.tasks import TASK_PRESETS
 
     tok = load_tokenizer(tiny_encoder)
-    data = load_task_data(PRESETS["rte"], sample_data_dir, tok, 64, None, **options)
+    data = load_task_data(TASK_PRESETS["rte"], sample_data_dir, tok, 64, None, **options)
     return data
 
 
@@ -328,15 +328,15 @@ def test_damaged_checkpoint_is_reported_and_an_older_one_used(sample_data_dir, t
 def test_damaged_tokenized_cache_is_rebuilt(sample_data_dir, tiny_encoder, tmp_path, capsys):
     from weightsearch.trainer.data import load_task_data
     from weightsearch.trainer.encoders import load_tokenizer
-    from weightsearch.trainer.tasks import PRESETS
+    from weightsearch.trainer.tasks import TASK_PRESETS
 
     tok = load_tokenizer(tiny_encoder)
-    load_task_data(PRESETS["mrpc"], sample_data_dir, tok, 64, tmp_path)
+    load_task_data(TASK_PRESETS["mrpc"], sample_data_dir, tok, 64, tmp_path)
     arrow = next(p for p in tmp_path.glob("mrpc-train-*/*.arrow"))
     arrow.write_bytes(arrow.read_bytes()[:200])
-    again = load_task_data(PRESETS["mrpc"], sample_data_dir, tok, 64, tmp_path)
+    again = load_task_data(TASK_PRESETS["mrpc"], sample_data_dir, tok, 64, tmp_path)
     assert "damaged" in capsys.readouterr().out
-    uncached = load_task_data(PRESETS["mrpc"], sample_data_dir, tok, 64, None)
+    uncached = load_task_data(TASK_PRESETS["mrpc"], sample_data_dir, tok, 64, None)
     assert again.train["input_ids"] == uncached.train["input_ids"]
 
 
@@ -369,9 +369,9 @@ def test_random_subsets_are_seeded_stable_and_independent_of_the_run_seed(sample
     from weightsearch.trainer import load_config, task_sizes
     from weightsearch.trainer.readers import resolve_path
     from weightsearch.trainer.task_rows import Subset, read_task_file
-    from weightsearch.trainer.tasks import PRESETS
+    from weightsearch.trainer.tasks import TASK_PRESETS
 
-    rows = read_task_file(PRESETS["cola"], resolve_path(sample_data_dir, "CoLA/train.tsv"))
+    rows = read_task_file(TASK_PRESETS["cola"], resolve_path(sample_data_dir, "CoLA/train.tsv"))
     a = Subset(n=50, random=True, seed=3).apply(rows)
     b = Subset(n=50, random=True, seed=3).apply(rows)
     c = Subset(n=50, random=True, seed=4).apply(rows)
@@ -390,9 +390,9 @@ def test_nested_subsets_are_a_ladder_and_random_ones_are_unchanged(sample_data_d
 
     from weightsearch.trainer.readers import resolve_path
     from weightsearch.trainer.task_rows import Subset, read_task_file
-    from weightsearch.trainer.tasks import PRESETS
+    from weightsearch.trainer.tasks import TASK_PRESETS
 
-    rows = read_task_file(PRESETS["cola"], resolve_path(sample_data_dir, "CoLA/train.tsv"))
+    rows = read_task_file(TASK_PRESETS["cola"], resolve_path(sample_data_dir, "CoLA/train.tsv"))
     ladder = [Subset(n=n, random=True, seed=5, nested=True).apply(rows) for n in (20, 80, 200)]
     for small, large in itertools.pairwise(ladder):
         assert set(small.text_a) < set(large.text_a)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from weightsearch.trainer.tasks import METRICS, PRESETS, TASK_TYPES, parse_tasks, preset_key
+from weightsearch.trainer.tasks import METRICS, TASK_PRESETS, TASK_TYPES, parse_tasks, preset_key
 
 
 def parse(raw: object) -> tuple[tuple, list[str]]:
@@ -13,31 +13,32 @@ def parse(raw: object) -> tuple[tuple, list[str]]:
 
 
 def test_presets_are_consistent() -> None:
-    assert set(PRESETS) == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "qnlirank",
+    assert set(TASK_PRESETS) == {"cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "qnlirank",
                             "rte", "wnli", "snli", "scitail", "squad2", "swag"}
-    for name, spec in PRESETS.items():
+    for name, spec in TASK_PRESETS.items():
         assert preset_key(spec.name) == name  # keys are spelt as lookups normalise them
         assert spec.type in TASK_TYPES
         assert spec.primary_metric in spec.metrics
         assert set(spec.metrics) <= set(METRICS)
-    assert PRESETS["cola"].primary_metric == "mcc" and PRESETS["cola"].dropout == 0.05
-    assert PRESETS["cola"].header is False and PRESETS["cola"].text_a == "3"
-    assert PRESETS["stsb"].type == "regression" and PRESETS["stsb"].labels is None
-    assert PRESETS["stsb"].primary_metric == "corr" and PRESETS["stsb"].num_labels == 1
-    assert PRESETS["mnli"].num_labels == 3
-    assert PRESETS["mnli"].dev_files == (("matched", "MNLI/dev_matched.tsv"),
+    assert TASK_PRESETS["cola"].primary_metric == "mcc" and TASK_PRESETS["cola"].dropout == 0.05
+    assert TASK_PRESETS["cola"].header is False and TASK_PRESETS["cola"].text_a == "3"
+    assert TASK_PRESETS["stsb"].type == "regression" and TASK_PRESETS["stsb"].labels is None
+    assert TASK_PRESETS["stsb"].primary_metric == "corr" and TASK_PRESETS["stsb"].num_labels == 1
+    assert TASK_PRESETS["mnli"].num_labels == 3
+    assert TASK_PRESETS["mnli"].dev_files == (("matched", "MNLI/dev_matched.tsv"),
                                          ("mismatched", "MNLI/dev_mismatched.tsv"))
-    assert PRESETS["qnlirank"].type == "ranking" and PRESETS["qnlirank"].group == "question"
-    assert PRESETS["qnli"].labels is not None and PRESETS["qnli"].labels[1] == "entailment"
-    assert PRESETS["mrpc"].metrics == ("accuracy", "f1")
-    assert PRESETS["snli"].label == "gold_label" and PRESETS["scitail"].header is False
+    qnli, ranked = TASK_PRESETS["qnli"], TASK_PRESETS["qnlirank"]
+    assert ranked.type == "ranking" and ranked.group == "question"
+    assert qnli.labels is not None and qnli.labels[1] == "entailment"
+    assert TASK_PRESETS["mrpc"].metrics == ("accuracy", "f1")
+    assert TASK_PRESETS["snli"].label == "gold_label" and TASK_PRESETS["scitail"].header is False
 
 
 @pytest.mark.parametrize("spelling,name", [("SST-2", "sst2"), ("STS-B", "stsb"), ("rte", "rte"),
                                            ("CoLA", "cola"), ("sts_b", "stsb")])
 def test_preset_spellings(spelling: str, name: str) -> None:
     specs, problems = parse([spelling])
-    assert problems == [] and specs == (PRESETS[name],)
+    assert problems == [] and specs == (TASK_PRESETS[name],)
 
 
 def test_preset_with_overrides() -> None:
@@ -45,7 +46,7 @@ def test_preset_with_overrides() -> None:
                              {"preset": "rte", "name": "rte_small", "train_file": "/x/t.tsv"},
                              {"preset": "mrpc", "metrics": ["f1"]}])
     assert problems == []
-    assert specs[0].dropout == 0.2 and specs[0].labels == PRESETS["rte"].labels
+    assert specs[0].dropout == 0.2 and specs[0].labels == TASK_PRESETS["rte"].labels
     assert specs[1].name == "rte_small" and specs[1].train_file == "/x/t.tsv"
     assert specs[2].metrics == ("f1",) and specs[2].primary_metric == "f1"
 
@@ -83,7 +84,7 @@ def test_all_problems_reported_at_once() -> None:
         {"type": "classification"},
         {"preset": "nope"},
     ])
-    assert specs == (PRESETS["rte"],)
+    assert specs == (TASK_PRESETS["rte"],)
     text = "\n".join(problems)
     expected = [
         "tasks[0]: unknown preset 'rtee'",
@@ -134,7 +135,7 @@ def test_every_bad_field_of_a_task_is_reported_with_its_path() -> None:
          "text_a": -1, "text_b": 1.5, "header": "yes", "labels": ["a", "a"],
          "metrics": ["acc"], "dropout": 1.5, "head": "deep", "max_seq_len": 4},
     ])
-    assert specs == (PRESETS["rte"],)
+    assert specs == (TASK_PRESETS["rte"],)
     fields = ("name", "train_file", "dev_files", "text_a", "text_b", "header", "labels",
               "metrics", "dropout", "head", "max_seq_len")
     for field in fields:
@@ -161,7 +162,7 @@ def test_the_tasks_schema_follows_the_declarations_and_the_registry() -> None:
 
     validator = jsonschema.Draft202012Validator(tasks_schema())
     presets = [json.loads(json.dumps({**dataclasses.asdict(p), "dev_files": dict(p.dev_files)}))
-               for p in PRESETS.values()]  # as config.yaml writes them
+               for p in TASK_PRESETS.values()]  # as config.yaml writes them
     assert validator.is_valid(["rte", {"preset": "rte", "dropout": 0.2}, *presets])
     for bad in ([], [{"preset": "rte", "dropout": 1.5}], [{"name": "x", "type": "classification"}],
                 [{"preset": "rte", "colour": "red"}]):
@@ -179,9 +180,9 @@ def test_the_tasks_schema_follows_the_declarations_and_the_registry() -> None:
 def test_qnli_is_two_class_classification_as_both_reference_codes_train_it():
     """SIWLM's and MT-DNN's glue_task_def.yml train QNLI as two classes per pair; MT-DNN
     v0.1's ranking of a question's candidates is the `qnli_rank` preset, on the same files."""
-    from weightsearch.trainer.tasks import PRESETS, dataset_name
+    from weightsearch.trainer.tasks import TASK_PRESETS, dataset_name
 
-    qnli, ranked = PRESETS["qnli"], PRESETS["qnlirank"]
+    qnli, ranked = TASK_PRESETS["qnli"], TASK_PRESETS["qnlirank"]
     assert (qnli.type, qnli.group, qnli.labels) == ("classification", None,
                                                     ("not_entailment", "entailment"))
     assert (ranked.name, ranked.type, ranked.group) == ("qnli_rank", "ranking", "question")

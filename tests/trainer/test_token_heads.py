@@ -22,7 +22,7 @@ from weightsearch.trainer.heads.span_qa import _window_starts
 from weightsearch.trainer.mixture import MixtureSettings
 from weightsearch.trainer.model import MixtureOfExperts
 from weightsearch.trainer.task_rows import read_task_file
-from weightsearch.trainer.tasks import PRESETS
+from weightsearch.trainer.tasks import TASK_PRESETS
 
 HIDDEN = 8
 
@@ -45,7 +45,7 @@ def _states(n: int, t: int, lengths: list[int] | None = None) -> Encoded:
 
 def _san():
     torch.manual_seed(0)
-    return build_head(dataclasses.replace(PRESETS["mnli"], head="san"), HIDDEN)
+    return build_head(dataclasses.replace(TASK_PRESETS["mnli"], head="san"), HIDDEN)
 
 
 def test_san_gives_log_probabilities_and_averages_its_steps():
@@ -141,7 +141,7 @@ def test_san_is_refused_on_a_regression_task():
 
 def test_multiple_choice_scores_each_choice_and_softmaxes_over_them():
     torch.manual_seed(0)
-    head = build_head(PRESETS["swag"], HIDDEN).eval()
+    head = build_head(TASK_PRESETS["swag"], HIDDEN).eval()
     pooled = torch.randn(2 * 4, HIDDEN)  # two examples, four choices each, example-major
     batch = {"labels": torch.tensor([2, 0])}
     scores = head(Encoded(pooled.unsqueeze(1), torch.ones(8, 1).long(), lambda h, _m: h[:, 0]),
@@ -165,7 +165,7 @@ def test_multiple_choice_rows_and_batches(tmp_path, tokenizer):
     _write_swag(tmp_path / "train.csv", [
         ["v1", "A man sits.", "He", "stands up.", "eats.", "sleeps.", "runs away fast.", "3"],
         ["v2", "A dog barks.", "It", "wags.", "runs.", "sits.", "jumps.", "0"]])
-    spec = dataclasses.replace(PRESETS["swag"], train_file=str(tmp_path / "train.csv"),
+    spec = dataclasses.replace(TASK_PRESETS["swag"], train_file=str(tmp_path / "train.csv"),
                                dev_files=(("dev", str(tmp_path / "train.csv")),))
     data = load_task_data(spec, None, tokenizer, 64, None)
     batch = data.collate(data.train, np.array([0, 1]), tokenizer.pad_token_id)
@@ -182,7 +182,7 @@ def test_multiple_choice_rows_and_batches(tmp_path, tokenizer):
 ])
 def test_multiple_choice_bad_rows(tmp_path, row, words):
     path = _write_swag(tmp_path / "t.csv", [row])
-    spec = dataclasses.replace(PRESETS["swag"], train_file=str(path))
+    spec = dataclasses.replace(TASK_PRESETS["swag"], train_file=str(path))
     with pytest.raises(DataError) as err:
         read_task_file(spec, path)
     assert all(w in str(err.value) for w in words), err.value
@@ -198,7 +198,7 @@ def _squad(path: Path, context: str, qas: list[dict]) -> Path:
 
 
 def _qa_spec(path: Path, **changes: Any):
-    return dataclasses.replace(PRESETS["squad2"], train_file=str(path),
+    return dataclasses.replace(TASK_PRESETS["squad2"], train_file=str(path),
                                dev_files=(("dev", str(path)),), **changes)
 
 
@@ -321,7 +321,7 @@ def test_decoding_picks_the_best_span_over_windows_and_maps_it_to_characters(tmp
         # question 2: the null score beats every span
         _prediction(k, [(3, 0.1)], [(4, 0.2)], null=5.0),
     ])
-    head = build_head(dataclasses.replace(PRESETS["squad2"], n_best=k, max_answer_len=5,
+    head = build_head(dataclasses.replace(TASK_PRESETS["squad2"], n_best=k, max_answer_len=5,
                                           metrics=("exact", "f1", "has_ans_f1", "no_ans_f1",
                                                    "best_f1", "best_f1_thresh")), HIDDEN)
     split = _eval_split(tmp_path, windows, reference)
@@ -341,7 +341,7 @@ def test_decoding_picks_the_best_span_over_windows_and_maps_it_to_characters(tmp
 
 def test_predict_takes_candidates_from_the_whole_window():
     """As BERT's decoder: the n_best over every token; decode drops those outside the context."""
-    head = build_head(dataclasses.replace(PRESETS["squad2"], n_best=2), HIDDEN)
+    head = build_head(dataclasses.replace(TASK_PRESETS["squad2"], n_best=2), HIDDEN)
     outputs = torch.zeros(1, 6, 2)
     outputs[0, :, 0] = torch.tensor([9.0, 8.0, 1.0, 2.0, 3.0, 7.0])  # start logits
     outputs[0, :, 1] = torch.tensor([4.0, 0.0, 5.0, 1.0, 6.0, 0.0])  # end logits
@@ -369,7 +369,7 @@ def test_decoding_is_berts_on_random_logits(tmp_path, seed):
         windows.append({"example": 0, "context_start": q_len,
                         "offsets": ([a for a, _ in part], [b for _, b in part])})
         logits.append(rng.normal(size=(q_len + length + 1, 2)))  # + a [SEP]
-    head = build_head(dataclasses.replace(PRESETS["squad2"], n_best=k, max_answer_len=limit),
+    head = build_head(dataclasses.replace(TASK_PRESETS["squad2"], n_best=k, max_answer_len=limit),
                       HIDDEN)
     preds = np.stack([head.predict(torch.tensor(w[None], dtype=torch.float32),
                                    {})[0].numpy() for w in logits])
@@ -404,7 +404,7 @@ def test_decoding_is_berts_on_random_logits(tmp_path, seed):
 
 
 def test_span_loss_is_the_mean_of_start_and_end_cross_entropy():
-    head = build_head(PRESETS["squad2"], HIDDEN).eval()
+    head = build_head(TASK_PRESETS["squad2"], HIDDEN).eval()
     states = _states(2, 5, [5, 3])
     outputs = head(states, {})
     assert outputs.shape == (2, 5, 2)
