@@ -62,6 +62,7 @@ def test_leave_one_task_out_on_the_paper_table(paper_url):
     print(f"leave-one-task-out hit rate on Table 2: {rate:.3f}")
 
 
+@pytest.mark.slow
 def test_cli_json_text_plot_and_evaluate(paper_url, tmp_path, capsys):
     assert main(["recommend", "--train-size", "2500", "--storage", paper_url,
                  "--format", "json"]) == 0

@@ -30,6 +30,7 @@ def app(tmp_path_factory):
     return _app(tmp_path_factory.mktemp("schemathesis"))
 
 
+@pytest.mark.slow
 def test_every_route_conforms_to_its_schema(app):
     from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 

@@ -358,6 +358,7 @@ def test_a_run_removes_no_finetune_folder_it_did_not_make(sample_data_dir, tiny_
     assert [p.name for p in other.iterdir()] == ["finetune"]
 
 
+@pytest.mark.slow
 def test_smart_works_on_a_compiled_encoder(sample_data_dir, tiny_encoder):
     """A compiled encoder ignores hooks added after it compiled; SMART's perturbed passes run
     the encoder's own module, so the term is the uncompiled one."""

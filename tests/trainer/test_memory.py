@@ -38,12 +38,14 @@ def _held_mib(setting: str) -> int:
     return int(out.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator (Linux)")
 def test_freed_heap_memory_goes_back_to_the_system():
     assert _held_mib("off") > 300  # glibc's default keeps most of the 400 MiB
     assert _held_mib("on") < 40
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_recomputed_activations_train_the_same_run(precision, sample_data_dir, tiny_encoder,
                                                    tmp_path):

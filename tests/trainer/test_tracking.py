@@ -71,6 +71,7 @@ def _mlflow_run(mlruns: Path):
     return run, history
 
 
+@pytest.mark.slow
 def test_a_run_logs_to_tensorboard_and_mlflow(sample_data_dir, tiny_encoder, tmp_path, capsys):
     out, mlruns = tmp_path / "run", tmp_path / "mlruns"
     train(_config(sample_data_dir, tiny_encoder, out, mlruns))
@@ -153,6 +154,7 @@ def test_a_uri_mlflow_cannot_store_runs_at_is_refused_before_a_study_starts(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
 
 
+@pytest.mark.slow
 def test_runs_naming_one_parent_nest_under_one_parent_run(sample_data_dir, tiny_encoder,
                                                           tmp_path):
     from weightsearch.trainer.tracking import _parent_run
@@ -177,6 +179,7 @@ def test_runs_naming_one_parent_nest_under_one_parent_run(sample_data_dir, tiny_
     client.delete_run(late.info.run_id)
 
 
+@pytest.mark.slow
 def test_a_run_stopped_by_its_report_closes_its_writers(sample_data_dir, tiny_encoder,
                                                          tmp_path):
     """A report that stops the run (a halving stint, ASHA, a diverged loss) still closes its
