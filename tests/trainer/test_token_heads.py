@@ -78,34 +78,58 @@ def test_san_drops_whole_steps_in_training_but_keeps_one():
     assert san.eval()._step_weights(torch.zeros(3, 5, 3)).eq(1).all()
 
 
-def test_san_is_the_reference_answer_module():
-    """Re-stated from the reference's SANClassifier at inference (dropout off): s0 a
-    self-attentive summary of the first segment, memory the second segment, each step classifies
-    [x; s; |x - s|; x * s] from the state before the GRU update, bilinear attention with bias,
-    answer log(mean of the 5 steps' distributions)."""
+def _siwlm_masks(mask, types):
+    """The SIWLM code's masks for one batch (`mt_dnn/batcher.py`, `_prepare_model_input`):
+    1 marks an excluded token; `premise_mask` keeps the first `plen` tokens (those of token
+    type 0), `hypothesis_mask` the tokens from `plen` to the sample's length."""
+    n, width = mask.shape
+    premise, hypothesis = torch.ones(n, width), torch.ones(n, width)
+    for i in range(n):
+        select_len = int(mask[i].sum())
+        type_id = types[i, :select_len].tolist()
+        plen = len(type_id) - sum(type_id)
+        premise[i, :plen] = 0
+        hypothesis[i, plen:select_len] = 0
+    return premise.bool(), hypothesis.bool()
+
+
+def _reference_san(san, hidden, x_mask, h_mask):
+    """SANClassifier.forward(x, h0, x_mask, h_mask) at inference, as the SIWLM code calls it
+    (`tasks/__init__.py`: x and h0 both the encoder's tokens): s0 the self-attentive summary of
+    h0 where h_mask is 0, memory x where x_mask is 0; each step classifies
+    [x; s; |x - s|; x * s] from the state before the GRU update; bilinear attention with bias;
+    the answer log(mean of the 5 steps' distributions)."""
     import torch.nn.functional as F
 
-    san = _san().san.eval()
-    hidden = torch.randn(2, 7, HIDDEN)
-    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 0, 0]])
-    types = torch.tensor([[0, 0, 0, 1, 1, 1, 0], [0, 0, 1, 1, 1, 0, 0]])
-    got = san(hidden, mask, types)
-    for n in range(2):
-        first = [t for t in range(7) if mask[n, t] and not types[n, t]]
-        second = [t for t in range(7) if mask[n, t] and types[n, t]]
-        h0 = hidden[n, first]
-        alpha = F.softmax(san.summary(h0).squeeze(-1), 0)
-        s = alpha @ h0
-        memory = hidden[n, second]
+    out = []
+    for n in range(hidden.shape[0]):
+        h0 = hidden[n, ~h_mask[n]]
+        s = F.softmax(san.summary(h0).squeeze(-1), 0) @ h0
+        memory = hidden[n, ~x_mask[n]]
         probs = []
         for _ in range(5):
             beta = F.softmax(memory @ (san.attend.weight @ s + san.attend.bias), 0)
             x = beta @ memory
-            features = torch.cat([x, s, (x - s).abs(), x * s])
-            probs.append(F.softmax(san.classify(features), 0))
+            probs.append(F.softmax(san.classify(torch.cat([x, s, (x - s).abs(), x * s])), 0))
             s = san.cell(x.unsqueeze(0), s.unsqueeze(0)).squeeze(0)
-        expected = torch.stack(probs).mean(0).log()
-        torch.testing.assert_close(got[n], expected, rtol=1e-5, atol=1e-6)
+        out.append(torch.stack(probs).mean(0).log())
+    return torch.stack(out)
+
+
+def test_san_is_the_reference_answer_module():
+    """The SIWLM code's roles: memory the first segment (its `premise_mask`), initial state the
+    summary of the second (its `hypothesis_mask`); the other way round is another model."""
+    san = _san().san.eval()
+    torch.manual_seed(1)
+    hidden = torch.randn(3, 7, HIDDEN)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1]])
+    types = torch.tensor([[0, 0, 0, 1, 1, 1, 0], [0, 0, 1, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1, 1]])
+    premise, hypothesis = _siwlm_masks(mask, types)
+    got = san(hidden, mask, types)
+    torch.testing.assert_close(got, _reference_san(san, hidden, premise, hypothesis),
+                               rtol=1e-5, atol=1e-6)
+    swapped = _reference_san(san, hidden, hypothesis, premise)
+    assert (got - swapped).abs().max() > 1e-3  # the roles matter: the check can fail
 
 
 def test_san_dropout_on_token_sequences_is_variational():

@@ -2,10 +2,13 @@
 classification, as the reference code computes it (`module/san.py`, `SANClassifier`, with
 MT-DNN's defaults: bilinear attention, merged features, GRU cell, `mem_type` 1).
 
-By position in the pair: the initial state s0 is a self-attentive summary of the first segment
-(token type 0, [CLS] and [SEP] included; MT-DNN's `hyp_mask`), and the memory M is the second
-segment's tokens (token type 1; its `premise_mask`). A single text has no second segment: its
-memory is all its tokens. Each of the 5 steps t:
+By position in the pair, as the SIWLM code builds its masks (`mt_dnn/batcher.py`: `premise_mask`
+valid on the token-type-0 tokens, `hypothesis_mask` on the token-type-1 tokens, passed as
+`x_mask` and `h_mask`) and as the SAN paper reads them (memory: the premise; initial state: the
+hypothesis): the memory M is the first segment's tokens ([CLS] and the first [SEP] included)
+and the initial state s0 is a self-attentive summary of the second segment (its [SEP]
+included). A single text has no second segment: its memory and its summary are all its tokens.
+Each of the 5 steps t:
 
     beta = softmax(M W s_t + M b)                  (bilinear attention, its linear has a bias)
     x_t  = beta M                                  (read from the memory as it is)
@@ -48,10 +51,10 @@ class StochasticAnswerNetwork(nn.Module):
             valid = mask.bool()
             in_second = valid if second is None else valid & second.bool()
             has_second = in_second.any(-1, keepdim=True)
-            memory_mask = torch.where(has_second, in_second, valid)
-            first_mask = torch.where(has_second, valid & ~in_second, valid)
+            memory_mask = torch.where(has_second, valid & ~in_second, valid)
+            summary_mask = torch.where(has_second, in_second, valid)
             summary_in = self._sequence_dropout(states)
-            weights = _masked_softmax(self.summary(summary_in).squeeze(-1), first_mask)
+            weights = _masked_softmax(self.summary(summary_in).squeeze(-1), summary_mask)
             state = torch.einsum("nt,nth->nh", weights, summary_in)
             probs = []
             for _ in range(self.steps):
