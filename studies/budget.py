@@ -103,7 +103,10 @@ def _notes(s: CentralStudy, table: ScoreTable, seeds: dict[Group, int]) -> list[
     metrics = ", ".join(f"{t} {m}" for t, m in (s.group_metrics or {}).items())
     notes = [f"scores: each task's primary metric ({metrics}) on dev, in its network's best "
              "epoch (the one where the network's tasks do best on average); total: their sum, "
-             "mean: the total over the tasks"]
+             "mean: the total over the tasks",
+             "in-sample: the networks (and each network's epoch) are chosen on these same dev "
+             "scores, so the totals of the chosen networks are optimistic; Standley et al. "
+             "choose on validation data and report on test data"]
     counts = sorted(set(seeds.values()))
     if counts == [1]:
         notes.append("one seed per network: every score is a single run, and totals a few "

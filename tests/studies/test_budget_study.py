@@ -145,6 +145,7 @@ def test_inspect_prints_the_choice_for_every_budget(tmp_path, capsys) -> None:
     code, out, _ = _inspect(url, capsys=capsys)
     assert code == 0
     assert "networks per budget" in out and "single run" in out
+    assert "in-sample: the networks (and each network's epoch) are chosen on these same dev" in out
     expected = select_each(ScoreTable(TASKS, scores))
     for b in range(1, 5):
         groups = " | ".join("+".join(g) for g in expected[b].groups)
