@@ -86,7 +86,12 @@ from weightsearch.sweep.space import (
     parse_space,
     task_names_in,
 )
-from weightsearch.sweep.strategies import STRATEGIES, Strategy
+from weightsearch.sweep.strategies import (
+    STRATEGIES,
+    Strategy,
+    StrategyContext,
+    parse_settings,
+)
 from weightsearch.trainer.config_paths import anchor_paths, writable_folder_problem
 from weightsearch.trainer.weighting import has_central_weight
 
@@ -526,13 +531,12 @@ def _parse_weights(raw: Any, problems: list[str]) -> Search:
 
     grid = STRATEGIES["grid"]
     if isinstance(raw, Mapping):
-        guided = STRATEGIES["guided"]
         known = ("low", "high", "n_trials", "sampler", "step")
         unknown_keys(raw, known, problems, "weights.")
         dim = _parse_range(CENTRAL_WEIGHT, {k: v for k, v in raw.items()
                                             if k in ("low", "high", "step")},
                            problems, "weights")
-        settings = guided.settings_type.from_mapping(raw, Space(()), problems, "weights")
+        settings = parse_settings("guided", raw, StrategyContext(Space(()), "weights"), problems)
         dim = dim or Dimension(CENTRAL_WEIGHT, low=1.0, high=15.0)
         return Search("guided", settings, Space((dim,)), shorthand=True)
     if not isinstance(raw, list):
@@ -565,7 +569,7 @@ def _parse_search_mapping(raw: Any, tasks: tuple[str, ...], problems: list[str])
     settings_type = STRATEGIES[name].settings_type
     known = ("strategy", "space", *settings_type.KEYS)
     unknown_keys(raw, known, problems, "search.", owner=f"strategy {name}")
-    settings = settings_type.from_mapping(raw, space, problems, "search")
+    settings = parse_settings(name, raw, StrategyContext(space, "search"), problems)
     return Search(name, settings, space)
 
 

@@ -439,3 +439,73 @@ def test_registering_a_strategy_is_checked() -> None:
     with pytest.raises(TypeError, match="not a Strategy"):
         register_strategy(dict)  # type: ignore[arg-type]
     assert set(STRATEGIES) == {"grid", "guided", "halving", "forward"}
+
+
+# --- extensions declared with settings (no parser of their own) --------------------------------
+def test_a_sampler_declared_with_settings_needs_no_parser() -> None:
+    from weightsearch.core.fields import setting
+    from weightsearch.trainer.sampling import Real, SamplerContext
+
+    @dataclass(frozen=True)
+    class LeadSettings(SamplerSettings):
+        first: str | None = setting(None, doc="The task that leads.")
+        share: float = setting(0.5, Real("a number >= 0", 0), doc="The lead's share.")
+        scheme: str = field(default="lead", init=False)
+
+        def task_problems(self, context: SamplerContext) -> list[str]:
+            if self.first is not None and self.first not in context.tasks:
+                return [f"{PREFIX}.first: {self.first!r} is not one of the run's tasks"]
+            return []
+
+    class LeadSampler(BlockSampler):
+        name = "lead"
+        settings_type = LeadSettings
+
+    register_sampler(LeadSampler)
+    try:
+        assert LeadSettings.KEYS == ("first", "share")
+        problems: list[str] = []
+        assert parse_sampling({"scheme": "lead", "first": "mc", "share": 1}, TASKS,
+                              problems) == LeadSettings("mc", 1.0)
+        for raw, expected in (({"share": -1}, "sampling.share: must be a number >= 0, got -1"),
+                              ({"first": "zz"}, "sampling.first: 'zz' is not one of the run's "
+                                                "tasks")):
+            problems = []
+            assert parse_sampling({"scheme": "lead", **raw}, TASKS, problems) is None
+            assert problems == [expected]
+    finally:
+        unregister_sampler("lead")
+
+
+def test_a_strategy_declared_with_settings_needs_no_parser(sample_data_dir: Path) -> None:
+    from weightsearch.core.fields import setting
+    from weightsearch.sweep.strategies import StrategyContext, StrategySettings, parse_settings
+    from weightsearch.sweep.strategies.base import Whole
+
+    @dataclass(frozen=True)
+    class LimitSettings(StrategySettings):
+        limit: int | None = setting(None, Whole("a whole number >= 1"), doc="Points to train.")
+
+    class LimitStrategy(TopDownStrategy):
+        name = "limited"
+        settings_type = LimitSettings
+
+    register_strategy(LimitStrategy)
+    register_strategy(TopDownStrategy)
+    try:
+        assert LimitSettings.KEYS == ("limit",)
+        space = Space(())
+        for name, settings_type in (("limited", LimitSettings), ("topdown", TopDownSettings)):
+            problems: list[str] = []
+            context = StrategyContext(space, "search")
+            assert parse_settings(name, {"limit": 2}, context, problems) == settings_type(2)
+            assert parse_settings(name, {"limit": 0}, context, problems) == settings_type(None)
+            assert problems == ["search.limit: expected a whole number >= 1, got 0"]
+        spec = load_study_spec({**_study(sample_data_dir),
+                                "search": {**_study(sample_data_dir)["search"],
+                                           "strategy": "limited"}})
+        assert spec.search.settings == LimitSettings(2)
+        assert spec.to_dict()["search"]["limit"] == 2
+    finally:
+        unregister_strategy("limited")
+        unregister_strategy(TopDownStrategy.name)

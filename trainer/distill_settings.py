@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from weightsearch.core.fields import unknown_keys
+from weightsearch.core.fields import setting, unknown_keys
 from weightsearch.trainer.task_types import TASK_TYPES
 
 # The task types whose heads learn from teachers' soft targets (`TaskType.distillable`).
@@ -18,7 +18,8 @@ DISTILLABLE = tuple(name for name, t in TASK_TYPES.items() if t.distillable)
 @dataclass(frozen=True)
 class DistillSettings:
     # task -> teacher run folders (an ensemble), or a single soft-target file
-    teachers: tuple[tuple[str, tuple[str, ...]], ...]
+    teachers: tuple[tuple[str, tuple[str, ...]], ...] = setting(
+        doc="per task, its teachers' run folders (an ensemble) or one soft-target file")
 
     def sources(self) -> dict[str, tuple[str, ...]]:
         return dict(self.teachers)

@@ -4,7 +4,7 @@ fine-tuned with after the multi-task stage. The stage itself is `weightsearch.tr
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from weightsearch.core.fields import Choice, Number, check_section, setting
@@ -25,22 +25,36 @@ FINETUNE_KEYS = ("enabled", "tasks", "epochs", "lr", "batch_size", "optimizer", 
 
 @dataclass(frozen=True)
 class FinetuneSettings:
-    tasks: tuple[str, ...] | str = "central"  # task names, or "all" / "central"
-    epochs: int = setting(3, Number(integer=True, low=1, optional=True))
+    # Task names, or "all" / "central" (checked by `_tasks`).
+    tasks: tuple[str, ...] | str = setting(
+        "central", doc="the tasks to fine-tune: central, all, or a list of the run's tasks")
+    epochs: int = setting(3, Number(integer=True, low=1, optional=True),
+                          doc="epochs of each task's fine-tuning")
     # None: the multi-task lr, batch size, optimizer, warm-up and weight decay
-    lr: float | None = setting(None, Number(integer=False, low=0, low_open=True, optional=True))
-    batch_size: int | None = setting(None, Number(integer=True, low=1, optional=True))
-    optimizer: str | None = setting(None, Choice(OPTIMIZERS, optional=True))
-    warmup: float | None = setting(None, Number(integer=False, low=0, high=1, optional=True))
-    weight_decay: float | None = setting(None, Number(integer=False, low=0, optional=True))
-    # keep: each task goes on with its multi-task head (MT-DNN); fresh: a new head on the
-    # multi-task encoder (SIWLM's published pipeline strips the heads before fine-tuning).
-    heads: str = setting("keep", Choice(HEAD_CHOICES, optional=True))
-    # The answer module of each fine-tuned task (`head:` of a task); None: the task's own. The
-    # SIWLM script fine-tunes with answer_opt 0, a linear head, after SAN in the multi-task
-    # stage. Applies to the tasks whose type offers that module.
-    head: str | None = None
-    adversarial: AdversarialSettings = field(default_factory=AdversarialSettings)
+    lr: float | None = setting(None, Number(integer=False, low=0, low_open=True, optional=True),
+                               doc="the peak learning rate; null: the multi-task lr")
+    batch_size: int | None = setting(None, Number(integer=True, low=1, optional=True),
+                                     doc="examples per batch; null: the multi-task batch_size")
+    optimizer: str | None = setting(None, Choice(OPTIMIZERS, optional=True),
+                                    doc="null: the multi-task optimizer")
+    warmup: float | None = setting(
+        None, Number(integer=False, low=0, high=1, optional=True),
+        doc="the fraction of updates with a linear warm-up; null: the multi-task warmup")
+    weight_decay: float | None = setting(None, Number(integer=False, low=0, optional=True),
+                                         doc="null: the multi-task weight_decay")
+    # SIWLM's published pipeline strips the heads before fine-tuning.
+    heads: str = setting(
+        "keep", Choice(HEAD_CHOICES, optional=True),
+        doc="keep: each task goes on with its multi-task head (MT-DNN); fresh: a new head on "
+            "the multi-task encoder (SIWLM)")
+    # The SIWLM script fine-tunes with answer_opt 0, a linear head, after SAN in the
+    # multi-task stage (checked by `_check_head`).
+    head: str | None = setting(
+        None, doc="the answer module of each fine-tuned task whose type offers it (linear, "
+                  "san); null: the task's own head")
+    adversarial: AdversarialSettings = setting(
+        factory=AdversarialSettings,
+        doc="SMART during fine-tuning, as `adversarial` (`finetune.adversarial`)")
 
     def task_list(self, task_names: tuple[str, ...], central_task: str) -> tuple[str, ...]:
         """The tasks to fine-tune, among the run's `task_names`."""

@@ -30,13 +30,21 @@ class _Eps:
                           "MT-DNN) or 1e-6 (SIWLM's code)")
         return float(value), None
 
+    def schema(self) -> dict[str, Any]:
+        return {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+
+    def describe(self) -> str:
+        return "number in (0, 1]"
+
 
 @dataclass(frozen=True)
 class AdamaxSettings:
-    # false: no bias correction of the first moment, and eps also added to the denominator,
-    # as in the BERT-style Adamax of SIWLM's code; its first steps are ten times smaller.
-    bias_correction: bool = setting(True, Flag())
-    eps: float = setting(1e-8, _Eps())
+    # false: BERT's Adamax, whose first steps are ten times smaller.
+    bias_correction: bool = setting(
+        True, Flag(), doc="false: no bias correction of the first moment, and eps added to the "
+                          "denominator too, as the BERT-style Adamax of SIWLM's code")
+    eps: float = setting(1e-8, _Eps(), doc="Adamax's eps: 1e-8 as torch and MT-DNN, 1e-6 as "
+                                           "SIWLM's code")
 
 
 def parse_adamax(raw: Any, problems: list[str]) -> AdamaxSettings:

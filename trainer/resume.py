@@ -20,14 +20,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from weightsearch.core.fields import resume_free_keys
 from weightsearch.trainer.config import OVERLONG, RunConfig
 from weightsearch.trainer.readers import resolve_path
 
 BY_CONTENT = "compared by content"  # a weight source's place in the settings
 
-# Settings that may differ between a run and its resumption without changing its outcome.
-RESUME_FREE = ("output_dir", "device", "num_threads", "cache_dir", "log_every", "keep_checkpoints",
-               "checkpoints", "stop_on_divergence", "tracking", "recompute_activations")
+# Settings that may differ between a run and its resumption without changing its outcome:
+# those RunConfig declares `resume_free`.
+RESUME_FREE = resume_free_keys(RunConfig)
 
 
 def resume_settings(cfg: RunConfig) -> dict[str, Any]:

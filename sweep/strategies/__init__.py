@@ -5,12 +5,16 @@
     search: {strategy: halving, min_epochs: 1, reduction_factor: 2}  # + start: recommend
     search: {strategy: forward}                               # greedy task-group selection
 
-Adding a strategy: one module with its settings dataclass and its `Strategy` subclass (whose
-class attributes say what the study file and the launch need to know: `accepts_warm_start`,
+Adding a strategy: one module with its settings (a `StrategySettings` dataclass whose settings
+are fields `x: T = setting(default, Rule, doc=...)`) and its `Strategy` subclass (whose class
+attributes say what the study file and the launch need to know: `accepts_warm_start`,
 `stops_early`, ...), and one `register_strategy` call (the built-in ones are below).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from weightsearch.core.registry import Registry
 from weightsearch.sweep.strategies._forward import ForwardStrategy, forward_next
@@ -23,7 +27,13 @@ from weightsearch.sweep.strategies._halving import (
     rung_budgets,
     successive_halving,
 )
-from weightsearch.sweep.strategies.base import Record, Strategy, Unit
+from weightsearch.sweep.strategies.base import (
+    Record,
+    Strategy,
+    StrategyContext,
+    StrategySettings,
+    Unit,
+)
 
 STRATEGIES: Registry = Registry("search strategy", Strategy)
 
@@ -44,6 +54,17 @@ for _builtin in (GridStrategy, GuidedStrategy, HalvingStrategy, ForwardStrategy)
 del _builtin
 
 __all__ = ["SAMPLERS", "STRATEGIES", "ForwardStrategy", "GridStrategy", "GuidedStrategy",
-           "HalvingStrategy", "Record", "Strategy", "Unit", "forward_next", "keep_count",
-           "promote", "register_strategy", "rung_budgets", "successive_halving",
-           "unregister_strategy"]
+           "HalvingStrategy", "Record", "Strategy", "StrategyContext", "StrategySettings", "Unit",
+           "forward_next", "keep_count", "parse_settings", "promote", "register_strategy",
+           "rung_budgets", "successive_halving", "unregister_strategy"]
+
+
+def parse_settings(name: str, raw: Mapping[str, Any], context: StrategyContext,
+                   problems: list[str]) -> Any:
+    """The settings of the strategy registered as `name`, from its mapping (whose keys were
+    checked before). A settings class without the `StrategySettings` base (written for 0.1) is
+    called as 0.1 called it: `from_mapping(raw, space, problems, where)`."""
+    settings_type = STRATEGIES[name].settings_type
+    if isinstance(settings_type, type) and issubclass(settings_type, StrategySettings):
+        return settings_type.from_mapping(raw, context, problems)
+    return settings_type.from_mapping(raw, context.space, problems, context.where)

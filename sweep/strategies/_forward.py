@@ -14,10 +14,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from weightsearch.sweep.space import Point, Space
-from weightsearch.sweep.strategies.base import Record, Strategy, Unit, done_units, mean_score
+from weightsearch.sweep.strategies.base import (
+    Record,
+    Strategy,
+    StrategySettings,
+    Unit,
+    done_units,
+    mean_score,
+)
 
 Group = tuple[str, ...]
 
@@ -46,16 +53,8 @@ def forward_next(candidates: Sequence[str], scores: Mapping[Group, float]) -> li
 
 
 @dataclass(frozen=True)
-class ForwardSettings:
-    KEYS: ClassVar[tuple[str, ...]] = ()
-
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any], space: Space, problems: list[str],
-                     where: str = "search") -> ForwardSettings:
-        return cls()
-
-    def to_plain(self) -> dict[str, Any]:
-        return {}
+class ForwardSettings(StrategySettings):
+    """No settings."""
 
 
 class ForwardStrategy(Strategy):

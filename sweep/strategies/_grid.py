@@ -3,25 +3,24 @@ space of up to five candidates, every group)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from weightsearch.sweep.space import Dimension, Space
-from weightsearch.sweep.strategies.base import Record, Strategy, Unit, done_units, grid_or_problem
+from weightsearch.sweep.strategies.base import (
+    Record,
+    Strategy,
+    StrategySettings,
+    Unit,
+    done_units,
+    grid_or_problem,
+)
 
 
 @dataclass(frozen=True)
-class GridSettings:
-    KEYS: ClassVar[tuple[str, ...]] = ()
-
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any], space: Space, problems: list[str],
-                     where: str = "search") -> GridSettings:
-        return cls()
-
-    def to_plain(self) -> dict[str, Any]:
-        return {}
+class GridSettings(StrategySettings):
+    """No settings."""
 
 
 class GridStrategy(Strategy):

@@ -14,40 +14,35 @@ import importlib.util
 import math
 import random
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
+from weightsearch.core.fields import setting
 from weightsearch.sweep.space import Dimension, Point, Space
-from weightsearch.sweep.strategies.base import DONE, Record, Strategy, Unit, done_units
+from weightsearch.sweep.strategies.base import (
+    DONE,
+    Named,
+    Record,
+    Strategy,
+    StrategySettings,
+    Unit,
+    Whole,
+    done_units,
+)
 
 SAMPLERS = ("tpe", "gp", "random", "cmaes")
 _TRIES = 20  # proposals asked before falling back to an untaken point of a finite space
 
 
 @dataclass(frozen=True)
-class GuidedSettings:
-    n_trials: int = 1
-    sampler: str = "tpe"
-
-    KEYS: ClassVar[tuple[str, ...]] = ("n_trials", "sampler")
-
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any], space: Space, problems: list[str],
-                     where: str = "search") -> GuidedSettings:
-        n_trials = raw.get("n_trials")
-        if not isinstance(n_trials, int) or isinstance(n_trials, bool) or n_trials < 1:
-            problems.append(f"{where}.n_trials: expected a whole number >= 1 (trials per "
-                            f"central task and seed), got {n_trials!r}")
-            n_trials = 1
-        sampler = raw.get("sampler", "tpe")
-        if sampler not in SAMPLERS:
-            problems.append(f"{where}.sampler: {sampler!r} is not one of {', '.join(SAMPLERS)}")
-            sampler = "tpe"
-        return cls(n_trials=n_trials, sampler=sampler)
-
-    def to_plain(self) -> dict[str, Any]:
-        return {"n_trials": self.n_trials, "sampler": self.sampler}
+class GuidedSettings(StrategySettings):
+    n_trials: int = setting(1, Whole("a whole number >= 1 (trials per central task and seed)",
+                                     required=True),
+                            doc="Trials per central task and seed (required).")
+    sampler: str = setting("tpe", Named(SAMPLERS),
+                           doc="The Optuna sampler that proposes the points: tpe, gp, random "
+                               "or cmaes.")
 
 
 class GuidedStrategy(Strategy):

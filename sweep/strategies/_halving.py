@@ -19,17 +19,23 @@ Without them (no recommendation) it is the whole grid.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
+from weightsearch.core.fields import setting
 from weightsearch.sweep.space import CENTRAL_WEIGHT, Point, Space
 from weightsearch.sweep.strategies.base import (
     DONE,
+    Above,
+    Named,
     Record,
     Strategy,
+    StrategyContext,
+    StrategySettings,
     Unit,
+    Whole,
     done_units,
     grid_or_problem,
 )
@@ -74,41 +80,26 @@ def successive_halving(points: Sequence[str], budgets: Sequence[int], factor: fl
 
 
 @dataclass(frozen=True)
-class HalvingSettings:
-    min_epochs: int = 1
-    reduction_factor: float = 2.0
-    start: str = "grid"  # grid | recommend: the first rung's points
+class HalvingSettings(StrategySettings):
+    min_epochs: int = setting(1, Whole(
+        "a whole number of epochs >= 1 (what every point trains before the first cut)"),
+        doc="The epochs every point trains before the first cut (rung 0's budget).")
+    reduction_factor: float = setting(2.0, Above(
+        1, "a number > 1 (2 keeps the better half at each rung)"),
+        doc="1/reduction_factor of a rung's points continue to the next (> 1).")
+    start: str = setting("grid", Named(("grid", "recommend"), "grid (every point) or recommend "
+                                       "(the weights around the recommender's answer)"),
+                         doc="The first rung's points: grid, or recommend (the grid weights "
+                             "around the recommender's answer).")
 
-    KEYS: ClassVar[tuple[str, ...]] = ("min_epochs", "reduction_factor", "start")
-
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any], space: Space, problems: list[str],
-                     where: str = "search") -> HalvingSettings:
-        least = raw.get("min_epochs", 1)
-        if not isinstance(least, int) or isinstance(least, bool) or least < 1:
-            problems.append(f"{where}.min_epochs: expected a whole number of epochs >= 1 (what "
-                            f"every point trains before the first cut), got {least!r}")
-            least = 1
-        factor = raw.get("reduction_factor", 2)
-        if isinstance(factor, bool) or not isinstance(factor, int | float) \
-                or not math.isfinite(factor) or factor <= 1:
-            problems.append(f"{where}.reduction_factor: expected a number > 1 (2 keeps the "
-                            f"better half at each rung), got {factor!r}")
-            factor = 2
-        start = raw.get("start", "grid")
-        if start not in ("grid", "recommend"):
-            problems.append(f"{where}.start: expected grid (every point) or recommend (the "
-                            f"weights around the recommender's answer), got {start!r}")
-            start = "grid"
-        elif start == "recommend" and space.dim(CENTRAL_WEIGHT) is None:
-            problems.append(f"{where}.start: recommend narrows the central weight, and this "
-                            "space does not search weighting.central_weight; use start: grid")
-            start = "grid"
-        return cls(min_epochs=least, reduction_factor=float(factor), start=start)
-
-    def to_plain(self) -> dict[str, Any]:
-        return {"min_epochs": self.min_epochs, "reduction_factor": self.reduction_factor,
-                "start": self.start}
+    def settled(self, context: StrategyContext, problems: list[str]) -> HalvingSettings:
+        """`start: recommend` narrows the central weight, so the space must search it."""
+        if self.start == "recommend" and context.space.dim(CENTRAL_WEIGHT) is None:
+            problems.append(f"{context.where}.start: recommend narrows the central weight, and "
+                            "this space does not search weighting.central_weight; use start: "
+                            "grid")
+            return dataclasses.replace(self, start="grid")
+        return self
 
 
 class HalvingStrategy(Strategy):

@@ -10,12 +10,14 @@ results.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from weightsearch.core.registry import DeclaredKeys, check_settings
 from weightsearch.sweep.space import CENTRAL_WEIGHT, Dimension, Point, Space
 
 DONE = ("complete", "pruned")
@@ -44,6 +46,92 @@ class Record:
     values: Mapping[int, float] = field(default_factory=dict)  # epoch -> objective
 
 
+@dataclass(frozen=True)
+class StrategyContext:
+    """What parsing a strategy's settings may consult besides the mapping: the study's search
+    space, and where the settings sit in the study file (`search`, or `weights` for the
+    shorthand), which every message starts with."""
+
+    space: Space
+    where: str = "search"
+
+
+# The strategies' rules (`weightsearch.core.fields.setting`): `<where>.<key>: expected <says>,
+# got <value>`. A value that fails leaves the setting at its default, so that the study file's
+# later checks still see settings.
+@dataclass(frozen=True)
+class Whole:
+    """A whole number >= 1; a `required` setting is checked when absent too (as null)."""
+
+    says: str
+    required: bool = False
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            return None, f"{key}: expected {self.says}, got {value!r}"
+        return value, None
+
+
+@dataclass(frozen=True)
+class Above:
+    """A finite number > `low`, kept as a float."""
+
+    low: float
+    says: str
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if isinstance(value, bool) or not isinstance(value, int | float) \
+                or not math.isfinite(value) or value <= self.low:
+            return None, f"{key}: expected {self.says}, got {value!r}"
+        return float(value), None
+
+
+@dataclass(frozen=True)
+class Named:
+    """One of `options`, spelled exactly; `says` words what is expected (without it: `<value>
+    is not one of <options>`)."""
+
+    options: tuple[str, ...]
+    says: str | None = None
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if value in self.options:
+            return value, None
+        if self.says is None:
+            return None, f"{key}: {value!r} is not one of {', '.join(self.options)}"
+        return None, f"{key}: expected {self.says}, got {value!r}"
+
+
+class StrategySettings:
+    """Base of a strategy's settings: a frozen dataclass whose settings are fields
+    `x: T = setting(default, Rule, doc=...)` (`weightsearch.core.fields`), whose names are the
+    keys it reads under `search:` (`KEYS`).
+
+    - `from_mapping(raw, context, problems)`: the settings from the mapping, one message per
+      problem appended to `problems`; never None (a bad value leaves its default). By default:
+      each setting checked with its rule, then `settled`.
+    - `settled(context, problems)`: the settings against the search space (the explicit rules
+      that no single setting's rule can say): a value the space rules out is reported and
+      falls back to its default.
+    - `to_plain()`: the mapping that parses back to the same settings (the study's canonical
+      form and digest).
+    """
+
+    KEYS: ClassVar[tuple[str, ...]] = DeclaredKeys()  # type: ignore[assignment]
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any], context: StrategyContext,
+                     problems: list[str]) -> Any:
+        values = check_settings(raw, cls, problems, f"{context.where}.")
+        return cls(**values).settled(context, problems)
+
+    def settled(self, context: StrategyContext, problems: list[str]) -> Any:
+        return self
+
+    def to_plain(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
 class Strategy(ABC):
     """How one central task's study chooses its units. One instance per central task and
     driver; the driver calls, in this order:
@@ -62,10 +150,10 @@ class Strategy(ABC):
       an adaptive strategy counts the units it knows of so far.
     - `max_units()`: an upper bound on the units of the whole study (Tune's trial budget).
 
-    A strategy's settings are a frozen dataclass (`settings_type`) with `KEYS`, a
-    `from_mapping(raw, space, problems, where)` classmethod that appends one message per
-    problem, and `to_plain()`; `check(settings, space, central_tasks, problems, where, epochs)`
-    judges the settings against the space and the run's epochs once the study is parsed.
+    A strategy's settings are a frozen `StrategySettings` dataclass (`settings_type`), parsed
+    by `from_mapping(raw, context, problems)`; `check(settings, space, central_tasks, problems,
+    where, epochs)` judges the settings against the space and the run's epochs once the study
+    is parsed.
 
     What the study file and the launch need to know about a strategy, it says itself (class
     attributes and classmethods, read through `STRATEGIES`), so adding one is its module plus

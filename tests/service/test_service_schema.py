@@ -73,7 +73,8 @@ def test_the_study_file_body_schema_is_the_settings_declarations(app):
     body = content["application/json"]["schema"]
     assert set(body["properties"]) == set(KEYS) and body["required"] == ["study"]
     train = body["properties"]["train"]["properties"]
-    assert train["epochs"] == {"type": "integer", "minimum": 1}
+    assert train["epochs"] == {"type": "integer", "minimum": 1,
+                               "description": "epochs of the multi-task stage"}
     assert train["precision"]["enum"] == list(PRECISIONS)
     validator = jsonschema.Draft202012Validator(body)
     for bad, problem in (({"study": "s", "train": {"tasks": ["rte"], "epochs": 0}},

@@ -259,3 +259,33 @@ def test_space_keys_and_folders(sample_data_dir: Path) -> None:
     long = {CENTRAL_WEIGHT: 9.0, "sampling.weights.rte": 0.123456789012,
             "weighting.aux_weights.mrpc": "x" * 200}
     assert len(space.cell_key(long, 1)) < 128 and len(space.folder(long, 1)) < 140
+
+
+def test_strategy_settings_are_declared_fields_parsed_through_one_entry() -> None:
+    """Settings declared as fields (KEYS derived, every setting documented), parsed through
+    `parse_settings(name, raw, context, problems)`."""
+    import dataclasses
+
+    from weightsearch.core.fields import DOC
+    from weightsearch.sweep.strategies import StrategyContext, parse_settings
+
+    space = Space(())
+    raw = {"n_trials": 0, "sampler": "TPE", "min_epochs": True, "reduction_factor": 1,
+           "start": "recommend"}
+    for name, strategy in STRATEGIES.items():
+        declared = dataclasses.fields(strategy.settings_type)
+        assert tuple(f.name for f in declared) == strategy.settings_type.KEYS
+        assert all(f.metadata.get(DOC) for f in declared)
+        found: list[str] = []
+        assert parse_settings(name, raw, StrategyContext(space, "weights"), found) == \
+            strategy.settings_type.from_mapping(raw, StrategyContext(space, "weights"), [])
+        assert all(p.startswith("weights.") for p in found)
+    problems: list[str] = []
+    parse_settings("halving", raw, StrategyContext(space), problems)
+    assert problems == [
+        "search.min_epochs: expected a whole number of epochs >= 1 (what every point trains "
+        "before the first cut), got True",
+        "search.reduction_factor: expected a number > 1 (2 keeps the better half at each rung), "
+        "got 1",
+        "search.start: recommend narrows the central weight, and this space does not search "
+        "weighting.central_weight; use start: grid"]

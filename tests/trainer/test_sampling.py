@@ -100,3 +100,43 @@ def test_unknown_scheme():
     parse_sampling({"scheme": "roundrobin"}, TASKS, problems)
     assert problems == ["sampling.scheme: unknown scheme 'roundrobin'; choose one of shuffle, "
                         "weighted, proportional, sqrt, temperature, unimax"]
+
+
+# --- declared settings --------------------------------------------------------------------------
+def test_a_samplers_keys_are_its_declared_settings():
+    import dataclasses
+
+    from weightsearch.core.fields import DOC
+    from weightsearch.trainer.sampling import SAMPLERS
+
+    for name, sampler in SAMPLERS.items():
+        declared = [f for f in dataclasses.fields(sampler.settings_type) if f.init]
+        assert tuple(f.name for f in declared) == sampler.settings_type.KEYS, name
+        assert all(f.metadata.get(DOC) for f in declared), name
+
+
+def test_sampler_settings_rules_in_declaration_order():
+    problems: list[str] = []
+    assert parse_sampling({"scheme": "temperature", "cap": 0}, TASKS, problems) is None
+    assert problems == [
+        "sampling.T: required for scheme 'temperature'; give the temperature, e.g. T: 2 (T: 1 "
+        "with no cap samples in proportion to size)",
+        "sampling.cap: must be a number of batches >= 1 (T5's size limit K), or left out for no "
+        "cap, got 0"]
+    problems = []
+    settings = parse_sampling({"scheme": "temperature", "T": 2, "cap": None}, TASKS, problems)
+    assert problems == [] and (settings.T, settings.cap) == (2.0, None)
+    assert type(settings.T) is float  # kept as a float, as config.yaml has always said
+
+
+def test_weighted_settings_check_the_tasks_in_order():
+    problems: list[str] = []
+    raw = {"scheme": "weighted", "weights": {"zz": -1, "qa": -1}, "others": -1,
+           "epoch_ends_with": "zz"}
+    assert parse_sampling(raw, TASKS, problems) is None
+    assert problems == [
+        "sampling.weights.zz: not one of the run's tasks (qa, mc, cls); name tasks the run trains",
+        "sampling.weights.qa: must be a finite number >= 0, got -1",
+        "sampling.others: must be share or a finite number >= 0, got -1",
+        "sampling.epoch_ends_with: 'zz' is not one of the run's tasks (qa, mc, cls); name the "
+        "task whose batches end an epoch"]

@@ -362,3 +362,72 @@ def test_build_scheme_checks_tasks():
         build_scheme(SiwlmSettings(central_weight=-3), SHORT_TASKS, "rte")
     with pytest.raises(ConfigError, match="names must be unique"):
         build_scheme(EqualSettings(), ("rte", "rte"), None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Declared settings
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(SCHEMES))
+def test_a_schemes_keys_are_its_declared_settings(name):
+    from weightsearch.core.fields import DOC, RULE
+
+    settings_type = SCHEMES[name].settings_type
+    declared = [f for f in dataclasses.fields(settings_type) if f.init]
+    assert tuple(f.name for f in declared) == settings_type.KEYS
+    for f in declared:  # every setting says what it is and what it must be
+        assert f.metadata.get(DOC) and f.metadata.get(RULE) is not None, f.name
+
+
+def test_a_scheme_settings_problems_are_its_rules_in_declaration_order():
+    settings = SiwlmSettings(central_weight=-1, variant="x", aux_weight=2,
+                             aux_weights={"a": -1, 3: 1, "b": "x"}, focus_span=0, off_focus=-2)
+    assert settings.problems() == [
+        "weighting.central_weight: must be a number from 0 to 1000 (the paper sweeps 1-15), "
+        "got -1",
+        "weighting.variant: must be one of reference, paper, got 'x'",
+        "weighting.aux_weights.a: must be a number from 0 to 1000 (the paper sweeps 1-15), "
+        "got -1",
+        "weighting.aux_weights: task names must be strings, got 3",
+        "weighting.aux_weights.b: must be a number from 0 to 1000 (the paper sweeps 1-15), "
+        "got 'x'",
+        "weighting.focus_span: must be a whole number of updates >= 1, got 0",
+        "weighting.off_focus: must be a number from 0 to 1000 (the paper sweeps 1-15), got -2",
+    ]
+    # A value that passes is kept as given: the run config's digest reads it.
+    settings, problems = _parse({"scheme": "siwlm", "central_weight": 9})
+    assert problems == [] and type(settings.central_weight) is int
+
+
+def test_a_scheme_whose_from_mapping_takes_0_1s_arguments_still_parses():
+    from dataclasses import dataclass, field
+
+    from weightsearch.trainer.weighting import Scheme, Settings, register_scheme, unregister_scheme
+
+    @dataclass(frozen=True)
+    class OldSettings(Settings):
+        factor: float = 1.0
+        scheme: str = field(default="old", init=False)
+
+        @classmethod
+        def from_mapping(cls, raw, problems):  # 0.1's signature
+            if raw.get("factor", 1) < 0:
+                problems.append("weighting.factor: must be >= 0")
+                return None
+            return cls(raw.get("factor", 1.0))
+
+    class OldScheme(Scheme):
+        name = "old"
+        settings_type = OldSettings
+
+        def weight(self, task, epoch, step):
+            return float(self.settings.factor)
+
+    register_scheme(OldScheme)
+    try:
+        assert OldSettings.KEYS == ("factor",)  # declared by its fields, rule or none
+        assert _parse({"scheme": "old", "factor": 2}) == (OldSettings(2), [])
+        assert _parse({"scheme": "old", "factor": -1}) == (None, ["weighting.factor: must be >= 0"])
+    finally:
+        unregister_scheme("old")

@@ -13,10 +13,11 @@ YAML (`sampling` key of a run config):
 The order composes with any loss-weighting scheme: weighting schemes see each update's task,
 epoch and step, whatever order produced it.
 
-Adding a sampler: one module with its settings (a `SamplerSettings` dataclass) and its
-`Sampler` subclass, and one `register_sampler` call (the built-in ones are below). What the run
-config and the sweep need to know about its settings, the settings class says itself
-(`to_dict`, `keep_tasks`; see `base.SamplerSettings`).
+Adding a sampler: one module with its settings (a `SamplerSettings` dataclass whose settings
+are fields `x: T = setting(default, Rule, doc=...)`) and its `Sampler` subclass, and one
+`register_sampler` call (the built-in ones are below). What the run config and the sweep need
+to know about its settings, the settings class says itself (`task_problems`, `to_dict`,
+`keep_tasks`; see `base.SamplerSettings`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,15 @@ from weightsearch.trainer.sampling._sizes import (
 )
 from weightsearch.trainer.sampling._unimax import UnimaxSampler, UnimaxSettings
 from weightsearch.trainer.sampling._weighted import WeightedSampler, WeightedSettings
-from weightsearch.trainer.sampling.base import PREFIX, Batches, Plan, Sampler, SamplerSettings
+from weightsearch.trainer.sampling.base import (
+    PREFIX,
+    Batches,
+    Plan,
+    Real,
+    Sampler,
+    SamplerContext,
+    SamplerSettings,
+)
 
 
 def _has_settings(sampler: type[Sampler]) -> None:
@@ -66,10 +75,11 @@ for _builtin in (ShuffleSampler, WeightedSampler, ProportionalSampler, SqrtSampl
     register_sampler(_builtin)
 del _builtin
 
-__all__ = ["SAMPLERS", "Batches", "Plan", "ProportionalSettings", "Sampler", "SamplerSettings",
-           "ShuffleSettings", "SizeRuleSampler", "SqrtSettings", "TemperatureSettings",
-           "UnimaxSettings", "WeightedSettings", "build_sampler", "keep_tasks", "parse_sampling",
-           "register_sampler", "scheme_keys", "unregister_sampler"]
+__all__ = ["SAMPLERS", "Batches", "Plan", "ProportionalSettings", "Real", "Sampler",
+           "SamplerContext", "SamplerSettings", "ShuffleSettings", "SizeRuleSampler",
+           "SqrtSettings", "TemperatureSettings", "UnimaxSettings", "WeightedSettings",
+           "build_sampler", "keep_tasks", "parse_sampling", "register_sampler", "scheme_keys",
+           "unregister_sampler"]
 
 
 def parse_sampling(raw: object, tasks: Sequence[str], problems: list[str]) -> Any:
@@ -89,7 +99,8 @@ def parse_sampling(raw: object, tasks: Sequence[str], problems: list[str]) -> An
     keys = ("scheme", *settings_type.KEYS)  # type: ignore[attr-defined]
     if unknown_keys(raw, keys, problems, f"{PREFIX}.", owner=f"scheme {name!r}"):
         return None
-    return settings_type.from_mapping(raw, tasks, problems)  # type: ignore[attr-defined]
+    context = SamplerContext(tuple(tasks))
+    return settings_type.from_mapping(raw, context, problems)  # type: ignore[attr-defined]
 
 
 def build_sampler(settings: Any, tasks: Sequence[str]) -> Sampler:

@@ -26,27 +26,22 @@ Seeded by (seed, epoch), so a resumed run replays the plan. A task with no batch
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
 
 import numpy as np
 
+from weightsearch.core.fields import setting
 from weightsearch.trainer.sampling.base import (
-    PREFIX,
     Batches,
     Plan,
+    Real,
     Sampler,
     SamplerSettings,
     in_passes,
     pick,
     rng,
 )
-
-
-def _real(value: object) -> bool:
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value))
 
 
 @dataclass(frozen=True)
@@ -65,34 +60,17 @@ class SqrtSettings(SamplerSettings):
 
 @dataclass(frozen=True)
 class TemperatureSettings(SamplerSettings):
-    """T: the temperature (> 0; 1 is proportional, larger flattens towards uniform).
-    cap: T5's size limit K, in batches (>= 1); None: no cap."""
+    """p_t ∝ min(n_t, cap)^(1/T); T must be given (T: 1 with no cap is proportional)."""
 
-    T: float = 1.0
-    cap: float | None = None
+    T: float = setting(1.0, Real(
+        "a number > 0 (1 samples in proportion to size, larger flattens towards uniform)", 0,
+        low_open=True, required="required for scheme 'temperature'; give the temperature, e.g. "
+        "T: 2 (T: 1 with no cap samples in proportion to size)"),
+        doc="The temperature (> 0; 1 is proportional, larger flattens towards uniform).")
+    cap: float | None = setting(None, Real(
+        "a number of batches >= 1 (T5's size limit K), or left out for no cap", 1,
+        optional=True), doc="T5's size limit K, in batches (>= 1); null: no cap.")
     scheme: str = field(default="temperature", init=False)
-
-    KEYS: ClassVar[tuple[str, ...]] = ("T", "cap")
-
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any], tasks: Sequence[str],
-                     problems: list[str]) -> TemperatureSettings | None:
-        before = len(problems)
-        T = raw.get("T")
-        if T is None:
-            problems.append(f"{PREFIX}.T: required for scheme 'temperature'; give the "
-                            "temperature, e.g. T: 2 (T: 1 with no cap samples in proportion "
-                            "to size)")
-        elif not _real(T) or T <= 0:
-            problems.append(f"{PREFIX}.T: must be a number > 0 (1 samples in proportion to "
-                            f"size, larger flattens towards uniform), got {T!r}")
-        cap = raw.get("cap")
-        if cap is not None and (not _real(cap) or cap < 1):
-            problems.append(f"{PREFIX}.cap: must be a number of batches >= 1 (T5's size limit "
-                            f"K), or left out for no cap, got {cap!r}")
-        if len(problems) > before:
-            return None
-        return cls(float(T), None if cap is None else float(cap))  # type: ignore[arg-type]
 
 
 class SizeRuleSampler(Sampler):

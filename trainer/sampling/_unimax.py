@@ -22,15 +22,15 @@ its batches goes through them again in whole passes (`base.in_passes`).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any, ClassVar
 
+from weightsearch.core.fields import setting
 from weightsearch.trainer.sampling.base import (
-    PREFIX,
     Batches,
     Plan,
+    Real,
     Sampler,
     SamplerSettings,
     in_passes,
@@ -40,27 +40,14 @@ from weightsearch.trainer.sampling.base import (
 
 @dataclass(frozen=True)
 class UnimaxSettings(SamplerSettings):
-    """max_epochs: the most passes over a task's batches in one epoch (>= 1)."""
+    """UniMax's allocation; `max_epochs` must be given."""
 
-    max_epochs: float = 1.0
+    max_epochs: float = setting(1.0, Real(
+        "a number >= 1 (the most passes over a task's batches in one epoch)", 1,
+        required="required for scheme 'unimax'; give the most passes over a task's batches "
+        "in one epoch, e.g. max_epochs: 4"),
+        doc="The most passes over a task's batches in one epoch (>= 1).")
     scheme: str = field(default="unimax", init=False)
-
-    KEYS: ClassVar[tuple[str, ...]] = ("max_epochs",)
-
-    @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any], tasks: Sequence[str],
-                     problems: list[str]) -> UnimaxSettings | None:
-        value = raw.get("max_epochs")
-        if value is None:
-            problems.append(f"{PREFIX}.max_epochs: required for scheme 'unimax'; give the most "
-                            "passes over a task's batches in one epoch, e.g. max_epochs: 4")
-            return None
-        if (not isinstance(value, int | float) or isinstance(value, bool)
-                or not math.isfinite(value) or value < 1):
-            problems.append(f"{PREFIX}.max_epochs: must be a number >= 1 (the most passes over "
-                            f"a task's batches in one epoch), got {value!r}")
-            return None
-        return cls(float(value))
 
 
 class UnimaxSampler(Sampler):

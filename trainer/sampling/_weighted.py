@@ -15,15 +15,19 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
+from weightsearch.core.fields import setting
+from weightsearch.core.registry import check_settings
 from weightsearch.trainer.sampling.base import (
     PREFIX,
     Batches,
     Plan,
+    Real,
     Sampler,
+    SamplerContext,
     SamplerSettings,
     pick,
     rng,
@@ -34,44 +38,32 @@ SHARE = "share"
 
 @dataclass(frozen=True)
 class WeightedSettings(SamplerSettings):
-    weights: tuple[tuple[str, float], ...] = ()
-    others: float | str = SHARE
-    epoch_ends_with: str | None = None
+    weights: tuple[tuple[str, float], ...] = setting((), doc=(
+        "Task -> sampling weight (a mapping in the YAML); at least one task."))
+    others: float | str = setting(SHARE, Real("share or a finite number >= 0", 0, also=(SHARE,)),
+                                  doc=("The weight of every task weights does not list: a "
+                                       "number, or share (an equal share of what is left of 1)."))
+    epoch_ends_with: str | None = setting(None, doc=(
+        "The task whose last batch ends an epoch (He: the QA task); null: every task's."))
     scheme: str = field(default="weighted", init=False)
 
-    KEYS: ClassVar[tuple[str, ...]] = ("weights", "others", "epoch_ends_with")
-
     @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any], tasks: Sequence[str],
+    def from_mapping(cls, raw: Mapping[str, Any], context: SamplerContext,
                      problems: list[str]) -> WeightedSettings | None:
+        """`weights` and `epoch_ends_with` name the run's tasks: each is checked against them,
+        in declaration order with the rule of `others`."""
         before = len(problems)
-        weights = raw.get("weights", {})
-        pairs: list[tuple[str, float]] = []
-        if not isinstance(weights, Mapping) or not weights:
-            problems.append(f"{PREFIX}.weights: a mapping of task to sampling weight is needed, "
-                            "e.g. {squad2: 0.8}")
-        else:
-            for task, value in weights.items():
-                if task not in tasks:
-                    problems.append(f"{PREFIX}.weights.{task}: not one of the run's tasks "
-                                    f"({', '.join(tasks)}); name tasks the run trains")
-                elif not _weight(value):
-                    problems.append(f"{PREFIX}.weights.{task}: must be a finite number >= 0, "
-                                    f"got {value!r}")
-                else:
-                    pairs.append((task, float(value)))
-        others = raw.get("others", SHARE)
-        if others != SHARE and not _weight(others):
-            problems.append(f"{PREFIX}.others: must be share or a finite number >= 0, got "
-                            f"{others!r}")
+        pairs = _task_weights(raw.get("weights", {}), context.tasks, problems)
+        values = check_settings(raw, cls, problems, f"{PREFIX}.")
         ends = raw.get("epoch_ends_with")
-        if ends is not None and ends not in tasks:
+        if ends is not None and ends not in context.tasks:
             problems.append(f"{PREFIX}.epoch_ends_with: {ends!r} is not one of the run's tasks "
-                            f"({', '.join(tasks)}); name the task whose batches end an epoch")
+                            f"({', '.join(context.tasks)}); name the task whose batches end an "
+                            "epoch")
         if len(problems) > before:
             return None
-        settings = cls(tuple(pairs), others if others == SHARE else float(others), ends)
-        problems.extend(settings.problems(tasks))
+        settings = cls(pairs, values.get("others", SHARE), ends)
+        problems.extend(settings.task_problems(context))
         return settings if len(problems) == before else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,7 +91,10 @@ class WeightedSettings(SamplerSettings):
             other = float(self.others)
         return {t: listed.get(t, other) for t in tasks}
 
-    def problems(self, tasks: Sequence[str]) -> list[str]:
+    def task_problems(self, context: SamplerContext) -> list[str]:
+        """The weights together: something left to share, some task drawn, and the task that
+        ends an epoch drawn."""
+        tasks = context.tasks
         found = []
         listed = dict(self.weights)
         rest = [t for t in tasks if t not in listed]
@@ -116,6 +111,27 @@ class WeightedSettings(SamplerSettings):
                          "0, so its batches never run out; give it a positive weight or end "
                          "epochs with another task")
         return found
+
+
+def _task_weights(weights: Any, tasks: Sequence[str],
+                  problems: list[str]) -> tuple[tuple[str, float], ...]:
+    """The (task, weight) pairs of the YAML `weights` mapping that name a run's task with a
+    finite weight >= 0; one problem per other entry."""
+    pairs: list[tuple[str, float]] = []
+    if not isinstance(weights, Mapping) or not weights:
+        problems.append(f"{PREFIX}.weights: a mapping of task to sampling weight is needed, "
+                        "e.g. {squad2: 0.8}")
+        return ()
+    for task, value in weights.items():
+        if task not in tasks:
+            problems.append(f"{PREFIX}.weights.{task}: not one of the run's tasks "
+                            f"({', '.join(tasks)}); name tasks the run trains")
+        elif not _weight(value):
+            problems.append(f"{PREFIX}.weights.{task}: must be a finite number >= 0, "
+                            f"got {value!r}")
+        else:
+            pairs.append((task, float(value)))
+    return tuple(pairs)
 
 
 def _weight(value: object) -> bool:

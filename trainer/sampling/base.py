@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+
+from weightsearch.core.registry import DeclaredKeys, check_settings
 
 Batches = Mapping[str, list[np.ndarray]]  # task -> its batches (row indices), in task order
 Plan = list[tuple[str, np.ndarray]]  # one epoch: (task, row indices) per update
@@ -15,28 +19,87 @@ Plan = list[tuple[str, np.ndarray]]  # one epoch: (task, row indices) per update
 PREFIX = "sampling"
 
 
+@dataclass(frozen=True)
+class SamplerContext(Sequence[str]):
+    """What parsing a sampler's settings may consult besides the mapping: the run's tasks.
+
+    It is also the sequence of those task names, so a `from_mapping` written for 0.1's
+    `(raw, tasks, problems)` reads it as the task list it expects."""
+
+    tasks: tuple[str, ...]
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.tasks[index]
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+
+def _real(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+@dataclass(frozen=True)
+class Real:
+    """A finite number >= `low` (> `low` with `low_open`), kept as a float; `says` what is
+    wanted (`must be <says>, got ...`). A name in `also` passes as it is (`share`). Null
+    allowed where `optional`; a `required` setting is checked when absent too, and its absence
+    (or null) gets `<key>: <required>`."""
+
+    says: str
+    low: float
+    low_open: bool = False
+    also: tuple[str, ...] = ()
+    optional: bool = False
+    required: str | None = None
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if value is None and self.required:
+            return None, f"{key}: {self.required}"
+        if isinstance(value, str) and value in self.also:
+            return value, None
+        if not _real(value) or (value <= self.low if self.low_open else value < self.low):
+            return None, f"{key}: must be {self.says}, got {value!r}"
+        return float(value), None
+
+
 class SamplerSettings:
     """Base of a sampler's settings: a frozen dataclass with a `scheme` field (its sampler's
-    name, `field(default=<name>, init=False)`) and the YAML keys it reads in `KEYS`.
+    name, `field(default=<name>, init=False)`) and its settings as fields
+    `x: T = setting(default, Rule, doc=...)` (`weightsearch.core.fields`; `Real` is the
+    samplers' rule for a number), whose names are the YAML keys it reads (`KEYS`).
 
     What the rest of the code needs to know about the settings goes through these methods, so
     that the run config and the sweep never look at a particular scheme's fields:
 
-    - `from_mapping(raw, tasks, problems)`: the settings from the YAML mapping (its keys are
-      `scheme` and `KEYS`, checked before), one message per problem appended to `problems`,
-      each starting with `sampling.<key>`; None after a problem.
+    - `from_mapping(raw, context, problems)`: the settings from the YAML mapping (its keys are
+      `scheme` and `KEYS`, checked before; `context.tasks` the run's tasks), one message per
+      problem appended to `problems`, each starting with `sampling.<key>`; None after a
+      problem. By default: each setting checked with its rule, then `task_problems`.
+    - `task_problems(context)`: what is wrong with the settings together, or with the run's
+      tasks (the explicit rules that no single setting's rule can say).
     - `to_dict()`: the plain mapping that parses back to the same settings (config.yaml and
       the config digest).
     - `keep_tasks(raw, keep)`: the YAML mapping for a run that trains only the tasks in `keep`
       (a task-grouping search drops the others from every setting that names them).
     """
 
-    KEYS: ClassVar[tuple[str, ...]] = ()
+    KEYS: ClassVar[tuple[str, ...]] = DeclaredKeys()  # type: ignore[assignment]
 
     @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any], tasks: Sequence[str],
+    def from_mapping(cls, raw: Mapping[str, Any], context: SamplerContext,
                      problems: list[str]) -> Any:
-        return cls()
+        before = len(problems)
+        values = check_settings(raw, cls, problems, f"{PREFIX}.")
+        if len(problems) > before:
+            return None
+        settings = cls(**values)
+        problems.extend(settings.task_problems(context))
+        return settings if len(problems) == before else None
+
+    def task_problems(self, context: SamplerContext) -> list[str]:
+        return []
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)  # type: ignore[call-overload]

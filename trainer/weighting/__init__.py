@@ -16,9 +16,11 @@ because its central weight is the very value a search has to choose. A `weightin
 must name its scheme.
 
 Adding a scheme: one module with its settings (a frozen dataclass mixing in `base.Settings`,
-whose `scheme` field names it) and its `Scheme` subclass, and one `register_scheme` call (the
-built-in ones are below). What other code needs to know about a scheme, its settings class
-says itself (e.g. `Settings.has_central_weight`, which a weight search reads). A scheme whose
+whose `scheme` field names it and whose settings are fields `x: T = setting(default, Rule,
+doc=...)`; what they must satisfy with the run's tasks in `task_problems`) and its `Scheme`
+subclass, and one `register_scheme` call (the built-in ones are below). What other code needs
+to know about a scheme, its settings class says itself (e.g. `Settings.has_central_weight`,
+which a weight search reads). A scheme whose
 weights are learned or follow the losses (uncertainty, dwa) uses the hooks of `base.Scheme`
 (`setup`, `weighted_loss`, `end_epoch`, `state_dict`); the others leave them alone.
 """
@@ -30,14 +32,14 @@ from collections.abc import Mapping, Sequence
 from typing import Union
 
 from weightsearch.core.errors import ConfigError
-from weightsearch.core.registry import Registry
+from weightsearch.core.registry import Registry, positional_parameters
 from weightsearch.trainer.weighting._checks import PREFIX
 from weightsearch.trainer.weighting._dwa import DwaScheme, DwaSettings
 from weightsearch.trainer.weighting._equal import EqualScheme, EqualSettings
 from weightsearch.trainer.weighting._siwlm import VARIANTS, SiwlmScheme, SiwlmSettings
 from weightsearch.trainer.weighting._static import StaticScheme, StaticSettings
 from weightsearch.trainer.weighting._uncertainty import UncertaintyScheme, UncertaintySettings
-from weightsearch.trainer.weighting.base import Scheme, Settings, WeightingScheme
+from weightsearch.trainer.weighting.base import Scheme, SchemeContext, Settings, WeightingScheme
 
 __all__ = [
     "SCHEMES",
@@ -47,6 +49,7 @@ __all__ = [
     "EqualScheme",
     "EqualSettings",
     "Scheme",
+    "SchemeContext",
     "Settings",
     "SiwlmScheme",
     "SiwlmSettings",
@@ -134,7 +137,10 @@ def parse_weighting(raw: object, problems: list[str]) -> Settings | None:
     if not isinstance(name, str) or name not in SCHEMES:
         problems.append(f"{PREFIX}.scheme: unknown scheme {name!r}; choose one of {known}")
         return None
-    return SCHEMES[name].settings_type.from_mapping(raw, problems)  # type: ignore[attr-defined]
+    settings_type = SCHEMES[name].settings_type
+    if positional_parameters(settings_type.from_mapping) == 2:  # 0.1's (raw, problems)
+        return settings_type.from_mapping(raw, problems)  # type: ignore[attr-defined]
+    return settings_type.from_mapping(raw, SchemeContext(), problems)  # type: ignore[attr-defined]
 
 
 def scheme_problems(

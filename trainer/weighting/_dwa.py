@@ -28,10 +28,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from weightsearch.core.fields import is_real
-from weightsearch.trainer.weighting._checks import PREFIX
+from weightsearch.core.fields import setting
+from weightsearch.trainer.weighting._checks import Positive
 from weightsearch.trainer.weighting.base import Scheme, Settings
 
 DEFAULT_TEMPERATURE = 2.0  # Liu et al.'s T
@@ -39,18 +39,12 @@ DEFAULT_TEMPERATURE = 2.0  # Liu et al.'s T
 
 @dataclass(frozen=True)
 class DwaSettings(Settings):
-    """temperature: T of the softmax over the loss ratios (Liu et al.: 2; larger is flatter)."""
+    """Settings of dynamic weight average."""
 
-    temperature: float = DEFAULT_TEMPERATURE
+    temperature: float = setting(
+        DEFAULT_TEMPERATURE, Positive(" (Liu et al. use 2), got "),
+        doc="T of the softmax over the loss ratios (Liu et al.: 2; larger is flatter).")
     scheme: str = field(default="dwa", init=False)
-
-    KEYS: ClassVar[tuple[str, ...]] = ("temperature",)
-
-    def problems(self) -> list[str]:
-        t = self.temperature
-        if not is_real(t) or not math.isfinite(float(t)) or float(t) <= 0:  # type: ignore[arg-type]
-            return [f"{PREFIX}.temperature: must be a number > 0 (Liu et al. use 2), got {t!r}"]
-        return []
 
 
 class DwaScheme(Scheme):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 from weightsearch.trainer.weighting.base import Scheme, Settings
 
@@ -13,8 +12,6 @@ class EqualSettings(Settings):
     """No settings: the MT-DNN baseline."""
 
     scheme: str = field(default="equal", init=False)
-
-    KEYS: ClassVar[tuple[str, ...]] = ()
 
 
 class EqualScheme(Scheme):

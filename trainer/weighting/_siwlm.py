@@ -6,11 +6,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from weightsearch.core.fields import setting
 from weightsearch.trainer.weighting._checks import (
     PREFIX,
+    OneOf,
+    Updates,
+    Weight,
+    WeightMap,
     check_unknown_tasks,
-    check_weight,
-    check_weight_map,
 )
 from weightsearch.trainer.weighting.base import Scheme, Settings
 
@@ -19,48 +22,26 @@ VARIANTS = ("reference", "paper")
 
 @dataclass(frozen=True)
 class SiwlmSettings(Settings):
-    """Settings of the SIWLM scheme.
+    """Settings of the SIWLM scheme (see each setting's doc). `variant` "reference" is the
+    authors' published code, which produced the paper's tables (the favoured batch keeps its
+    initial weight); "paper" is the paper's Algorithm 1 (the favoured batch gets 1.0)."""
 
-    central_weight: initial weight of the central task (the value a weight search sweeps).
-    variant: "reference" (the authors' published code, which produced the paper's tables: the
-        favoured batch keeps its initial weight) or "paper" (the paper's Algorithm 1: the
-        favoured batch gets 1.0).
-    aux_weight: initial weight of every auxiliary task (the paper: 1).
-    aux_weights: per-task initial weights that override aux_weight.
-    focus_span: updates per focus task in SWL epochs (the paper: 20).
-    off_focus: factor on the initial weight of every batch that is not favoured (the paper: 0.1).
-    """
-
-    central_weight: float
-    variant: str = "reference"
-    aux_weight: float = 1.0
-    aux_weights: dict[str, float] | None = None
-    focus_span: int = 20
-    off_focus: float = 0.1
+    central_weight: float = setting(
+        rule=Weight(), doc="Initial weight of the central task (the value a weight search sweeps).")
+    variant: str = setting("reference", OneOf(VARIANTS), doc=(
+        "reference (the authors' code: the favoured batch keeps its initial weight) or paper "
+        "(Algorithm 1: it gets 1.0)."))
+    aux_weight: float = setting(
+        1.0, Weight(), doc="Initial weight of every auxiliary task (the paper: 1).")
+    aux_weights: dict[str, float] | None = setting(
+        None, WeightMap(optional=True), doc="Per-task initial weights that override aux_weight.")
+    focus_span: int = setting(
+        20, Updates(), doc="Updates per focus task in SWL epochs (the paper: 20).")
+    off_focus: float = setting(0.1, Weight(), doc=(
+        "Factor on the initial weight of every batch that is not favoured (the paper: 0.1)."))
     scheme: str = field(default="siwlm", init=False)
 
-    KEYS: ClassVar[tuple[str, ...]] = (
-        "central_weight", "variant", "aux_weight", "aux_weights", "focus_span", "off_focus",
-    )
     has_central_weight: ClassVar[bool] = True
-
-    def problems(self) -> list[str]:
-        found: list[str] = []
-        check_weight(self.central_weight, "central_weight", found)
-        if self.variant not in VARIANTS:
-            found.append(
-                f"{PREFIX}.variant: must be one of {', '.join(VARIANTS)}, got {self.variant!r}"
-            )
-        check_weight(self.aux_weight, "aux_weight", found)
-        if self.aux_weights is not None:
-            check_weight_map(self.aux_weights, "aux_weights", found)
-        span = self.focus_span
-        if isinstance(span, bool) or not isinstance(span, int) or span < 1:
-            found.append(
-                f"{PREFIX}.focus_span: must be a whole number of updates >= 1, got {span!r}"
-            )
-        check_weight(self.off_focus, "off_focus", found)
-        return found
 
     def task_problems(self, tasks: Sequence[str], central_task: str | None) -> list[str]:
         found: list[str] = []

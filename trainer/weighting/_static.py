@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
 
-from weightsearch.trainer.weighting._checks import check_unknown_tasks, check_weight_map
+from weightsearch.core.fields import setting
+from weightsearch.trainer.weighting._checks import WeightMap, check_unknown_tasks
 from weightsearch.trainer.weighting.base import Scheme, Settings
 
 
@@ -14,15 +14,9 @@ from weightsearch.trainer.weighting.base import Scheme, Settings
 class StaticSettings(Settings):
     """weights: task name -> loss weight; tasks not listed get 1.0. A weight of 0 is honoured."""
 
-    weights: dict[str, float]
+    weights: dict[str, float] = setting(
+        rule=WeightMap(), doc="Task name -> loss weight; tasks not listed get 1.0.")
     scheme: str = field(default="static", init=False)
-
-    KEYS: ClassVar[tuple[str, ...]] = ("weights",)
-
-    def problems(self) -> list[str]:
-        found: list[str] = []
-        check_weight_map(self.weights, "weights", found)
-        return found
 
     def task_problems(self, tasks: Sequence[str], central_task: str | None) -> list[str]:
         found: list[str] = []

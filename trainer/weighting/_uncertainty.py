@@ -46,12 +46,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
-from weightsearch.core.fields import is_real
+from weightsearch.core.fields import setting
 from weightsearch.trainer.task_types import TASK_TYPES
-from weightsearch.trainer.weighting._checks import PREFIX
-from weightsearch.trainer.weighting.base import Scheme, Settings
+from weightsearch.trainer.weighting._checks import PREFIX, Positive
+from weightsearch.trainer.weighting.base import Scheme, SchemeContext, Settings
 
 REGRESSION, CLASSIFICATION = 0.5, 1.0  # c_t
 
@@ -65,31 +65,26 @@ def loss_factor(task_type: str) -> float:
 
 @dataclass(frozen=True)
 class UncertaintySettings(Settings):
-    """lr: the log-variances' learning rate; None: the run's `lr` (Kendall et al.)."""
+    """Settings of uncertainty weighting."""
 
-    lr: float | None = None
+    lr: float | None = setting(None, Positive(
+        " (the log-variances' learning rate), or left out for the run's lr; got ", optional=True),
+        doc="The log-variances' learning rate; null: the run's lr (Kendall et al.).")
     scheme: str = field(default="uncertainty", init=False)
 
-    KEYS: ClassVar[tuple[str, ...]] = ("lr",)
-
     @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any], problems: list[str]) -> Any:
+    def from_mapping(cls, raw: Mapping[str, Any], context: SchemeContext,
+                     problems: list[str]) -> Any:
+        """Other schemes' weights are refused by name first: a learned weighting cannot honour
+        them."""
         refused = [key for key in _NOT_HONOURED if key in raw]
         for key in refused:
             problems.append(f"{PREFIX}.{key}: uncertainty weighting learns every task's weight, "
                             f"so it cannot take {key}; leave {key} out, or use scheme "
                             f"{_NOT_HONOURED[key]} to set weights yourself")
         rest = {k: v for k, v in raw.items() if k not in refused}
-        settings = super().from_mapping(rest, problems)
+        settings = super().from_mapping(rest, context, problems)
         return None if refused else settings
-
-    def problems(self) -> list[str]:
-        lr = self.lr
-        if lr is not None and (not is_real(lr) or not math.isfinite(float(lr))  # type: ignore[arg-type]
-                               or float(lr) <= 0):  # type: ignore[arg-type]
-            return [f"{PREFIX}.lr: must be a number > 0 (the log-variances' learning rate), or "
-                    f"left out for the run's lr; got {lr!r}"]
-        return []
 
 
 # Settings of other schemes that fix weights by hand, which a learned weighting cannot honour.

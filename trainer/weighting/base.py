@@ -5,8 +5,10 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
+from weightsearch.core.registry import DeclaredKeys, check_settings
 from weightsearch.trainer.weighting._checks import PREFIX, check_keys
 
 
@@ -116,20 +118,32 @@ class Scheme(abc.ABC):
         return f"{type(self).__name__}({self.settings!r}, tasks={self.tasks!r})"
 
 
+@dataclass(frozen=True)
+class SchemeContext:
+    """What parsing a scheme's settings may consult besides the mapping: nothing, since the run's
+    tasks are judged later (`Settings.task_problems`, through `scheme_problems`). Here so that
+    every extension family parses through `from_mapping(raw, context, problems)`."""
+
+
 class Settings:
     """Mixin of the frozen settings dataclasses: building from YAML and validating.
 
     Each subclass is a frozen dataclass with a `scheme` field (init=False) naming its scheme, so
-    `dataclasses.asdict(settings)` is a complete record of the weighting.
+    `dataclasses.asdict(settings)` is a complete record of the weighting. Its settings are
+    fields `x: T = setting(default, Rule, doc=...)` (`weightsearch.core.fields`): `KEYS` (the
+    YAML keys) are those fields, and `problems()` checks each value with its rule. A value that
+    passes is kept as given. What a setting must satisfy with the run's tasks is
+    `task_problems`.
     """
 
-    KEYS: ClassVar[tuple[str, ...]]
+    KEYS: ClassVar[tuple[str, ...]] = DeclaredKeys()  # type: ignore[assignment]
     # Whether the scheme has a `central_weight` setting: the value a weight search sweeps
     # (`weightsearch.trainer.weighting.has_central_weight`).
     has_central_weight: ClassVar[bool] = False
 
     @classmethod
-    def from_mapping(cls, raw: Mapping[str, Any], problems: list[str]) -> Any:
+    def from_mapping(cls, raw: Mapping[str, Any], context: SchemeContext,
+                     problems: list[str]) -> Any:
         """Settings from the YAML mapping, or None after appending what is wrong with it."""
         found: list[str] = []
         check_keys(raw, cls.KEYS, cls.scheme_name(), found)
@@ -163,8 +177,12 @@ class Settings:
         )
 
     def problems(self) -> list[str]:
-        """What is wrong with the values themselves (types, ranges)."""
-        return []
+        """What is wrong with the values themselves (types, ranges): each setting's rule, in
+        declaration order. Settings built in code are checked as parsed ones are."""
+        found: list[str] = []
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        check_settings(values, type(self), found, f"{PREFIX}.")
+        return found
 
     def task_problems(self, tasks: Sequence[str], central_task: str | None) -> list[str]:
         """What does not fit the run's tasks (unknown task names, missing central task)."""

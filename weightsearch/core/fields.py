@@ -5,7 +5,11 @@ A settings dataclass states each plain setting's rule beside its default
 declaration order and turns a raw mapping (parsed YAML, `--set` overrides) into the values that
 passed, adding one problem per bad value, worded the same way for every setting:
 `<path>: <what is wrong>; <the fix>`. The same declarations give a JSON Schema
-(`json_schema`), which the HTTP service publishes for the bodies it reads. Settings with
+(`json_schema`), which the HTTP service publishes for the bodies it reads, and the settings
+reference (docs/settings.md, written by scripts/settings_reference.py). What a setting means for
+records and resumption is declared with it too (`since`, `resume_free`, `omit_when`), so that
+the keys a run may resume with changed and the keys a record leaves out are read from the
+declarations (`resume_free_keys`, `drop_unrecorded`) rather than listed apart. Settings with
 structure of their own (task lists, weighting schemes, samplers) keep their own parsers, which
 may be rules too (any object with `check`); cross-field rules stay explicit in the parser of the
 owning config.
@@ -17,7 +21,7 @@ import dataclasses
 import math
 import numbers
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -26,6 +30,12 @@ MAX_SEED = 2**31 - 1
 
 RULE = "rule"  # the metadata key of a field's rule
 DOC = "doc"  # the metadata key of a field's one-line description (the schema's)
+SINCE = "since"  # the metadata key of the release a setting appeared in
+FREE_ON_RESUME = "resume_free"  # the metadata key: a resumed run may change it
+OMIT = "omit_when"  # the metadata key: when a settings record leaves the setting out
+
+FIRST_RELEASE = "0.1.0"
+AT_DEFAULT = "at default"  # omit_when: while the setting holds its default
 
 
 class Rule(Protocol):
@@ -34,15 +44,66 @@ class Rule(Protocol):
 
 
 def setting(default: Any = dataclasses.MISSING, rule: Rule | None = None, *,
-            factory: Any = dataclasses.MISSING, doc: str | None = None) -> Any:
+            factory: Any = dataclasses.MISSING, doc: str | None = None,
+            since: str = FIRST_RELEASE, resume_free: bool = False,
+            omit_when: str | Callable[[Any], bool] | None = None) -> Any:
     """A dataclass field with its default, the rule its raw value must pass and, for the
-    schema, what it is."""
+    schema and the settings reference, what it is and the release it appeared in (`since`).
+
+    `resume_free`: the setting does not change what a run computes (where it writes, how fast,
+    what it logs), so a run may resume with it changed. `omit_when`: when the settings record
+    (`drop_unrecorded`) leaves it out, so that records made before it existed read, and digest,
+    the same: AT_DEFAULT (while it holds its default) or a predicate of the settings object
+    that holds it."""
     metadata: dict[str, Any] = {RULE: rule} if rule is not None else {}
     if doc:
         metadata[DOC] = doc
+    metadata[SINCE] = since
+    if resume_free:
+        metadata[FREE_ON_RESUME] = True
+    if omit_when is not None:
+        metadata[OMIT] = omit_when
     if factory is not dataclasses.MISSING:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def since(f: dataclasses.Field) -> str:
+    """The release the setting of field `f` appeared in (a plain field: the first)."""
+    return str(f.metadata.get(SINCE, FIRST_RELEASE))
+
+
+def resume_free_keys(cls: type) -> tuple[str, ...]:
+    """The settings of `cls` declared `resume_free`, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get(FREE_ON_RESUME))
+
+
+def omitted(settings: Any, f: dataclasses.Field) -> bool:
+    """Whether the record of `settings` leaves its field `f` out now (`setting`'s omit_when)."""
+    when = f.metadata.get(OMIT)
+    if when is None:
+        return False
+    if when == AT_DEFAULT:
+        default = (f.default_factory() if f.default_factory is not dataclasses.MISSING
+                   else f.default)
+        return bool(getattr(settings, f.name) == default)
+    return bool(when(settings))
+
+
+def drop_unrecorded(settings: Any, plain: dict[str, Any]) -> dict[str, Any]:
+    """`plain` (`dataclasses.asdict(settings)`, changed in place) without the settings that
+    `omitted` leaves out, in nested settings too."""
+    for f in dataclasses.fields(settings):
+        if f.name not in plain:
+            continue
+        if omitted(settings, f):
+            del plain[f.name]
+            continue
+        value = getattr(settings, f.name)
+        if (dataclasses.is_dataclass(value) and not isinstance(value, type)
+                and isinstance(plain[f.name], dict)):
+            drop_unrecorded(value, plain[f.name])
+    return plain
 
 
 def is_int(value: Any) -> bool:
@@ -62,6 +123,16 @@ def is_real(value: Any) -> bool:
 
 def _nullable(schema: dict[str, Any], optional: bool) -> dict[str, Any]:
     return {"anyOf": [schema, {"type": "null"}]} if optional else schema
+
+
+def _or_null(text: str, optional: bool) -> str:
+    """A rule's allowed values as the settings reference reads them (`describe`)."""
+    return f"{text}, or null" if optional else text
+
+
+def _bound(value: float) -> str:
+    """A range bound as written in a config: whole numbers in full (a seed's 2147483647)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 @dataclass(frozen=True)
@@ -96,6 +167,15 @@ class Number:
             out["maximum"] = self.high
         return _nullable(out, self.optional)
 
+    def describe(self) -> str:
+        kind = "integer" if self.integer else "number"
+        if self.high == math.inf:
+            text = f"{kind} {'>' if self.low_open else '>='} {_bound(self.low)}"
+        else:
+            text = (f"{kind} in {'(' if self.low_open else '['}{_bound(self.low)}, "
+                    f"{_bound(self.high)}]")
+        return _or_null(text, self.optional)
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -113,6 +193,9 @@ class Choice:
     def schema(self) -> dict[str, Any]:
         return _nullable({"type": "string", "enum": list(self.options)}, self.optional)
 
+    def describe(self) -> str:
+        return _or_null(", ".join(self.options), self.optional)
+
 
 @dataclass(frozen=True)
 class Flag:
@@ -123,6 +206,9 @@ class Flag:
 
     def schema(self) -> dict[str, Any]:
         return {"type": "boolean"}
+
+    def describe(self) -> str:
+        return "true, false"
 
 
 @dataclass(frozen=True)
@@ -153,6 +239,9 @@ class Text:
         if self.pattern is not None:
             out["pattern"] = f"^(?:{self.pattern})$"
         return _nullable(out, self.optional)
+
+    def describe(self) -> str:
+        return _or_null(self.what, self.optional)
 
 
 def check_fields(raw: Mapping[str, Any], cls: type, problems: list[str],
