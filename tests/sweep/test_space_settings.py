@@ -3,7 +3,8 @@ path at once, each named by its path."""
 
 from __future__ import annotations
 
-from weightsearch.sweep.space import CENTRAL_WEIGHT, GROUP, Dimension, parse_space
+from weightsearch.sweep.space import CENTRAL_WEIGHT, GROUP, Dimension
+from weightsearch.sweep.space_parsing import parse_space
 
 TASKS = ("rte", "mrpc", "stsb")
 WHERE = "search.space"
