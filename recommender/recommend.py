@@ -345,7 +345,10 @@ def check_request(train_size, task_type: str | None) -> tuple[int, str | None]:
     return size, task_type  # type: ignore[return-value]
 
 
-CLIPPING_PATTERN = r"^(noclip|u?clip[0-9][0-9.eE+-]*)$"  # normalize_clipping has the last word
+# A norm > 0 as a decimal literal: some digit 1-9 before any exponent, an exponent of at most two
+# digits (so the norm stays finite), which is what normalize_clipping accepts.
+_NORM = r"([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)([eE][+-]?[0-9]{1,2})?"
+CLIPPING_PATTERN = rf"^(noclip|u?clip{_NORM})$"
 _CLIPPING = re.compile(CLIPPING_PATTERN)
 
 

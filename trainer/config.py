@@ -266,13 +266,6 @@ class RunConfig:
         drop_unrecorded(self, out)
         out["sampling"] = self.sampling.to_dict()  # the YAML that parses back to it
         out["overlong"] = self.overlong_policy
-        for section in (out, out.get("finetune") or {}):
-            adversarial = section.get("adversarial")
-            # SMART off reads as before `project` existed, so older runs resume; a run with it
-            # on computed the former perturbation and is refused (its term changed). Kept here
-            # until AdversarialSettings (trainer/smart.py) declares it with omit_when.
-            if isinstance(adversarial, dict) and not adversarial.get("enabled"):
-                adversarial.pop("project", None)
         if self.distill is not None:
             out["distill"] = {"teachers": {t: list(p) for t, p in self.distill.teachers}}
         if self.finetune is not None and isinstance(self.finetune.tasks, tuple):

@@ -25,15 +25,23 @@ GATES = ("example", "token")
 
 @dataclass(frozen=True)
 class MixtureSettings:
-    experts: int = setting(4, Number(integer=True, low=1))
-    # None: the encoder's hidden size
-    expert_hidden: int | None = setting(None, Number(integer=True, low=1, optional=True))
-    gate: str = setting("example", Choice(GATES))  # one gate per example (Ma et al.) or token
-    residual: bool = setting(False, Flag())  # heads read states + mixture instead of the mixture
+    experts: int = setting(4, Number(integer=True, low=1),
+                           doc="the number of expert feed-forward networks")
+    expert_hidden: int | None = setting(
+        None, Number(integer=True, low=1, optional=True),
+        doc="the width of each expert's hidden layer; null: the encoder's hidden size")
+    gate: str = setting(
+        "example", Choice(GATES), since="0.2.0",
+        doc="example: one gate per task and example, from the mean of its token states (Ma et "
+            "al.); token: one per token, from that token's state (a departure)")
+    residual: bool = setting(
+        False, Flag(), since="0.2.0",
+        doc="true: the heads read the encoder's states plus the mixture (a departure); false: "
+            "the mixture alone (Ma et al.)")
 
 
 def parse_mixture(raw: object, problems: list[str]) -> MixtureSettings | None:
-    """`mixture: {experts, expert_hidden}`; absent, null or false: off."""
+    """`mixture: {experts, expert_hidden, gate, residual}`; absent, null or false: off."""
     if raw is None or raw is False:
         return None
     values = check_section(raw, MixtureSettings, "mixture", problems,

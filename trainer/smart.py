@@ -38,21 +38,36 @@ if TYPE_CHECKING:  # torch stays out of config parsing, which imports the settin
 
 @dataclass(frozen=True)
 class AdversarialSettings:
-    enabled: bool = setting(False, Flag())
-    # lambda_s: the regulariser's weight against the task loss
-    weight: float = setting(1.0, Number(integer=False, low=0))
-    # project: true (the SMART paper's step, not the reference code's): keep the initial noise
-    # and clip the perturbation into the box of half-width epsilon
-    project: bool = setting(False, Flag())
-    epsilon: float = setting(1e-5, Number(integer=False, low=0))
-    noise: float = setting(1e-5, Number(integer=False, low=0))  # sd of the first perturbation
-    step_size: float = setting(1e-3, Number(integer=False, low=0))  # eta: the ascent step
+    enabled: bool = setting(
+        False, Flag(),
+        doc="add SMART's smoothness term to every update; `true` alone, or a mapping without "
+            "`enabled: false`, turns it on")
+    weight: float = setting(
+        1.0, Number(integer=False, low=0),
+        doc="lambda_s: the term's weight against the task loss (added after the task's loss "
+            "weight, unweighted)")
+    # Left out while SMART is off, so that older runs resume; a run with SMART on computed the
+    # former perturbation and is refused (its term changed).
+    project: bool = setting(
+        False, Flag(), since="0.2.0", omit_when=lambda adversarial: not adversarial.enabled,
+        doc="true: the SMART paper's projected step (keep the initial noise, clip into the box "
+            "of half-width epsilon); false: the reference code's unprojected step")
+    epsilon: float = setting(
+        1e-5, Number(integer=False, low=0),
+        doc="with project: true, the half-width of the box the perturbation is clipped into")
+    noise: float = setting(
+        1e-5, Number(integer=False, low=0),
+        doc="the sd of the first perturbation: Gaussian noise on the embedding layer's output")
+    step_size: float = setting(
+        1e-3, Number(integer=False, low=0),
+        doc="eta: the ascent step, taken along the gradient divided by its largest absolute "
+            "entry per token")
 
 
 def parse_adversarial(raw: object, where: str, problems: list[str],
                       base: AdversarialSettings | None = None) -> AdversarialSettings:
-    """`adversarial: {enabled, weight, epsilon, noise, step_size}`; `true` turns the defaults on,
-    and so does a mapping unless it says `enabled: false`."""
+    """`adversarial: {enabled, weight, project, epsilon, noise, step_size}`; `true` turns the
+    defaults on, and so does a mapping unless it says `enabled: false`."""
     base = base or AdversarialSettings()
     if raw is None:
         return base

@@ -19,6 +19,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from weightsearch.core.fields import (
+    AT_DEFAULT,
     Number,
     Text,
     check_fields,
@@ -248,38 +249,93 @@ class TaskSpec:
     """One task: its files, their column mapping, its label set and its metrics."""
 
     # No default for these four: a full definition gives them, a preset has them.
-    name: str = setting(rule=_TaskName())
-    type: str = setting(rule=OneOf("task type", lambda: _TYPES))
-    train_file: str = setting(rule=Text())
-    dev_files: tuple[tuple[str, str], ...] = setting(rule=_DevFiles())
-    format: str = setting("tsv", OneOf("format", lambda: FORMATS))
-    text_a: str = setting("sentence1", Column())
-    text_b: str | None = setting(None, Column(optional=True))
-    label: str = setting("label", Column())
-    group: str | None = setting(None, Column(optional=True))  # ranking: one candidate list
-    header: bool = setting(True, _Header())
-    labels: tuple[str, ...] | None = setting(None, _Labels())
-    primary_metric: str = setting("accuracy", OneOf("metric", known_metrics))
-    metrics: tuple[str, ...] = setting(("accuracy",), _Metrics())
-    dropout: float = setting(0.1, _Dropout())
-    # the answer module: linear, or san (classification)
-    head: str = setting("linear", OneOf("answer module", _answer_modules))
-    # multiple choice: the columns of the choices
-    choices: tuple[str, ...] | None = setting(None, _Choices())
-    # this task's token limit; None: the run's max_seq_len
-    max_seq_len: int | None = setting(None, Number(integer=True, low=8, high=8192,
-                                                   optional=True))
-    # span_qa only (None elsewhere): BERT's window and answer settings
-    doc_stride: int | None = setting(None, _TypeOption("doc_stride"))
-    max_query_len: int | None = setting(None, _TypeOption("max_query_len"))
-    max_answer_len: int | None = setting(None, _TypeOption("max_answer_len"))
-    n_best: int | None = setting(None, _TypeOption("n_best"))
-    # this task's cap on training examples; None: the run's max_train_examples/train_fraction
-    # (a ladder of sizes of one task: one preset, several names, one cap each)
-    max_train_examples: int | None = setting(None, Number(integer=True, low=1, optional=True))
-    # this task's cap on each dev split's examples (the first ones); None: the run's
-    # max_eval_examples (e.g. full dev sets for the central task, short ones for auxiliaries)
-    max_eval_examples: int | None = setting(None, Number(integer=True, low=1, optional=True))
+    name: str = setting(
+        rule=_TaskName(),
+        doc="the task's name, unique in the list and kept in lower case: it names the study and "
+            "the metrics")
+    type: str = setting(
+        rule=OneOf("task type", lambda: _TYPES),
+        doc="what one example is, and so the task's head, loss and metrics (trainer/task_types.py)")
+    train_file: str = setting(
+        rule=Text(),
+        doc="the training file; a relative path starts at the task's data_dir, else the run's")
+    dev_files: tuple[tuple[str, str], ...] = setting(
+        rule=_DevFiles(),
+        doc="the dev file (the split `dev`), or a mapping split name -> path, e.g. {matched: "
+            "MNLI/dev_matched.tsv, mismatched: MNLI/dev_mismatched.tsv}")
+    format: str = setting(
+        "tsv", OneOf("format", lambda: FORMATS),
+        doc="the files' layout (squad: the official SQuAD JSON); a full definition without it: "
+            "the one the training file's extension implies")
+    text_a: str = setting(
+        "sentence1", Column(),
+        doc="the column of the first text (multiple_choice: the context; span_qa: the question); "
+            "a column is a name, or its position from 0 in a file without header")
+    text_b: str | None = setting(
+        None, Column(optional=True),
+        doc="the column of the second text (multiple_choice: the lead-in of every choice; "
+            "span_qa: the context); null: single texts")
+    label: str = setting(
+        "label", Column(),
+        doc="the label column: one of labels, a score (regression), the index of the right "
+            "choice (multiple_choice) or the answers (span_qa)")
+    group: str | None = setting(
+        None, Column(optional=True),
+        doc="ranking only: the column whose equal values form one candidate list")
+    header: bool = setting(
+        True, _Header(),
+        doc="whether the file's first line names its columns; false (tsv and csv only): "
+            "columns are named by position from 0")
+    labels: tuple[str, ...] | None = setting(
+        None, _Labels(),
+        doc="the label set in index order (YAML [0, 1] means the file's \"0\" and \"1\"); null "
+            "or []: none (regression, multiple_choice, span_qa)")
+    primary_metric: str = setting(
+        "accuracy", OneOf("metric", known_metrics),
+        doc="the metric the task is judged by (the epoch summary's; a study's `primary` "
+            "objective), one of metrics; unset: the preset's, else the type's usual one if in "
+            "metrics, else the first of metrics")
+    metrics: tuple[str, ...] = setting(
+        ("accuracy",), _Metrics(),
+        doc="the dev metrics reported, a name or a list; unset: the preset's, else "
+            "primary_metric if the type reports it, else the type's default ones")
+    dropout: float = setting(0.1, _Dropout(),
+                             doc="the dropout rate in the task's head, in [0, 1)")
+    head: str = setting(
+        "linear", OneOf("answer module", _answer_modules),
+        doc="the answer module: linear, or san (classification only: MT-DNN's stochastic answer "
+            "network)")
+    choices: tuple[str, ...] | None = setting(
+        None, _Choices(),
+        doc="multiple_choice only: the columns of the choices, at least two, all different")
+    max_seq_len: int | None = setting(
+        None, Number(integer=True, low=8, high=8192, optional=True),
+        doc="this task's token limit, for its training and dev examples; null: the run's "
+            "max_seq_len and eval_max_seq_len")
+    # BERT's SQuAD settings, which the MT-DNN SQuAD paper used.
+    doc_stride: int | None = setting(
+        None, _TypeOption("doc_stride"),
+        doc="span_qa only: tokens between the starts of a context's windows, an integer >= 1; "
+            "null: 128")
+    max_query_len: int | None = setting(
+        None, _TypeOption("max_query_len"),
+        doc="span_qa only: the question's tokens kept, an integer >= 1; null: 64")
+    max_answer_len: int | None = setting(
+        None, _TypeOption("max_answer_len"),
+        doc="span_qa only: the longest answer span, in tokens, an integer >= 1; null: 30")
+    n_best: int | None = setting(
+        None, _TypeOption("n_best"),
+        doc="span_qa only: the best starts and ends kept per window, an integer >= 1; null: 20")
+    # A ladder of sizes of one task: one preset, several names, one cap each.
+    max_train_examples: int | None = setting(
+        None, Number(integer=True, low=1, optional=True), since="0.2.0", omit_when=AT_DEFAULT,
+        doc="this task's cap on training examples, picked by the run's subsample; null: the "
+            "run's max_train_examples or train_fraction")
+    # E.g. full dev sets for the central task, short ones for auxiliaries.
+    max_eval_examples: int | None = setting(
+        None, Number(integer=True, low=1, optional=True), since="0.2.0", omit_when=AT_DEFAULT,
+        doc="this task's cap on each dev split's examples, the first ones; null: the run's "
+            "max_eval_examples")
 
     @property
     def num_labels(self) -> int:

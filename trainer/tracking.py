@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from weightsearch.core.errors import ConfigError
-from weightsearch.core.fields import unknown_keys
+from weightsearch.core.fields import setting, unknown_keys
 
 EXTRA = "pip install 'weightsearch[tracking]'"
 TENSORBOARD_DIR = "tensorboard"
@@ -51,10 +51,18 @@ MLFLOW_SCHEMES = ("file", "http", "https", "sqlite", "postgresql", "mysql", "mss
 
 @dataclass(frozen=True)
 class TrackingSettings:
-    tensorboard: bool = False
-    mlflow: str | None = None  # a tracking URI: file:///path, sqlite:///mlflow.db, http://host
-    mlflow_experiment: str = "weightsearch"
-    mlflow_parent: str | None = None  # the name of the parent run (a study's name)
+    tensorboard: bool = setting(
+        False, doc="write TensorBoard event files to output_dir/tensorboard/: true, false "
+                   "(needs the tracking extra)")
+    mlflow: str | None = setting(
+        None, doc="log to MLflow: a tracking URI (file:///path/to/mlruns, sqlite:///mlflow.db, "
+                  "http://host:5000) or a folder (a file store); null: no MLflow")
+    mlflow_experiment: str = setting("weightsearch",
+                                     doc="the MLflow experiment the run is logged in")
+    mlflow_parent: str | None = setting(
+        None, since="0.2.0",
+        doc="nest the MLflow run under the parent run of this name in the same experiment, "
+            "found or created (a study sets its own name); null: no parent")
 
     @property
     def enabled(self) -> bool:

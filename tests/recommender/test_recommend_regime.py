@@ -299,3 +299,36 @@ def test_a_clipping_is_read_as_the_evidence_spells_it() -> None:
     assert recommend_from(points, 3000, clipping="clip1.0").regime["clipping"] == "clip1"
     with pytest.raises(ConfigError, match="a norm of 0 is noclip"):
         recommend_from(points, 3000, clipping="clip0")
+
+
+def test_the_published_clipping_pattern_accepts_exactly_what_the_recommender_does():
+    """The HTTP schema's pattern and `normalize_clipping` agree, so a client that follows the
+    schema is never refused (a schema-valid value such as `uclip58e6-E` once answered 400)."""
+    import re
+
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from weightsearch.core.errors import ConfigError
+    from weightsearch.recommender.recommend import CLIPPING_PATTERN, normalize_clipping
+
+    pattern = re.compile(CLIPPING_PATTERN)
+
+    def accepted(value: str) -> bool:
+        try:
+            normalize_clipping(value)
+        except ConfigError:
+            return False
+        return True
+
+    for value in ("clip1", "uclip0.5", "clip.5", "clip5.", "noclip", "clip2E+5", "clip1e-99",
+                  "clip0", "clip0.0", "uclip58e6-E", "clip1e999", "clip-1", "clip0e5", "uclip"):
+        assert bool(pattern.match(value)) == accepted(value), value
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.from_regex(CLIPPING_PATTERN, fullmatch=True).filter(lambda v: len(v) <= 40)
+           | st.from_regex(r"u?clip[0-9.eE+-]{0,8}", fullmatch=True))
+    def agree(value: str) -> None:
+        assert bool(pattern.match(value)) == accepted(value), value
+
+    agree()

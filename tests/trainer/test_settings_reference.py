@@ -12,13 +12,15 @@ import pytest
 import yaml
 
 from tests.helpers import ROOT
-from weightsearch.core.fields import DOC, Choice, Flag, Number, Text, since
+from weightsearch.core.fields import DOC, Choice, Flag, Number, Text, drop_unrecorded, since
 from weightsearch.trainer.config import RunConfig, load_config
 from weightsearch.trainer.distill_settings import DistillSettings
 from weightsearch.trainer.finetune_settings import FinetuneSettings
+from weightsearch.trainer.mixture import MixtureSettings
 from weightsearch.trainer.optim_settings import AdamaxSettings
 from weightsearch.trainer.resume import RESUME_FREE, resume_settings
 from weightsearch.trainer.smart import AdversarialSettings
+from weightsearch.trainer.tasks import TaskSpec
 from weightsearch.trainer.tracking import TrackingSettings
 
 SCRIPT = ROOT / "scripts" / "settings_reference.py"
@@ -57,8 +59,9 @@ def test_check_exits_1_with_one_line_when_the_page_is_stale(tmp_path, monkeypatc
         "docs/settings.md is stale: run `python scripts/settings_reference.py`"]
 
 
-@pytest.mark.parametrize("cls", [RunConfig, AdamaxSettings, FinetuneSettings, DistillSettings],
-                         ids=lambda c: c.__name__)
+@pytest.mark.parametrize("cls", [RunConfig, AdamaxSettings, FinetuneSettings, DistillSettings,
+                                 TaskSpec, AdversarialSettings, MixtureSettings,
+                                 TrackingSettings], ids=lambda c: c.__name__)
 def test_every_setting_says_what_it_is_in_one_line(cls):
     for f in dataclasses.fields(cls):
         doc = f.metadata.get(DOC, "")
@@ -128,3 +131,31 @@ def test_since_says_which_settings_the_first_release_recorded():
     assert {f.name for f in dataclasses.fields(RunConfig)} - first == \
         {"grad_clip_mode", "attention_dropout", "batches", "checkpoints", "stop_on_divergence",
          "recompute_activations"}
+
+
+def test_since_says_which_task_and_smart_settings_the_first_release_recorded():
+    """Release 0.1.0's run config records every task setting and SMART setting of that
+    release (SMART off); the rest appeared later."""
+    release = yaml.safe_load(RELEASE_CONFIG.read_text())
+    for cls, recorded in ((TaskSpec, release["tasks"][0]),
+                          (AdversarialSettings, release["adversarial"])):
+        first = {f.name for f in dataclasses.fields(cls) if since(f) == "0.1.0"}
+        assert set(recorded) == first, cls.__name__
+    later = {f"{cls.__name__}.{f.name}" for cls in (TaskSpec, AdversarialSettings,
+                                                     MixtureSettings, TrackingSettings)
+             for f in dataclasses.fields(cls) if since(f) != "0.1.0"}
+    assert later == {"TaskSpec.max_train_examples", "TaskSpec.max_eval_examples",
+                     "AdversarialSettings.project", "MixtureSettings.gate",
+                     "MixtureSettings.residual", "TrackingSettings.mlflow_parent"}
+
+
+def test_the_declarations_leave_out_what_a_record_leaves_out(sample_data_dir):
+    """A task without caps of its own, and SMART while off, record what 0.1.0 recorded."""
+    assert "project" not in drop_unrecorded(AdversarialSettings(),
+                                            dataclasses.asdict(AdversarialSettings()))
+    on = AdversarialSettings(enabled=True)
+    assert drop_unrecorded(on, dataclasses.asdict(on))["project"] is False
+    cfg = load_config({"data_dir": str(sample_data_dir), "tasks": [
+        "rte", {"preset": "mrpc", "max_train_examples": 8, "max_eval_examples": 4}]})
+    for task, recorded in zip(cfg.tasks, cfg.to_dict()["tasks"], strict=True):
+        assert set(drop_unrecorded(task, dataclasses.asdict(task))) == set(recorded)
