@@ -68,7 +68,7 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
 
 def variant_config(sets: list[str]) -> tuple[dict[str, Any], list[str], str | None]:
     """(base config, the run-config overrides, the weight-decay form) of one variant."""
-    from weightsearch.trainer.presets import RUN_PRESETS
+    from weightsearch.trainer.config.presets import RUN_PRESETS
 
     # Truncation, the trainer's default when the rows of BENCHMARKS.md section 11 were taken,
     # keeps `base` comparable with them; a preset brings its own.

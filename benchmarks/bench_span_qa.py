@@ -33,9 +33,9 @@ def plain(args: argparse.Namespace) -> dict:
     import torch
     from transformers import AutoModelForQuestionAnswering, AutoTokenizer
 
+    from weightsearch.trainer.data.readers import read_table
     from weightsearch.trainer.encoders import default_encoder_path
     from weightsearch.trainer.memory import peak_memory
-    from weightsearch.trainer.readers import read_table
 
     path = default_encoder_path()
     tok = AutoTokenizer.from_pretrained(path)

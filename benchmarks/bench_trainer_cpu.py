@@ -39,9 +39,9 @@ def plain_loop(data_dir: str, tasks: list[str], n_examples: int, batch_size: int
     import torch
     from transformers import AutoModel, AutoTokenizer
 
+    from weightsearch.trainer.data.readers import resolve_path
     from weightsearch.trainer.metrics import compute_metrics
     from weightsearch.trainer.optim import linear_warmup_decay
-    from weightsearch.trainer.readers import resolve_path
     from weightsearch.trainer.task_rows import read_task_file
     from weightsearch.trainer.tasks import TASK_PRESETS
 

@@ -157,7 +157,7 @@ def _line_offset(path: Path) -> int:
 def _read(path: Path):
     """The file as a table of text cells, with every required column and a row at least."""
     from weightsearch.studies.tables import read_frame
-    from weightsearch.trainer.readers import bom_note
+    from weightsearch.trainer.data.readers import bom_note
 
     df = read_frame(path, as_text=True)
     missing = [c for c in REQUIRED if c not in df.columns]

@@ -74,8 +74,8 @@ def count_rows(path: str | Path) -> int:
 
 def count_preset_rows(spec, data_dir: str | Path) -> int:
     """Training examples of a task preset's train file (rows; questions of a SQuAD file), read
-    as the trainer reads it, through `weightsearch.trainer.readers` (numpy only): the task types'
-    heads would import torch, seconds of start-up for a count."""
-    from weightsearch.trainer.readers import count_examples, resolve_path
+    as the trainer reads it, through `weightsearch.trainer.data.readers` (numpy only): the task
+    types' heads would import torch, seconds of start-up for a count."""
+    from weightsearch.trainer.data.readers import count_examples, resolve_path
 
     return count_examples(spec, resolve_path(data_dir, spec.train_file))

@@ -70,7 +70,7 @@ def as_launched(stored: Mapping[str, Any]) -> dict[str, Any]:
     default written out, so that its remaining cells train as its first ones did: before
     format 4, over-long training examples were truncated. (A stored file without `version` is
     format 1.)"""
-    from weightsearch.trainer.presets import expand_preset
+    from weightsearch.trainer.config.presets import expand_preset
 
     out = dict(stored)
     train = out.get("train")

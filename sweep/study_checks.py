@@ -60,7 +60,7 @@ from weightsearch.sweep.study_file import (
     StudyFile,
     StudySpec,
 )
-from weightsearch.trainer.config_paths import anchor_paths, writable_folder_problem
+from weightsearch.trainer.config.paths import anchor_paths, writable_folder_problem
 from weightsearch.trainer.weighting import has_central_weight
 
 
@@ -497,7 +497,7 @@ def _parse_objective(raw: Any, train: Mapping[str, Any], central: tuple[str, ...
                            "{stage: finetuned, metric: primary}") or {}
     stage = values.setdefault("stage", "multitask")
     if stage == "finetuned":
-        from weightsearch.trainer.presets import expand_preset
+        from weightsearch.trainer.config.presets import expand_preset
 
         finetune = expand_preset(train, []).get("finetune")  # a preset may turn it on
         tasks = finetune.get("tasks", "central") if isinstance(finetune, Mapping) else None

@@ -256,7 +256,7 @@ def _task_data(cfg: Any, sizes: Mapping[str, int]) -> dict[str, Any]:
     """Tokenized-looking training sets (only the `length` column batching reads)."""
     import datasets
 
-    from weightsearch.trainer.data import TaskData
+    from weightsearch.trainer.task_data import TaskData
 
     return {name: TaskData(spec=cfg.task(name), evals={}, truncated={},
                            train=datasets.Dataset.from_dict(
@@ -265,7 +265,7 @@ def _task_data(cfg: Any, sizes: Mapping[str, int]) -> dict[str, Any]:
 
 
 def test_a_new_sampler_is_one_module_and_a_registration(blocks, sample_data_dir: Path) -> None:
-    from weightsearch.trainer.data import batch_plan
+    from weightsearch.trainer.task_data import batch_plan
 
     raw = {"data_dir": str(sample_data_dir), "tasks": ["rte", "mrpc", "stsb"],
            "central_task": "rte", "batch_size": 4,

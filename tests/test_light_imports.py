@@ -66,8 +66,8 @@ def test_a_study_driver_sizes_every_task_type_without_torch():
 
     # The same rows as the heads' own parse (which loads torch) gives.
     from weightsearch.trainer.config import load_config
+    from weightsearch.trainer.data.readers import read_task_table, resolve_path
     from weightsearch.trainer.heads import head_class
-    from weightsearch.trainer.readers import read_task_table, resolve_path
     from weightsearch.trainer.task_rows import train_subset
 
     cfg = load_config(ROOT / "examples/run-qa-mix-sample.yaml")

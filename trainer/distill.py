@@ -33,14 +33,14 @@ from weightsearch.core.errors import ConfigError
 from weightsearch.core.yamlio import read_yaml_file
 from weightsearch.trainer.checkpoint import CHECKPOINTS, latest_checkpoint, no_weights_problem
 from weightsearch.trainer.config import RunConfig, load_config
-from weightsearch.trainer.finetune_settings import FINETUNE_DIR
+from weightsearch.trainer.config.finetune_settings import FINETUNE_DIR
 from weightsearch.trainer.task_types import TASK_TYPES
 
 if TYPE_CHECKING:
     import torch
 
-    from weightsearch.trainer.data import TaskData
     from weightsearch.trainer.device import Runtime
+    from weightsearch.trainer.task_data import TaskData
 
 SOFT_TARGETS_DIR = "soft-targets"
 
@@ -271,9 +271,9 @@ def _predict(cfg: RunConfig, weights: Path, task: str, data: TaskData, tokenizer
     import torch
     from safetensors.torch import load_file
 
-    from weightsearch.trainer.data import eval_batches
     from weightsearch.trainer.encoders import resolve_encoder, resolve_pooling
     from weightsearch.trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.task_data import eval_batches
 
     path = os.path.expanduser(resolve_encoder(cfg.encoder))
     model = MTDNN(load_encoder(path, cfg.seed), cfg.tasks, resolve_pooling(cfg.pooling, path),

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from weightsearch.trainer.finetune_settings import FINETUNE_DIR
+from weightsearch.trainer.config.finetune_settings import FINETUNE_DIR
 from weightsearch.trainer.results import RunResult
 from weightsearch.trainer.task_types import TASK_TYPES
 from weightsearch.trainer.weighting import EqualSettings

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from weightsearch.trainer.optim_settings import HEAD_INIT_STD
+from weightsearch.trainer.config.optim_settings import HEAD_INIT_STD
 
 
 def init_head_weights(model: nn.Module, scheme: str, std: float = HEAD_INIT_STD) -> int:

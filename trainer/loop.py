@@ -37,8 +37,7 @@ from weightsearch.trainer.checkpoint import (
 )
 from weightsearch.trainer.clipping import clip_gradient, clip_summary, reading_fields, step_readings
 from weightsearch.trainer.config import DEFAULT_ENCODER, RunConfig
-from weightsearch.trainer.config_paths import writable_folder_problem
-from weightsearch.trainer.data import TaskData, batch_plan, eval_batches, token_limits
+from weightsearch.trainer.config.paths import writable_folder_problem
 from weightsearch.trainer.device import Runtime, select_runtime
 from weightsearch.trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
 from weightsearch.trainer.heads import EvalSplit, head_class
@@ -57,6 +56,7 @@ from weightsearch.trainer.resume import (
 from weightsearch.trainer.run_data import load_data
 from weightsearch.trainer.sampling import build_sampler
 from weightsearch.trainer.smart import smart_loss
+from weightsearch.trainer.task_data import TaskData, batch_plan, eval_batches, token_limits
 from weightsearch.trainer.tracking import Tracker, open_tracker, run_params
 from weightsearch.trainer.weighting import Scheme, build_scheme
 

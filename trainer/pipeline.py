@@ -24,9 +24,9 @@ from tqdm.auto import tqdm
 from weightsearch.core.errors import ConfigError
 from weightsearch.trainer.checkpoint import CHECKPOINTS, finish_checkpoints
 from weightsearch.trainer.config import RunConfig, load_config
+from weightsearch.trainer.config.finetune_settings import FINETUNE_DIR
 from weightsearch.trainer.distill import soft_targets
 from weightsearch.trainer.finetune import read_result, stage_config
-from weightsearch.trainer.finetune_settings import FINETUNE_DIR
 from weightsearch.trainer.loop import METRICS, RESULT, Report, holds_run, set_up, train_stage
 from weightsearch.trainer.memory import reset_peak
 from weightsearch.trainer.results import RunResult

@@ -22,7 +22,7 @@ from typing import Any
 
 from weightsearch.core.fields import resume_free_keys
 from weightsearch.trainer.config import OVERLONG, RunConfig
-from weightsearch.trainer.readers import resolve_path
+from weightsearch.trainer.data.readers import resolve_path
 
 BY_CONTENT = "compared by content"  # a weight source's place in the settings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from weightsearch.trainer.config import RunConfig
-from weightsearch.trainer.data import TaskData, load_task_data
+from weightsearch.trainer.task_data import TaskData, load_task_data
 from weightsearch.trainer.task_rows import train_subset
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from weightsearch.trainer.config import RunConfig, load_config
-from weightsearch.trainer.readers import Table, TaskRows, read_task_table, resolve_path
+from weightsearch.trainer.data.readers import Table, TaskRows, read_task_table, resolve_path
 from weightsearch.trainer.task_types import task_type
 from weightsearch.trainer.tasks import TaskSpec
 

@@ -11,8 +11,8 @@ that type may say: its metrics, its own settings and their defaults, and the ans
 Adding a task type is one head module (the built-in ones are under `trainer/heads/`) plus one
 `register_task_type(TaskType(...))` call (the built-in ones are below). Its entry may name a
 `parser` that reads the type's rows without torch (the built-in ones are
-`weightsearch.trainer.readers`' `pair_rows` and `weightsearch.trainer.parsing`'s); without one, a
-study's driver loads the head module to count training rows. `TASK_TYPES` is a
+`weightsearch.trainer.data.readers`' `pair_rows` and `weightsearch.trainer.data.parsing`'s); without
+one, a study's driver loads the head module to count training rows. `TASK_TYPES` is a
 read-only view of the registry, so it always shows the registered types; `NAMES` is rebound on
 every change, so read it as `task_types.NAMES` (or use `TASK_TYPES`) where a later registration
 matters.
@@ -115,7 +115,7 @@ def unregister_task_type(name: str) -> None:
     NAMES = tuple(_REGISTRY)
 
 
-_PAIRS = "weightsearch.trainer.readers:pair_rows"  # sentences and sentence pairs
+_PAIRS = "weightsearch.trainer.data.readers:pair_rows"  # sentences and sentence pairs
 _HEADS = "weightsearch.trainer.heads"
 for _builtin in (
     TaskType("classification", f"{_HEADS}.classification", "classes", _CLASS_METRICS,
@@ -129,7 +129,7 @@ for _builtin in (
              required_columns=MappingProxyType({
                  "group": "group: question (equal values form one candidate list)"})),
     TaskType("multiple_choice", f"{_HEADS}.multiple_choice", "choice", ("accuracy",),
-             ("accuracy",), "accuracy", parser="weightsearch.trainer.parsing:choice_rows",
+             ("accuracy",), "accuracy", parser="weightsearch.trainer.data.parsing:choice_rows",
              required_columns=MappingProxyType({
                  "choices": "choices: [ending0, ending1, ending2, ending3]"})),
     TaskType("span_qa", f"{_HEADS}.span_qa", "answers", _SQUAD_METRICS,
@@ -143,7 +143,7 @@ for _builtin in (
                  "n_best": (20, positive_int),  # start/end candidates per window
              }),
              formats=("squad", "jsonl", "parquet"),
-             parser="weightsearch.trainer.parsing:span_qa_rows",
+             parser="weightsearch.trainer.data.parsing:span_qa_rows",
              required_columns=MappingProxyType({"text_b": "text_b: context"})),
 ):
     register_task_type(_builtin)

@@ -102,7 +102,7 @@ def test_cli_counts_a_data_file(tmp_path, capsys):
 
 
 def test_cli_counts_a_preset_task(capsys):
-    pytest.importorskip("weightsearch.trainer.data")
+    pytest.importorskip("weightsearch.trainer.task_data")
     assert main(["recommend", "--task", "rte", "--data-dir", str(SAMPLE),
                  "--storage", "sqlite:///" + str(SAMPLE / "absent.db"), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -119,7 +119,7 @@ def test_run_configs_and_study_files_anchor_an_encoder_folder_alike(
 
 
 def test_a_model_id_is_not_a_path(tmp_path, monkeypatch):
-    from weightsearch.trainer.config_paths import anchor_paths
+    from weightsearch.trainer.config.paths import anchor_paths
 
     monkeypatch.chdir(tmp_path)
     assert anchor_paths({"encoder": "org/model"}, tmp_path)["encoder"] == "org/model"

@@ -10,9 +10,15 @@ import numpy as np
 import pytest
 import torch
 
-from weightsearch.trainer import data
-from weightsearch.trainer.data import TaskData, batch_plan, collate, eval_batches, load_task_data
+from weightsearch.trainer import task_data as data
 from weightsearch.trainer.encoders import load_tokenizer
+from weightsearch.trainer.task_data import (
+    TaskData,
+    batch_plan,
+    collate,
+    eval_batches,
+    load_task_data,
+)
 from weightsearch.trainer.tasks import TASK_PRESETS, TaskSpec
 
 

@@ -51,8 +51,8 @@ def test_distillation_loss_is_the_mean_of_hard_and_soft(sample_data_dir, tiny_en
 
 @pytest.mark.slow
 def test_builder_averages_the_teachers(sample_data_dir, tiny_encoder, tmp_path, teachers):
-    from weightsearch.trainer.data import collate
     from weightsearch.trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.task_data import collate
 
     student = run_config(sample_data_dir, tiny_encoder, tmp_path / "student", epochs=1,
                          cache_dir=str(tmp_path / "cache" / "tokenized"),

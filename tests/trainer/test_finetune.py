@@ -112,10 +112,10 @@ def test_resume_inside_finetuning_equals_an_uninterrupted_run(
 def test_smart_term_is_zero_without_perturbation_and_positive_with_it(
     sample_data_dir, tiny_encoder
 ):
-    from weightsearch.trainer.data import collate, load_task_data
     from weightsearch.trainer.encoders import load_tokenizer
     from weightsearch.trainer.model import MTDNN, load_encoder
     from weightsearch.trainer.smart import AdversarialSettings, smart_loss
+    from weightsearch.trainer.task_data import collate, load_task_data
 
     cfg = run_config(sample_data_dir, tiny_encoder, "unused")
     tokenizer = load_tokenizer(tiny_encoder)
@@ -140,10 +140,10 @@ def test_smart_is_the_reference_codes_perturbation(sample_data_dir, tiny_encoder
     nothing projected, and the symmetric KL between the clean and adversarial outputs."""
     import torch.nn.functional as F
 
-    from weightsearch.trainer.data import collate, load_task_data
     from weightsearch.trainer.encoders import load_tokenizer
     from weightsearch.trainer.model import MTDNN, load_encoder
     from weightsearch.trainer.smart import AdversarialSettings, smart_loss
+    from weightsearch.trainer.task_data import collate, load_task_data
 
     cfg = run_config(sample_data_dir, tiny_encoder, "unused")
     tokenizer = load_tokenizer(tiny_encoder)
@@ -362,10 +362,10 @@ def test_a_run_removes_no_finetune_folder_it_did_not_make(sample_data_dir, tiny_
 def test_smart_works_on_a_compiled_encoder(sample_data_dir, tiny_encoder):
     """A compiled encoder ignores hooks added after it compiled; SMART's perturbed passes run
     the encoder's own module, so the term is the uncompiled one."""
-    from weightsearch.trainer.data import collate, load_task_data
     from weightsearch.trainer.encoders import load_tokenizer
     from weightsearch.trainer.model import MTDNN, load_encoder
     from weightsearch.trainer.smart import AdversarialSettings, smart_loss
+    from weightsearch.trainer.task_data import collate, load_task_data
 
     cfg = run_config(sample_data_dir, tiny_encoder, "unused")
     tokenizer = load_tokenizer(tiny_encoder)

@@ -101,9 +101,9 @@ def test_the_mix_trains_scores_and_resumes_exactly(sample_data_dir, tiny_encoder
 @pytest.mark.parametrize("task", ["squad2", "swag"])
 def test_span_qa_and_multiple_choice_heads_fit_a_batch(tiny_encoder, task):
     """Through the real data layer and model: a head that can learn fits eight examples."""
-    from weightsearch.trainer.data import load_task_data
     from weightsearch.trainer.encoders import load_tokenizer
     from weightsearch.trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.task_data import load_task_data
     from weightsearch.trainer.tasks import parse_tasks
 
     problems: list[str] = []

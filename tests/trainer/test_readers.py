@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from weightsearch.core.errors import DataError
-from weightsearch.trainer.readers import resolve_path
+from weightsearch.trainer.data.readers import resolve_path
 from weightsearch.trainer.task_rows import read_task_file
 from weightsearch.trainer.tasks import TASK_PRESETS, TaskSpec
 

@@ -170,8 +170,8 @@ def test_biases_and_layernorm_are_exempt_from_decay(sample_data_dir, tiny_encode
 
 
 def _rte_lengths(sample_data_dir, tiny_encoder, **options):
-    from weightsearch.trainer.data import load_task_data
     from weightsearch.trainer.encoders import load_tokenizer
+    from weightsearch.trainer.task_data import load_task_data
     from weightsearch.trainer.tasks import TASK_PRESETS
 
     tok = load_tokenizer(tiny_encoder)
@@ -326,8 +326,8 @@ def test_damaged_checkpoint_is_reported_and_an_older_one_used(sample_data_dir, t
 
 
 def test_damaged_tokenized_cache_is_rebuilt(sample_data_dir, tiny_encoder, tmp_path, capsys):
-    from weightsearch.trainer.data import load_task_data
     from weightsearch.trainer.encoders import load_tokenizer
+    from weightsearch.trainer.task_data import load_task_data
     from weightsearch.trainer.tasks import TASK_PRESETS
 
     tok = load_tokenizer(tiny_encoder)
@@ -367,7 +367,7 @@ def test_output_dir_that_is_a_file_is_refused(sample_data_dir, tiny_encoder, tmp
 
 def test_random_subsets_are_seeded_stable_and_independent_of_the_run_seed(sample_data_dir):
     from weightsearch.trainer import load_config, task_sizes
-    from weightsearch.trainer.readers import resolve_path
+    from weightsearch.trainer.data.readers import resolve_path
     from weightsearch.trainer.task_rows import Subset, read_task_file
     from weightsearch.trainer.tasks import TASK_PRESETS
 
@@ -388,7 +388,7 @@ def test_random_subsets_are_seeded_stable_and_independent_of_the_run_seed(sample
 def test_nested_subsets_are_a_ladder_and_random_ones_are_unchanged(sample_data_dir):
     import numpy as np
 
-    from weightsearch.trainer.readers import resolve_path
+    from weightsearch.trainer.data.readers import resolve_path
     from weightsearch.trainer.task_rows import Subset, read_task_file
     from weightsearch.trainer.tasks import TASK_PRESETS
 
@@ -409,7 +409,7 @@ def test_nested_subsets_are_a_ladder_and_random_ones_are_unchanged(sample_data_d
 
 def test_rows_of_every_shape_take_nested_subsets():
     """Multiple-choice and span-QA rows (ColumnRows) draw a ladder like text pairs do."""
-    from weightsearch.trainer.readers import ColumnRows
+    from weightsearch.trainer.data.readers import ColumnRows
     from weightsearch.trainer.task_rows import Subset
 
     rows = ColumnRows(None, {"question": [f"q{i}" for i in range(100)], "id": list(range(100))})
@@ -460,7 +460,7 @@ def test_a_task_dev_cap_of_its_own_wins(sample_data_dir, tiny_encoder, tmp_path)
 def test_ranking_subsets_keep_lists_whole():
     import numpy as np
 
-    from weightsearch.trainer.readers import TaskRows
+    from weightsearch.trainer.data.readers import TaskRows
 
     groups = np.repeat(np.arange(20), 3)
     rows = TaskRows(None, [f"q{i}" for i in range(60)], [f"c{i}" for i in range(60)],
@@ -511,8 +511,8 @@ def test_radam_is_liu_et_al_s_rectified_adam():
 
     import torch
 
+    from weightsearch.trainer.config.optim_settings import OPTIMIZERS
     from weightsearch.trainer.optim import build_optimizer
-    from weightsearch.trainer.optim_settings import OPTIMIZERS
 
     assert "radam" in OPTIMIZERS
     lr, b1, b2, eps = 0.1, 0.9, 0.999, 1e-8

@@ -14,10 +14,10 @@ import yaml
 from tests.helpers import ROOT
 from weightsearch.core.fields import DOC, Choice, Flag, Number, Text, drop_unrecorded, since
 from weightsearch.trainer.config import RunConfig, load_config
-from weightsearch.trainer.distill_settings import DistillSettings
-from weightsearch.trainer.finetune_settings import FinetuneSettings
+from weightsearch.trainer.config.distill_settings import DistillSettings
+from weightsearch.trainer.config.finetune_settings import FinetuneSettings
+from weightsearch.trainer.config.optim_settings import AdamaxSettings
 from weightsearch.trainer.mixture import MixtureSettings
-from weightsearch.trainer.optim_settings import AdamaxSettings
 from weightsearch.trainer.resume import RESUME_FREE, resume_settings
 from weightsearch.trainer.smart import AdversarialSettings
 from weightsearch.trainer.tasks import TaskSpec

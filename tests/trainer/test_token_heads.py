@@ -184,7 +184,7 @@ def _write_swag(path: Path, rows: list[list[str]]) -> Path:
 
 
 def test_multiple_choice_rows_and_batches(tmp_path, tokenizer):
-    from weightsearch.trainer.data import load_task_data
+    from weightsearch.trainer.task_data import load_task_data
 
     _write_swag(tmp_path / "train.csv", [
         ["v1", "A man sits.", "He", "stands up.", "eats.", "sleeps.", "runs away fast.", "3"],

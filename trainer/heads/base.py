@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from weightsearch.core.errors import ConfigError, DataError
+from weightsearch.trainer.data.readers import Table, TaskRows, pair_rows
 from weightsearch.trainer.metrics import compute_metrics
-from weightsearch.trainer.readers import Table, TaskRows, pair_rows
 from weightsearch.trainer.tasks import TaskSpec
 
 

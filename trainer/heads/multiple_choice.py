@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from weightsearch.trainer.data.parsing import choice_rows
+from weightsearch.trainer.data.readers import ColumnRows, Table
 from weightsearch.trainer.heads.base import (
     Encoded,
     Features,
@@ -27,8 +29,6 @@ from weightsearch.trainer.heads.base import (
     refuse_soft_targets,
     symmetric_kl,
 )
-from weightsearch.trainer.parsing import choice_rows
-from weightsearch.trainer.readers import ColumnRows, Table
 from weightsearch.trainer.tasks import TaskSpec
 
 

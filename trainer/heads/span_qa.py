@@ -42,6 +42,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from weightsearch.core.errors import DataError
+from weightsearch.trainer.data.parsing import span_qa_rows
+from weightsearch.trainer.data.readers import ColumnRows, Table
 from weightsearch.trainer.heads.base import (
     Encoded,
     EvalSplit,
@@ -51,8 +53,6 @@ from weightsearch.trainer.heads.base import (
     refuse_soft_targets,
     symmetric_kl,
 )
-from weightsearch.trainer.parsing import span_qa_rows
-from weightsearch.trainer.readers import ColumnRows, Table
 from weightsearch.trainer.tasks import TaskSpec
 
 _NO_SPAN = np.float32(1e9)  # null odds of a question with no valid span: surely "no answer"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from weightsearch.core.fields import Choice, Number, check_section, setting
-from weightsearch.trainer.optim_settings import OPTIMIZERS
+from weightsearch.trainer.config.optim_settings import OPTIMIZERS
 from weightsearch.trainer.smart import AdversarialSettings, parse_adversarial
 from weightsearch.trainer.task_types import TASK_TYPES
 from weightsearch.trainer.tasks import preset_key

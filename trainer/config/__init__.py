@@ -36,12 +36,21 @@ from weightsearch.trainer.clipping import (
     GRAD_CLIP_MODES,
     grad_clip_problems,
 )
-from weightsearch.trainer.config_paths import absolute, anchor_paths
-from weightsearch.trainer.distill_settings import DistillSettings, parse_distill
-from weightsearch.trainer.finetune_settings import HEAD_CHOICES, FinetuneSettings, parse_finetune
+from weightsearch.trainer.config.distill_settings import DistillSettings, parse_distill
+from weightsearch.trainer.config.finetune_settings import (
+    HEAD_CHOICES,
+    FinetuneSettings,
+    parse_finetune,
+)
+from weightsearch.trainer.config.optim_settings import (
+    HEAD_INITS,
+    OPTIMIZERS,
+    AdamaxSettings,
+    parse_adamax,
+)
+from weightsearch.trainer.config.paths import absolute, anchor_paths
+from weightsearch.trainer.config.presets import expand_preset
 from weightsearch.trainer.mixture import MixtureSettings, parse_mixture
-from weightsearch.trainer.optim_settings import HEAD_INITS, OPTIMIZERS, AdamaxSettings, parse_adamax
-from weightsearch.trainer.presets import expand_preset
 from weightsearch.trainer.sampling import ShuffleSettings, parse_sampling
 from weightsearch.trainer.smart import AdversarialSettings, parse_adversarial
 from weightsearch.trainer.tasks import TaskSpec, parse_tasks, preset_key

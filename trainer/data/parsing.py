@@ -1,14 +1,14 @@
 """Reading a task file's table into checked rows, for the task types whose rows are not
 sentence pairs: multiple choice and span QA. Without torch, so that a study's driver counts and
-checks every task's training rows without loading the trainer (`weightsearch.trainer.task_rows`);
-the heads' `parse` is these functions."""
+checks every task's training rows without loading the trainer
+(`weightsearch.trainer.task_rows`); the heads' `parse` is these functions."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from weightsearch.core.errors import DataError
-from weightsearch.trainer.readers import ColumnRows, Table, texts
+from weightsearch.trainer.data.readers import ColumnRows, Table, texts
 from weightsearch.trainer.tasks import TaskSpec
 
 
