@@ -350,6 +350,7 @@ def check_request(train_size, task_type: str | None) -> tuple[int, str | None]:
 _NORM = r"([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)([eE][+-]?[0-9]{1,2})?"
 CLIPPING_PATTERN = rf"^(noclip|u?clip{_NORM})$"
 _CLIPPING = re.compile(CLIPPING_PATTERN)
+_ZERO_NORM = re.compile(r"^u?clip(0+(\.0*)?|\.0+)([eE][+-]?[0-9]+)?$")  # a norm of 0: noclip
 
 
 def normalize_clipping(clipping: str | None) -> str | None:
@@ -360,7 +361,11 @@ def normalize_clipping(clipping: str | None) -> str | None:
     fix = ("clipping must be clip<norm> (the weighted gradient clipped, as the reference does; "
            "clip1 by default), uclip<norm> (the unweighted gradient clipped) or noclip, got "
            f"{clipping!r}")
-    if not isinstance(clipping, str) or len(clipping) > 40 or not _CLIPPING.match(clipping):
+    if not isinstance(clipping, str) or len(clipping) > 40:
+        raise ConfigError([fix])
+    if _ZERO_NORM.match(clipping):
+        raise ConfigError([fix + "; a norm of 0 is noclip"])
+    if not _CLIPPING.match(clipping):
         raise ConfigError([fix])
     if clipping == "noclip":
         return clipping
