@@ -80,7 +80,12 @@ def default_cache_dir() -> str:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One MT-DNN training run. Defaults follow MT-DNN (Liu et al. 2019), which SIWLM reused."""
+    """One MT-DNN training run. The optimisation defaults are MT-DNN's (Liu et al. 2019), which
+    SIWLM reused: Adamax, lr 5e-5, batch 32, 5 epochs, 10% warm-up, gradient clipping at 1.0.
+    Other defaults depart from the reference code, each with the option that restores it
+    (docs/departures.md): the encoder, 128 tokens, the pooling, PyTorch's head
+    initialisation, torch's Adamax, no weight decay, bf16 where the hardware has it, and
+    length-bucketed, reshuffled batches. The `siwlm-paper` preset restores most of them."""
 
     # Central task first, then the auxiliaries in config order.
     tasks: tuple[TaskSpec, ...] = setting(
