@@ -27,6 +27,10 @@ SAMPLE = ROOT / "data" / "glue_sample"
 QA_SAMPLE = ROOT / "data" / "qa_sample"
 SHARED_GLUE = ROOT.parent / "shared" / "data" / "glue"
 EXAMPLES = ROOT / "examples"
+# Each installed package and its folder in the repository (weightsearch/<folder> links to it).
+PACKAGE_FOLDERS = {"weightsearch": "weightsearch", "weightsearch.trainer": "trainer",
+                   "weightsearch.studies": "studies", "weightsearch.recommender": "recommender",
+                   "weightsearch.sweep": "sweep", "weightsearch.service": "service"}
 TABLE2 = ROOT / "recommender" / "data" / "siwlm_table2.csv"
 CHECK_SIWLM_STEPS = ROOT / "scripts" / "check_siwlm_steps.py"
 

@@ -13,13 +13,9 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from tests.helpers import ROOT, TABLE2
+from tests.helpers import PACKAGE_FOLDERS, ROOT, TABLE2
 
-# Each installed package and its folder in the repository (weightsearch/<name> links to it).
-FOLDERS = {"weightsearch": "weightsearch", "weightsearch.trainer": "trainer",
-           "weightsearch.studies": "studies", "weightsearch.recommender": "recommender",
-           "weightsearch.sweep": "sweep", "weightsearch.service": "service"}
-PACKAGES = tuple(FOLDERS)
+PACKAGES = tuple(PACKAGE_FOLDERS)
 EXTRA_ONLY = ("ray", "fastapi", "uvicorn", "psycopg", "matplotlib", "tensorboard", "mlflow")
 TORCH = os.environ.get("TORCH_SPEC", "torch==2.13.0")  # as scripts/test.sh installs it
 
@@ -33,7 +29,7 @@ def test_core_requirements_leave_out_the_extras():
                                                       "all"}
     package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-data"]
-    for package, folder in FOLDERS.items():  # PEP 561: type checkers read the packages' hints
+    for package, folder in PACKAGE_FOLDERS.items():  # PEP 561: type checkers read their hints
         assert "py.typed" in package_data[package] and (ROOT / folder / "py.typed").is_file()
 
 
@@ -43,7 +39,7 @@ def _source_copy(folder: Path) -> Path:
     src.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, src / name)
-    for folder in FOLDERS.values():  # the links in weightsearch/ stay links
+    for folder in PACKAGE_FOLDERS.values():  # the links in weightsearch/ stay links
         shutil.copytree(ROOT / folder, src / folder, symlinks=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return src
@@ -77,7 +73,7 @@ def test_a_fresh_core_install_trains_recommends_inspects_and_names_missing_extra
     assert done.returncode == 0 and done.stdout.split() == [], done.stdout + done.stderr
     # One import name: the folders install under `weightsearch.`, never as `trainer` and so on.
     names = ("import importlib.util as u; "
-             f"print(' '.join(m for m in {tuple(FOLDERS.values())!r} if u.find_spec(m)))")
+             f"print(' '.join(m for m in {tuple(PACKAGE_FOLDERS.values())!r} if u.find_spec(m)))")
     assert _run([python, "-c", names], tmp_path).stdout.split() == ["weightsearch"]
     done = _run([python, "-c", "from weightsearch.trainer import train; print(train.__module__)"],
                 tmp_path)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import ast
 
-from tests.helpers import ROOT
+from tests.helpers import PACKAGE_FOLDERS, ROOT
 
-PACKAGES = ("weightsearch", "trainer", "studies", "recommender", "sweep", "service")
+PACKAGES = tuple(PACKAGE_FOLDERS.values())
 MAX_FUNCTION_LINES = 80
 
 

@@ -295,12 +295,9 @@ class RunConfig:
 
 def _task_dict(task: TaskSpec) -> dict[str, Any]:
     """A task as the tasks list takes it; a task without caps of its own reads (and digests)
-    as before tasks could have them."""
+    as before tasks could have them (the caps' `omit_when`)."""
     out = {**dataclasses.asdict(task), "dev_files": dict(task.dev_files)}
-    for key in ("max_train_examples", "max_eval_examples"):
-        if out[key] is None:
-            del out[key]
-    return out
+    return drop_unrecorded(task, out)
 
 
 def _plain(value: Any) -> Any:
