@@ -153,7 +153,7 @@ def set_up(cfg: RunConfig, resume: bool = False, stage: str = "multitask",
                       fixed=cfg.batches == "fixed")
         for e in range(1, cfg.epochs + 1)
     }
-    scheduler = build_scheduler(optimizer, sum(len(p) for p in plans.values()), cfg.warmup)
+    scheduler = build_scheduler(optimizer, sum(len(p) for p in plans.values()), cfg)
     return StageRun(cfg, stage, out, started, runtime, ckpt, held, tokenizer.pad_token_id or 0,
                     data, soft, sources, scheme, model, optimizer, scheduler, plans)
 

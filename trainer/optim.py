@@ -1,5 +1,10 @@
 """Optimizer and learning-rate schedule (MT-DNN: Adamax, linear warm-up then linear decay).
 
+Two schedules (`schedule`): `linear` rises over the warm-up and then falls from the peak to 0,
+as the current MT-DNN code and `transformers` decay it; `warmup_linear` is the one the SIWLM
+code's optimizers compute (pytorch-pretrained-bert 0.6.0's `warmup_linear`, see
+`warmup_linear`).
+
 `weight_decay` is decoupled from the gradient for both optimizers (AdamW, and AdamaxW below):
 each update first shrinks the weights by `lr * weight_decay`, then takes the adaptive step.
 Biases and LayerNorm weights are exempt. This is what the reference MT-DNN code does; an L2
@@ -130,6 +135,30 @@ def linear_warmup_decay(step: int, total: int, warmup_steps: int) -> float:
     return max(0.0, (total - step) / remaining)
 
 
+def warmup_linear(progress: float, warmup: float) -> float:
+    """pytorch-pretrained-bert 0.6.0's `warmup_linear`, which the SIWLM code's optimizers call
+    with `progress` = their step count / the total: progress / warmup during the warm-up, then
+    1 - progress, not rescaled, so the rate falls from the peak to 1 - warmup of it where the
+    warm-up ends."""
+    if progress < warmup:
+        return progress / warmup
+    return 1.0 - progress
+
+
+# The step count the SIWLM code's optimizers hand `warmup_linear`, at the update numbered from
+# 0: its Adamax and BERT's Adam (the code's `adam`) read it before counting the update (so the
+# first update runs at rate 0), its RAdam after.
+WARMUP_LINEAR_COUNT_FROM = {"adamax": 0, "adamw": 0, "radam": 1}
+
+
+def schedule_factor(schedule: str, optimizer: str, step: int, total: int,
+                    warmup: float) -> float:
+    """The learning-rate multiplier of update `step` (from 0) of `total`."""
+    if schedule == "warmup_linear":
+        return warmup_linear((step + WARMUP_LINEAR_COUNT_FROM[optimizer]) / total, warmup)
+    return linear_warmup_decay(step, total, round(total * warmup))
+
+
 def decay_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """(decayed, exempt) trainable parameters: biases and LayerNorm weights are exempt."""
     decay, no_decay = [], []
@@ -153,13 +182,14 @@ def build_optimizer(
                   *({**g, "weight_decay": 0.0} for g in extra)]
         # foreach kernels batch the per-parameter updates; fused AdamW is faster still on CUDA.
         if device.type == "cuda":
-            return torch.optim.AdamW(groups, lr=cfg.lr, fused=True)
-        return torch.optim.AdamW(groups, lr=cfg.lr, foreach=True)
+            return torch.optim.AdamW(groups, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
+        return torch.optim.AdamW(groups, lr=cfg.lr, eps=cfg.adam_eps, foreach=True)
     if cfg.optimizer == "radam":  # rectified Adam; weight decay decoupled, as in AdamW
         groups = [{"params": decay, "weight_decay": cfg.weight_decay},
                   {"params": no_decay, "weight_decay": 0.0},
                   *({**g, "weight_decay": 0.0} for g in extra)]
-        return torch.optim.RAdam(groups, lr=cfg.lr, decoupled_weight_decay=True, foreach=True)
+        return torch.optim.RAdam(groups, lr=cfg.lr, eps=cfg.adam_eps,
+                                 decoupled_weight_decay=True, foreach=True)
     groups = [{"params": decay, "decoupled_weight_decay": cfg.weight_decay},
               {"params": no_decay, "decoupled_weight_decay": 0.0},
               *({**g, "decoupled_weight_decay": 0.0} for g in extra)]
@@ -167,8 +197,9 @@ def build_optimizer(
                    bias_correction=cfg.adamax.bias_correction, foreach=True)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, warmup: float):
-    warmup_steps = round(total_steps * warmup)
+def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, cfg: RunConfig):
+    """The run's schedule (`cfg.schedule`) over `total_steps` updates."""
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: linear_warmup_decay(step, total_steps, warmup_steps)
+        optimizer, lambda step: schedule_factor(cfg.schedule, cfg.optimizer, step, total_steps,
+                                                cfg.warmup)
     )

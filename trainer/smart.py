@@ -6,8 +6,9 @@ position and segment embeddings after their LayerNorm) moves a little. With x th
 (padding positions zeroed) and f the head's output:
 
   1. start from Gaussian noise of sd `noise` (padding zeroed): d0;
-  2. g = the gradient, with respect to d0, of the divergence between f(x + d0) and the clean
-     output (its gradient is that of KL(clean || perturbed));
+  2. g = the gradient, with respect to d0, of the divergence the reference ascends from
+     f(x + d0) to the clean output (`Head.ascent_divergence`): its `stable_kl` for class
+     distributions (classification, multiple choice), the squared error for scores;
   3. the adversarial input is x + step_size * g / (max|g| + 1e-6), the maximum taken over each
      token's vector; the initial noise is not kept, and nothing is projected;
   4. the term is `weight` times the head's symmetric divergence between the clean and the
@@ -18,8 +19,9 @@ The perturbed passes run in fp32 whatever the run's precision: a perturbation of
 bf16's resolution, so under bf16 the term would measure rounding. The loop adds the term to the
 weighted task loss unweighted, as the reference adds `adv_alpha * adv_loss` after the task
 weight. `project: true` is the SMART paper's own projected step instead (keep d0, step, clip
-into the box of half-width `epsilon`). Defaults are the reference's: noise 1e-5, step size 1e-3,
-weight 1, one step.
+into the box of half-width `epsilon`); `ascent: kl` climbs KL(clean || perturbed) instead of
+`stable_kl` (the gradient of the symmetric KL with the clean side constant), as this trainer did
+before. Defaults are the reference's: noise 1e-5, step size 1e-3, weight 1, one step.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from weightsearch.core.fields import Flag, Number, check_section, setting
+from weightsearch.core.fields import Choice, Flag, Number, check_section, setting
 
 if TYPE_CHECKING:  # torch stays out of config parsing, which imports the settings above
     import torch
 
     from weightsearch.trainer.model import MTDNN
+
+
+ASCENTS = ("stable_kl", "kl")
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,13 @@ class AdversarialSettings:
         False, Flag(), since="0.2.0", omit_when=lambda adversarial: not adversarial.enabled,
         doc="true: the SMART paper's projected step (keep the initial noise, clip into the box "
             "of half-width epsilon); false: the reference code's unprojected step")
+    # Left out while SMART is off, as `project`; a run begun before it ascended KL and is refused
+    # unless it says `ascent: kl`.
+    ascent: str = setting(
+        "stable_kl", Choice(ASCENTS), since="0.2.0",
+        omit_when=lambda adversarial: not adversarial.enabled,
+        doc="what the ascent step climbs for class distributions: stable_kl (the reference "
+            "code's) or kl (KL(clean || perturbed), this trainer's earlier ascent)")
     epsilon: float = setting(
         1e-5, Number(integer=False, low=0),
         doc="with project: true, the half-width of the box the perturbation is clipped into")
@@ -100,7 +112,9 @@ def smart_loss(
         embed = model.embedding_output(batch).float() * mask
         noise = (torch.randn_like(embed) * settings.noise * mask).requires_grad_()
         perturbed = model(task, batch, embedding_output=embed.detach() + noise)
-        divergence = head.smoothness(perturbed.float(), clean.detach().float())
+        divergence = (head.smoothness(perturbed.float(), clean.detach().float())
+                      if settings.ascent == "kl"
+                      else head.ascent_divergence(perturbed.float(), clean.detach().float()))
         (grad,) = torch.autograd.grad(divergence, noise)
         direction = grad / (grad.abs().amax(dim=-1, keepdim=True) + NORM_EPS)
         step = settings.step_size * direction

@@ -125,6 +125,34 @@ def test_uncertainty_batch_loss_and_its_gradients_by_hand():
     assert scheme.log_variances() == pytest.approx({"rte": math.log(2), "mrpc": 0, "stsb": -1})
 
 
+def test_uncertainty_libmtl_variant_restates_libmtls_uw():
+    """LibMTL's UW (LibMTL/weighting/UW.py) for one task's batch: loss_scale s starts at -0.5 and
+    the batch contributes L / (2 exp(s)) + s / 2, classification and regression alike."""
+    problems: list[str] = []
+    settings = parse_weighting({"scheme": "uncertainty", "variant": "libmtl"}, problems)
+    assert problems == [] and settings.variant == "libmtl"
+    scheme = build_scheme(settings, TASKS, "rte")
+    (s,) = scheme.setup(TYPES, torch.device("cpu"))[0]["params"]
+    assert s.tolist() == [-0.5, -0.5, -0.5]
+    assert [scheme.weight(t, 1, 0) for t in TASKS] == pytest.approx([math.exp(0.5) / 2] * 3)
+    for task, index in (("rte", 0), ("stsb", 2)):
+        s.grad = None
+        loss = 2.0
+        total = scheme.weighted_loss(task, torch.tensor(loss), scheme.weight(task, 1, 0))
+        total.backward()
+        libmtl = loss / (2 * math.exp(-0.5)) + -0.5 / 2
+        assert total.item() == pytest.approx(libmtl, rel=1e-6)
+        # d/ds of L / (2 e^s) + s / 2 is -L / (2 e^s) + 1/2
+        grad = [0.0, 0.0, 0.0]
+        grad[index] = -loss / (2 * math.exp(-0.5)) + 0.5
+        assert s.grad.tolist() == pytest.approx(grad, rel=1e-6)
+    default = parse_weighting({"scheme": "uncertainty"}, problems)
+    assert default.variant == "kendall"
+    bad: list[str] = []
+    parse_weighting({"scheme": "uncertainty", "variant": "LibMTL2"}, bad)
+    assert len(bad) == 1 and "variant" in bad[0] and "kendall" in bad[0]
+
+
 def test_uncertainty_parameters_train_with_the_model_without_decay(sample_data_dir: Path):
     cfg = load_config({"data_dir": str(sample_data_dir), "tasks": list(TASKS),
                        "weighting": {"scheme": "uncertainty", "lr": 0.1},

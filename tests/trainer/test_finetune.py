@@ -3,6 +3,7 @@ starting from an earlier run's weights, and the siwlm-paper preset."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -135,9 +136,11 @@ def test_smart_term_is_zero_without_perturbation_and_positive_with_it(
 
 def test_smart_is_the_reference_codes_perturbation(sample_data_dir, tiny_encoder):
     """Re-stated from the reference's SmartPerturbation (one step): noise on the embedding
-    layer's output (padding zeroed), the gradient of KL(clean || perturbed) with respect to it,
-    the adversarial input x + eta * g / (max|g| + 1e-6) per token with the noise dropped and
-    nothing projected, and the symmetric KL between the clean and adversarial outputs."""
+    layer's output (padding zeroed), the gradient with respect to it of the reference's
+    stable_kl(perturbed, clean) (mt_dnn/loss.py: 2 sum p (r(p) - r(y)) / batch, r(q) =
+    -log(1 / (q + 1e-6) - 1 + 1e-6) held constant), the adversarial input
+    x + eta * g / (max|g| + 1e-6) per token with the noise dropped and nothing projected, and
+    the symmetric KL between the clean and adversarial outputs."""
     import torch.nn.functional as F
 
     from weightsearch.trainer.encoders import load_tokenizer
@@ -161,8 +164,11 @@ def test_smart_is_the_reference_codes_perturbation(sample_data_dir, tiny_encoder
                                  token_type_ids=batch["token_type_ids"]) * mask
     d0 = (torch.randn_like(x) * 1e-3 * mask).requires_grad_()
     perturbed = model("rte", batch, embedding_output=x.detach() + d0)
-    kl = F.kl_div(F.log_softmax(perturbed, -1), F.softmax(clean, -1), reduction="batchmean")
-    (g,) = torch.autograd.grad(kl, d0)
+    p_adv, y = F.softmax(perturbed, -1), F.softmax(clean, -1)
+    r_p = -(1.0 / (p_adv + 1e-6) - 1 + 1e-6).detach().log()
+    r_y = -(1.0 / (y + 1e-6) - 1 + 1e-6).detach().log()
+    ascended = (p_adv * (r_p - r_y) * 2).sum() / p_adv.shape[0]
+    (g,) = torch.autograd.grad(ascended, d0, retain_graph=True)
     x_adv = (x + 1e-2 * g / (g.abs().max(dim=-1, keepdim=True).values + 1e-6)).detach()
     adv = model("rte", batch, embedding_output=x_adv)
     p, q = F.log_softmax(clean, -1), F.log_softmax(adv, -1)
@@ -171,6 +177,19 @@ def test_smart_is_the_reference_codes_perturbation(sample_data_dir, tiny_encoder
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-9)
     assert (x_adv - x).abs().max() <= 1e-2 + 1e-9  # a step of eta, not a box of epsilon
     assert (x_adv - x).abs().max() > 1e-3  # and no clipping to the noise scale either
+    # KL(clean || perturbed), which the ascent took before, points elsewhere: another term.
+    kl = F.kl_div(F.log_softmax(perturbed, -1), y, reduction="batchmean")
+    (g_kl,) = torch.autograd.grad(kl, d0)
+    x_kl = (x + 1e-2 * g_kl / (g_kl.abs().max(dim=-1, keepdim=True).values + 1e-6)).detach()
+    assert not torch.allclose(x_kl, x_adv, rtol=0, atol=1e-4)
+    # ... which `ascent: kl` keeps as an option.
+    torch.manual_seed(5)
+    as_kl = smart_loss(model, "rte", batch, clean, dataclasses.replace(settings, ascent="kl"))
+    adv_kl = model("rte", batch, embedding_output=x_kl)
+    q_kl = F.log_softmax(adv_kl, -1)
+    torch.testing.assert_close(as_kl, F.kl_div(p, q_kl, log_target=True, reduction="batchmean")
+                               + F.kl_div(q_kl, p, log_target=True, reduction="batchmean"),
+                               rtol=1e-4, atol=1e-9)
     # Under bf16 autocast the perturbed passes still run in fp32: the same term.
     torch.manual_seed(5)
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -521,7 +521,7 @@ def test_radam_is_liu_et_al_s_rectified_adam():
     model.weight = torch.nn.Parameter(param.detach().clone().view(1, 1))
 
     class Cfg:
-        optimizer, weight_decay = "radam", 0.0
+        optimizer, weight_decay, adam_eps = "radam", 0.0, 1e-8
 
     Cfg.lr = lr
     opt = build_optimizer(model, Cfg, torch.device("cpu"))

@@ -38,9 +38,10 @@ EXPECTED_RESUME_FREE = {"output_dir", "device", "num_threads", "cache_dir", "log
 # The settings a record leaves out at their default (tracking: while off), so that configs and
 # digests of runs made before them read the same.
 OMITTED_AT_DEFAULT = {"grad_clip_mode", "attention_dropout", "batches", "recompute_activations",
-                      "tracking"}
+                      "tracking", "schedule", "adam_eps"}
 AWAY_FROM_DEFAULT = {"grad_clip_mode": "unweighted", "attention_dropout": 0.0,
                      "batches": "fixed", "recompute_activations": True,
+                     "schedule": "warmup_linear", "adam_eps": 1e-6,
                      "tracking": TrackingSettings(tensorboard=True)}
 
 
@@ -130,7 +131,7 @@ def test_since_says_which_settings_the_first_release_recorded():
     assert recorded == first - {"tracking"}
     assert {f.name for f in dataclasses.fields(RunConfig)} - first == \
         {"grad_clip_mode", "attention_dropout", "batches", "checkpoints", "stop_on_divergence",
-         "recompute_activations"}
+         "recompute_activations", "schedule", "adam_eps"}
 
 
 def test_since_says_which_task_and_smart_settings_the_first_release_recorded():
@@ -145,7 +146,8 @@ def test_since_says_which_task_and_smart_settings_the_first_release_recorded():
                                                      MixtureSettings, TrackingSettings)
              for f in dataclasses.fields(cls) if since(f) != "0.1.0"}
     assert later == {"TaskSpec.max_train_examples", "TaskSpec.max_eval_examples",
-                     "AdversarialSettings.project", "MixtureSettings.gate",
+                     "AdversarialSettings.project", "AdversarialSettings.ascent",
+                     "MixtureSettings.gate",
                      "MixtureSettings.residual", "TrackingSettings.mlflow_parent"}
 
 
@@ -155,6 +157,9 @@ def test_the_declarations_leave_out_what_a_record_leaves_out(sample_data_dir):
                                             dataclasses.asdict(AdversarialSettings()))
     on = AdversarialSettings(enabled=True)
     assert drop_unrecorded(on, dataclasses.asdict(on))["project"] is False
+    assert drop_unrecorded(on, dataclasses.asdict(on))["ascent"] == "stable_kl"
+    assert "ascent" not in drop_unrecorded(AdversarialSettings(),
+                                           dataclasses.asdict(AdversarialSettings()))
     cfg = load_config({"data_dir": str(sample_data_dir), "tasks": [
         "rte", {"preset": "mrpc", "max_train_examples": 8, "max_eval_examples": 4}]})
     for task, recorded in zip(cfg.tasks, cfg.to_dict()["tasks"], strict=True):

@@ -45,7 +45,9 @@ from weightsearch.trainer.config.finetune_settings import (
 from weightsearch.trainer.config.optim_settings import (
     HEAD_INITS,
     OPTIMIZERS,
+    SCHEDULES,
     AdamaxSettings,
+    Eps,
     parse_adamax,
 )
 from weightsearch.trainer.config.paths import absolute, anchor_paths
@@ -84,8 +86,9 @@ class RunConfig:
     SIWLM reused: Adamax, lr 5e-5, batch 32, 5 epochs, 10% warm-up, gradient clipping at 1.0.
     Other defaults depart from the reference code, each with the option that restores it
     (docs/departures.md): the encoder, 128 tokens, the pooling, PyTorch's head
-    initialisation, torch's Adamax, no weight decay, bf16 where the hardware has it, and
-    length-bucketed, reshuffled batches. The `siwlm-paper` preset restores most of them."""
+    initialisation, torch's Adamax and Adam eps, no weight decay, the linear schedule of the
+    current MT-DNN code, bf16 where the hardware has it, and length-bucketed, reshuffled
+    batches. The `siwlm-paper` preset restores all but the encoder."""
 
     # Central task first, then the auxiliaries in config order.
     tasks: tuple[TaskSpec, ...] = setting(
@@ -115,6 +118,17 @@ class RunConfig:
             "fine-tuning scripts")
     warmup: float = setting(0.1, Number(integer=False, low=0, high=1),
                             doc="the fraction of all updates with a linear warm-up")
+    # linear: the current MT-DNN code's and transformers' decay from the peak; warmup_linear:
+    # the SIWLM code's (trainer/optim.py `warmup_linear`), whose decay starts below the peak.
+    schedule: str = setting(
+        "linear", Choice(SCHEDULES), since="0.2.0", omit_when=AT_DEFAULT,
+        doc="the learning-rate schedule: linear: warm-up to the peak, then down to 0 from it; "
+            "warmup_linear: the SIWLM code's, 1 - progress after the warm-up (the rate falls "
+            "to 1 - warmup of the peak where the warm-up ends)")
+    adam_eps: float = setting(
+        1e-8, Eps(), since="0.2.0", omit_when=AT_DEFAULT,
+        doc="eps of adamw and radam: 1e-8 as torch; 1e-6 as the SIWLM code's RAdam "
+            "(--adam_eps)")
     grad_clip: float = setting(1.0, Number(integer=False, low=0),
                                doc="the gradient-norm limit of every update; 0: no clipping")
     # What grad_clip bounds (trainer/clipping.py): the weighted gradient, as the reference
@@ -188,13 +202,16 @@ class RunConfig:
             "AMX CPUs), else fp32")
     cache_dir: str = setting(factory=default_cache_dir, resume_free=True,
                              doc="the tokenized-data cache")
-    length_bucketing: bool = setting(
-        True, Flag(), doc="batches of similar-length examples within each task: far less "
-                          "padding")
+    # null resolves when the config is read (`parse_config`), so a run records the choice.
+    length_bucketing: bool | None = setting(
+        None, Flag(optional=True),
+        doc="batches of similar-length examples within each task: far less padding; null: on "
+            "with batches: reshuffle, off with batches: fixed")
     batches: str = setting(
         "reshuffle", Choice(BATCHINGS), since="0.2.0", omit_when=AT_DEFAULT,
         doc="how each task's batches are cut: reshuffle: anew every epoch; fixed: once, from "
-            "consecutive rows, reused in one order every epoch (the reference's)")
+            "consecutive rows, reused in one order every epoch (the reference's; with "
+            "length_bucketing: true, once from a length-sorted draw instead)")
     eval_batch_size: int = setting(128, Number(integer=True, low=1),
                                    doc="dev examples per batch")
     num_threads: int | None = setting(
@@ -388,6 +405,8 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
                                        getattr(values.get("adversarial"), "enabled", False)))
     values.update(_places(raw, problems))
     problems.extend(_window_problems(tasks, values.get("max_seq_len", 128)))
+    if values.get("length_bucketing") is None:  # MT-DNN's consecutive batches with fixed
+        values["length_bucketing"] = values.get("batches", "reshuffle") != "fixed"
     if values.get("batches") == "fixed" and getattr(sampling, "epoch_ends_with", None):
         # Fixed batches come in one order every epoch: an epoch ended by another task's last
         # batch would train only the same first batches of the others, every epoch.

@@ -17,12 +17,14 @@ from weightsearch.core.fields import Flag, check_section, is_number, setting
 # MT-DNN's Adamax; AdamW for the usual BERT recipe; RAdam (Liu et al. 2020), which SIWLM's
 # fine-tuning scripts use
 OPTIMIZERS = ("adamax", "adamw", "radam")
+# trainer/optim.py `schedule_factor` computes each
+SCHEDULES = ("linear", "warmup_linear")
 HEAD_INITS = ("default", "normal")
 HEAD_INIT_STD = 0.02  # BERT's initializer_range, what the reference code draws head weights from
 
 
-class _Eps:
-    """Adamax's eps: a number in (0, 1], with the values the reference codes use."""
+class Eps:
+    """An optimizer's eps: a number in (0, 1], with the values the reference codes use."""
 
     def check(self, key: str, value: Any) -> tuple[Any, str | None]:
         if not is_number(value) or not math.isfinite(value) or value <= 0 or value > 1:
@@ -43,7 +45,7 @@ class AdamaxSettings:
     bias_correction: bool = setting(
         True, Flag(), doc="false: no bias correction of the first moment, and eps added to the "
                           "denominator too, as the BERT-style Adamax of SIWLM's code")
-    eps: float = setting(1e-8, _Eps(), doc="Adamax's eps: 1e-8 as torch and MT-DNN, 1e-6 as "
+    eps: float = setting(1e-8, Eps(), doc="Adamax's eps: 1e-8 as torch and MT-DNN, 1e-6 as "
                                            "SIWLM's code")
 
 

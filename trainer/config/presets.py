@@ -17,14 +17,13 @@ from typing import Any
 
 # The SIWLM paper's pipeline as its published code runs it (Son et al. 2021, section 4, on the
 # MT-DNN code base): MT-DNN's multi-task settings (Adamax, lr 5e-5, batch 32, 5 epochs, 10%
-# warm-up, clipping 1.0, decoupled weight decay 0.01 with biases and LayerNorm exempt), BERT's
-# sequence length 512 with over-long training examples dropped and dev examples scored whole,
-# BERT's pooled [CLS] under the heads, fp32, MT-DNN's batches (each task's cut once from
-# consecutive rows, no length bucketing), then the central task fine-tuned from the multi-task
-# encoder with a new linear head (the script's answer_opt 0) and SMART regularisation, as the
-# fine-tuning script runs it: RAdam at 5e-5, batch 32, 5 epochs. Not yet reproduced: that
-# script's RAdam eps (1e-6; torch's 1e-8 runs here) and the SIWLM code's warmup_linear schedule
-# (its rate drops to 0.9 of the peak when the warm-up ends; here the decay starts at the peak).
+# warm-up, clipping 1.0, decoupled weight decay 0.01 with biases and LayerNorm exempt), the
+# code's warmup_linear schedule (pytorch-pretrained-bert 0.6.0's), BERT's sequence length 512
+# with over-long training examples dropped and dev examples scored whole, BERT's pooled [CLS]
+# under the heads, fp32, MT-DNN's batches (each task's cut once from consecutive rows, no
+# length bucketing), then the central task fine-tuned from the multi-task encoder with a new
+# linear head (the script's answer_opt 0) and SMART regularisation, as the fine-tuning script
+# runs it: RAdam at 5e-5 with eps 1e-6 (the code's --adam_eps), batch 32, 5 epochs.
 SIWLM_PAPER: dict[str, Any] = {
     "weighting": {"scheme": "siwlm", "variant": "reference", "focus_span": 20, "off_focus": 0.1},
     "optimizer": "adamax",
@@ -32,11 +31,13 @@ SIWLM_PAPER: dict[str, Any] = {
     "batch_size": 32,
     "epochs": 5,
     "warmup": 0.1,
+    "schedule": "warmup_linear",
     "grad_clip": 1.0,
     "weight_decay": 0.01,
     # SIWLM's copy of the MT-DNN code: BERT-style Adamax (no bias correction, eps 1e-6) and
     # task heads drawn from N(0, 0.02) with zero biases.
     "adamax": {"bias_correction": False, "eps": 1e-6},
+    "adam_eps": 1e-6,  # the fine-tuning stage's RAdam
     "head_init": "normal",
     "max_seq_len": 512,
     "overlong": "drop",
@@ -50,8 +51,8 @@ SIWLM_PAPER: dict[str, Any] = {
     "finetune": {
         "tasks": "central",
         "epochs": 5,
-        # SIWLM's fine-tuning script (scripts/run_mrpc.sh): RAdam at 5e-5 (its eps 1e-6 is not
-        # reproduced yet: torch's 1e-8), global gradient clipping at 1.0, SMART, a linear head.
+        # SIWLM's fine-tuning script (scripts/run_mrpc.sh): RAdam at 5e-5 (eps: adam_eps above),
+        # global gradient clipping at 1.0, SMART, a linear head.
         "optimizer": "radam",
         "lr": 5e-5,
         "batch_size": 32,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from weightsearch.trainer.heads.base import Encoded, Head, symmetric_kl
+from weightsearch.trainer.heads.base import Encoded, Head, stable_kl, symmetric_kl
 from weightsearch.trainer.heads.san import StochasticAnswerNetwork
 from weightsearch.trainer.tasks import TaskSpec
 
@@ -46,6 +46,9 @@ class ClassificationHead(Head):
 
     def smoothness(self, a: Tensor, b: Tensor) -> Tensor:
         return symmetric_kl(a, b)
+
+    def ascent_divergence(self, perturbed: Tensor, clean: Tensor) -> Tensor:
+        return stable_kl(perturbed, clean)
 
 
 HEAD = ClassificationHead

@@ -27,6 +27,7 @@ from weightsearch.trainer.heads.base import (
     list_array,
     pad,
     refuse_soft_targets,
+    stable_kl,
     symmetric_kl,
 )
 from weightsearch.trainer.tasks import TaskSpec
@@ -88,6 +89,9 @@ class MultipleChoiceHead(Head):
 
     def smoothness(self, a: Tensor, b: Tensor) -> Tensor:
         return symmetric_kl(a, b)
+
+    def ascent_divergence(self, perturbed: Tensor, clean: Tensor) -> Tensor:
+        return stable_kl(perturbed, clean)
 
 
 HEAD = MultipleChoiceHead

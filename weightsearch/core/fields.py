@@ -199,16 +199,21 @@ class Choice:
 
 @dataclass(frozen=True)
 class Flag:
+    optional: bool = False  # null allowed too
+
     def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if value is None and self.optional:
+            return None, None
         if not isinstance(value, bool):
-            return None, f"{key}: expected true or false, got {value!r}"
+            nullable = ", or null" if self.optional else ""
+            return None, f"{key}: expected true or false{nullable}, got {value!r}"
         return value, None
 
     def schema(self) -> dict[str, Any]:
-        return {"type": "boolean"}
+        return _nullable({"type": "boolean"}, self.optional)
 
     def describe(self) -> str:
-        return "true, false"
+        return _or_null("true, false", self.optional)
 
 
 @dataclass(frozen=True)
