@@ -313,9 +313,11 @@ def _check_points(train: Mapping[str, Any], tasks: tuple[str, ...], central: tup
     """Validate the template through the trainer at every value of every dimension (the
     others at their first value), for each central task; returns train.epochs."""
     from weightsearch.trainer.config import load_config
+    from weightsearch.trainer.encoders import encoder_problem
 
     space = search.space
     seen: set[str] = set()
+    encoders: set[str] = set()
     epochs = 5
     for c in central or (None,):
         base = {d.path: d.first(c or "") for d in space.dims}
@@ -332,6 +334,7 @@ def _check_points(train: Mapping[str, Any], tasks: tuple[str, ...], central: tup
             try:
                 cfg = load_config(raw)
                 epochs = cfg.epochs
+                encoders.add(cfg.encoder)
             except ConfigError as exc:
                 for p in exc.problems:
                     if p in seen:
@@ -339,6 +342,8 @@ def _check_points(train: Mapping[str, Any], tasks: tuple[str, ...], central: tup
                     seen.add(p)
                     at = "" if i == 0 else f" (at search point {space.label(space.settle(point))})"
                     problems.append(f"train.{p}{at}")
+    # Found here, not as a failed trial inside Ray.
+    problems.extend(f"train.{p}" for p in map(encoder_problem, sorted(encoders)) if p)
     return epochs
 
 

@@ -79,6 +79,21 @@ def train_tiny_run(sample_data_dir, tiny_encoder, out: Path, **extra) -> TinyRun
     return TinyRun(out, cfg, result, reports)
 
 
+def retrain_checkpoint(checkpoint: Path, shift: float = 0.01) -> None:
+    """Other weights of the same shapes in a checkpoint folder, with the digest a run writes
+    beside them: a weight source that changed (not one damaged after its write)."""
+    from safetensors.torch import load_file, save_file
+
+    from weightsearch.trainer.checkpoint import file_digest
+
+    weights = checkpoint / "model.safetensors"
+    save_file({k: v + shift for k, v in load_file(str(weights)).items()}, str(weights),
+              metadata={"format": "pt"})
+    meta = json.loads((checkpoint / "meta.json").read_text())
+    meta.setdefault("digests", {})["model.safetensors"] = file_digest(weights)
+    (checkpoint / "meta.json").write_text(json.dumps(meta))
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 

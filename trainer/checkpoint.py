@@ -15,12 +15,24 @@ finished, `finish_checkpoints` trims them:
 
 A trimmed checkpoint says so in its meta.json (`kept`), so a missing file of a trimmed
 checkpoint is not mistaken for damage, and a finished run resumed again is recognised as done.
+
+meta.json also holds the SHA-256 of the weights and state files (`digests`), written with them:
+a file damaged after it was written (bit rot, a torn page, a copy cut short) is named and the
+previous intact checkpoint used, even where its header still parses.
+
+Nothing in a checkpoint runs code when read. The weights are safetensors; `state.pt` (optimizer,
+scheduler, RNG and scheme state) is read with `torch.load(weights_only=True)`, which builds
+tensors and plain containers only, and only where a run resumes its own training: `init_from`
+and distillation teachers read the weights alone. A state file that needs anything else (a
+crafted pickle) is refused by name.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
+import pickle
 import random
 import shutil
 from collections.abc import Callable
@@ -40,6 +52,7 @@ META = "meta.json"
 WEIGHTS = "model.safetensors"
 STATE = "state.pt"
 FULL, WEIGHTS_ONLY, RECORD = "full", "weights", "record"  # what a checkpoint folder holds
+DIGESTS = "digests"  # meta.json: file name -> SHA-256 of the file as written
 
 
 @dataclass(frozen=True)
@@ -63,10 +76,14 @@ class Checkpoint:
 
 
 def rng_state() -> dict[str, Any]:
+    """Every generator's state, in types a weights-only load reads back (numpy's key array as
+    a tensor)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
     state = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": (name, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                  float(cached)),
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -76,7 +93,8 @@ def rng_state() -> dict[str, Any]:
 def restore_rng(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
@@ -110,7 +128,8 @@ def save_checkpoint(
             },
             tmp / STATE,
         )
-        (tmp / META).write_text(json.dumps({"epoch": epoch, **meta}, indent=1))
+        digests = {name: file_digest(tmp / name) for name in (WEIGHTS, STATE)}
+        (tmp / META).write_text(json.dumps({"epoch": epoch, **meta, DIGESTS: digests}, indent=1))
     except Exception as exc:  # torch and safetensors raise their own types for a failed write
         shutil.rmtree(tmp, ignore_errors=True)
         if out_of_space(exc, root):  # torch says "unexpected pos", not "No space left"
@@ -128,6 +147,36 @@ def save_checkpoint(
 
 
 LOW_SPACE = 64 << 20  # bytes: below this a failed write is taken for a full disk
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 of a file, read in blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# What a numpy array pickles to (numpy 2 names its module numpy._core, numpy 1 numpy.core).
+_NUMPY_ARRAYS = [np.ndarray, np.dtype, type(np.dtype(np.uint32)),
+                 (np._core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),
+                 np._core.multiarray._reconstruct]
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    """A checkpoint's `state.pt`, read without running code: tensors and plain containers only.
+    Numpy's array reconstruction is allowed too, for state files written before the RNG state
+    was stored as tensors. Raises what torch raises for anything else."""
+    with torch.serialization.safe_globals(_NUMPY_ARRAYS):
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            raise _Damaged(f"{path} (holds objects other than tensors and plain data; refused "
+                           "unread, since reading them could run code)") from None
+    if not isinstance(state, dict):
+        raise TypeError(f"holds a {type(state).__name__}, not a mapping")
+    return state
 
 
 def out_of_space(exc: BaseException, folder: Path) -> bool:
@@ -184,16 +233,18 @@ def _drop_older(root: Path, keep: int) -> None:
 
 
 def latest_checkpoint(
-    output_dir: Path, warn: Callable[[str], None] = print
+    output_dir: Path, warn: Callable[[str], None] = print, with_state: bool = True
 ) -> Checkpoint | None:
-    """The newest intact epoch checkpoint; a damaged one is reported and an older one used."""
+    """The newest intact epoch checkpoint; a damaged one is reported and an older one used.
+    `with_state`: also read its optimizer, scheduler and RNG state (a run resuming itself);
+    without it only the weights are checked and nothing else is read."""
     root = output_dir / CHECKPOINTS
     if not root.is_dir():
         return None
     found = sorted((p for p in root.glob("epoch-*") if p.is_dir()), reverse=True)
     for i, path in enumerate(found):
         try:
-            return _read(path)
+            return _read(path, with_state)
         except _Damaged as damage:
             older = "an older checkpoint" if i + 1 < len(found) else "none older is left"
             warn(f"checkpoint {damage}: damaged, skipped ({older})")
@@ -204,9 +255,9 @@ class _Damaged(Exception):
     pass
 
 
-def _read(path: Path) -> Checkpoint:
-    """Read and check every file a checkpoint folder should hold; _Damaged names the file at
-    fault."""
+def _read(path: Path, with_state: bool = True) -> Checkpoint:
+    """Read and check every file a checkpoint folder should hold (the state file only
+    `with_state`); _Damaged names the file at fault."""
     meta_file, weights, state_file = path / META, path / WEIGHTS, path / STATE
     try:
         meta = json.loads(meta_file.read_text())
@@ -218,6 +269,7 @@ def _read(path: Path) -> Checkpoint:
     kept = meta.get("kept", FULL)
     if kept == RECORD:
         return Checkpoint(path=path, epoch=epoch, meta=meta)
+    _check_digest(weights, meta)
     try:
         with safe_open(str(weights), framework="pt") as f:
             # A slice of each tensor checks that its bytes lie inside a possibly truncated file.
@@ -225,16 +277,34 @@ def _read(path: Path) -> Checkpoint:
                 f.get_slice(key)[:0]
     except Exception as exc:  # safetensors raises its own error types for a bad header
         raise _Damaged(f"{weights} ({type(exc).__name__}: {exc})") from None
-    if kept == WEIGHTS_ONLY:
+    if kept == WEIGHTS_ONLY or not with_state:
         return Checkpoint(path=path, epoch=epoch, meta=meta)
+    _check_digest(state_file, meta)
     try:
-        state = torch.load(state_file, map_location="cpu", weights_only=False)
+        state = read_state(state_file)
         missing = {"optimizer", "scheduler", "rng"} - set(state)
         if missing:
             raise KeyError(f"missing {', '.join(sorted(missing))}")
+    except _Damaged:
+        raise
     except Exception as exc:  # torch.load raises many types for truncated or foreign files
         raise _Damaged(f"{state_file} ({type(exc).__name__}: {exc})") from None
     return Checkpoint(path=path, epoch=epoch, meta=meta, state=state)
+
+
+def _check_digest(file: Path, meta: dict[str, Any]) -> None:
+    """The file's bytes against the digest written with it (checkpoints written before digests
+    existed have none: their headers are all that is checked)."""
+    expected = (meta.get(DIGESTS) or {}).get(file.name)
+    if expected is None:
+        return
+    try:
+        found = file_digest(file)
+    except OSError as exc:
+        raise _Damaged(f"{file} ({type(exc).__name__}: {exc})") from None
+    if found != expected:
+        raise _Damaged(f"{file} (its SHA-256 is not the one written with it: changed or "
+                       "damaged since)")
 
 
 def load_checkpoint(
@@ -247,7 +317,7 @@ def load_checkpoint(
     """Restore the model, optimizer, scheduler and RNGs; the checkpoint's state (its `scheme`
     entry, where the weighting scheme saved one, is the loop's to restore)."""
     load_model(model, str(ckpt.weights), device=str(device))
-    state = ckpt.state or torch.load(ckpt.path / STATE, map_location="cpu", weights_only=False)
+    state = ckpt.state or read_state(ckpt.path / STATE)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     restore_rng(state["rng"])
@@ -259,7 +329,7 @@ def initial_weights_file(source: str, warn: Callable[[str], None] = print) -> Pa
     checkpoint folder's, or the file itself."""
     path = Path(source)
     if (path / CHECKPOINTS).is_dir():
-        ckpt = latest_checkpoint(path, warn)
+        ckpt = latest_checkpoint(path, warn, with_state=False)
         if ckpt is None:
             raise ConfigError([f"init_from: {source} holds no intact checkpoint; give another "
                                "run folder or a checkpoint folder"])

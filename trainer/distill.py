@@ -89,10 +89,11 @@ def teacher_source(folder: Path, task: str, where: str) -> TeacherSource:
     """The run and checkpoint with which the teacher run `folder` teaches `task`: its fine-tuning
     run of `task` when that has an intact checkpoint, else its own newest intact checkpoint."""
     tuned = folder / FINETUNE_DIR / task
-    ckpt = latest_checkpoint(tuned, warn=print) if (tuned / CHECKPOINTS).is_dir() else None
+    ckpt = (latest_checkpoint(tuned, warn=print, with_state=False)
+            if (tuned / CHECKPOINTS).is_dir() else None)
     run, stage = (tuned, "finetuned") if ckpt is not None else (folder, "multitask")
     if ckpt is None:
-        ckpt = latest_checkpoint(folder, warn=print)
+        ckpt = latest_checkpoint(folder, warn=print, with_state=False)
     if ckpt is None:
         raise ConfigError([f"{where}: {folder} holds no intact checkpoint; train the teacher "
                            "first or give another run"])

@@ -40,6 +40,34 @@ def resolve_encoder(name_or_path: str | None) -> str:
     return name_or_path
 
 
+def encoder_problem(name_or_path: str | None) -> str | None:
+    """Why `encoder` cannot load on this machine, found without loading it: not installed (the
+    default), a folder without a model config, or a model id that is neither a folder nor in
+    the local HF cache (no hub is reached). None where it can load."""
+    try:
+        path = resolve_encoder(name_or_path)
+    except ConfigError as exc:
+        return exc.problems[0]
+    folder = Path(path).expanduser()
+    if folder.is_dir():
+        if (folder / "config.json").is_file():
+            return None
+        return (f"encoder: {path} holds no config.json; give a folder written by "
+                "save_pretrained (config.json, the weights and the tokenizer files)")
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        cached = try_to_load_from_cache(path, "config.json")
+    except HFValidationError:
+        cached = None
+    if isinstance(cached, str):
+        return None
+    return (f"encoder: {path!r} is neither a local folder nor a model in this machine's "
+            "Hugging Face cache, and no hub is reached from here; give a folder written by "
+            "save_pretrained, or leave encoder out for the bundled all-MiniLM-L6-v2")
+
+
 def load_tokenizer(name_or_path: str) -> PreTrainedTokenizerFast:
     """Load the encoder's fast tokenizer from local files only (no hub on these machines)."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast

@@ -115,6 +115,19 @@ def test_all_problems_at_once(base: dict) -> None:
         assert any(p.startswith(expected) for p in found), (expected, found)
 
 
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"encoder": "bert-base-uncased"}, "train.encoder: 'bert-base-uncased' is neither a local "
+                                       "folder nor a model in this machine's Hugging Face cache"),
+    ({"lr": 1e39}, "train.lr: 1e+39 is beyond what a float32"),
+    ({"batch_size": 2**64}, "train.batch_size: 18446744073709551616 is beyond what a 64-bit"),
+])
+def test_what_would_fail_every_trial_is_refused_up_front(base: dict, change: dict,
+                                                         expected: str) -> None:
+    """Found before Ray starts, not as every trial failing inside it."""
+    found = problems_of({**base, "train": {**base["train"], **change}})
+    assert any(expected in p for p in found), found
+
+
 def test_train_problems_are_prefixed(base: dict) -> None:
     found = problems_of({**base, "train": {**base["train"], "data_dir": "/no/such/dir",
                                             "weighting": {"scheme": "equal"}}})

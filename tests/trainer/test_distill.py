@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from tests.helpers import read_jsonl, run_config
+from tests.helpers import read_jsonl, retrain_checkpoint, run_config
 from weightsearch.cli import main
 from weightsearch.core.errors import ConfigError
 from weightsearch.trainer import train
@@ -298,9 +298,7 @@ def test_resume_notices_changed_teachers_but_not_moved_ones(sample_data_dir, tin
     before = sorted(p.name for p in out.rglob("*"))
     changed = tmp_path / "changed"
     shutil.copytree(teacher, changed)
-    weights = changed / "checkpoints" / "epoch-001" / "model.safetensors"
-    save_file({k: v + 0.01 for k, v in load_file(str(weights)).items()}, str(weights),
-              metadata={"format": "pt"})
+    retrain_checkpoint(changed / "checkpoints" / "epoch-001")
     with pytest.raises(ConfigError, match=r"distill\.teachers\.rte: the soft targets differ"):
         train(student(changed), resume=True, quiet=True)
     assert sorted(p.name for p in out.rglob("*")) == before

@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from tests.helpers import read_jsonl, run_config
+from tests.helpers import read_jsonl, retrain_checkpoint, run_config
 from weightsearch.core.errors import ConfigError
 from weightsearch.trainer import load_config, train
 
@@ -22,13 +22,6 @@ def _weights(folder):
 
 class Killed(Exception):
     pass
-
-
-def _perturb(checkpoint):
-    """Other weights of the same shapes in a checkpoint folder (a source that changed)."""
-    weights = _weights(checkpoint)
-    save_file({k: v + 0.01 for k, v in weights.items()}, str(checkpoint / "model.safetensors"),
-              metadata={"format": "pt"})
 
 
 @pytest.mark.slow
@@ -227,7 +220,7 @@ def test_resume_compares_init_from_by_content_not_by_path(sample_data_dir, tiny_
     # The source's weights changed under the same kind of path: refused, nothing written.
     changed = tmp_path / "changed"
     shutil.copytree(first, changed)
-    _perturb(changed / "checkpoints" / "epoch-001")
+    retrain_checkpoint(changed / "checkpoints" / "epoch-001")
     with pytest.raises(ConfigError, match="init_from: the weights it names are not those"):
         train(run_config(sample_data_dir, tiny_encoder, out, init_from=str(changed)),
               resume=True, quiet=True)

@@ -135,10 +135,16 @@ def _bound(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
+# The largest magnitudes torch's default tensors hold: a number beyond them fails inside a
+# trial instead of here.
+FLOAT32_MAX = 3.4028234663852886e38
+INT64_MAX = 2**63 - 1
+
+
 @dataclass(frozen=True)
 class Number:
-    """An integer or a finite number in [low, high] ((low, high] with `low_open`); None
-    allowed where `optional`."""
+    """An integer or a finite number in [low, high] ((low, high] with `low_open`) that a
+    float32 (an int64) holds; None allowed where `optional`."""
 
     integer: bool
     low: float
@@ -153,6 +159,10 @@ class Number:
         if not ok or not math.isfinite(value):
             kind = "an integer" if self.integer else "a number"
             return None, f"{key}: expected {kind}, got {value!r}"
+        if abs(value) > (INT64_MAX if self.integer else FLOAT32_MAX):
+            what = "a 64-bit integer" if self.integer else "a float32 (about 3.4e38)"
+            return None, (f"{key}: {value!r} is beyond what {what} holds, and the trainer "
+                          f"computes in those; use a value within {self.describe()}")
         below = value <= self.low if self.low_open else value < self.low
         if below or value > self.high:
             low = f"> {self.low:g}" if self.low_open else f">= {self.low:g}"
