@@ -48,6 +48,7 @@ def run_serve(args) -> int:
     from weightsearch.service.app import create_app
     from weightsearch.service.http_limits import LimitedH11Protocol
     from weightsearch.service.request_guard import is_loopback
+    from weightsearch.studies.storage import check_persistent
 
     exposed = not is_loopback(args.host)
     if exposed and not os.environ.get(TOKEN_ENV):
@@ -59,6 +60,9 @@ def run_serve(args) -> int:
     # Bound to loopback (or told which names to answer): other Host names are refused, so a
     # page whose DNS name the attacker re-points at 127.0.0.1 cannot reach the service.
     hosts = args.allow_host if not exposed or args.allow_host else None
+    # Its launches would write into a database each child makes afresh and loses at exit; a
+    # read-only file is served (GETs work; a launch's job says why it cannot write).
+    check_persistent(storage_url(args))
     app = create_app(storage_url(args), token_env=TOKEN_ENV, require_token=exposed, hosts=hosts)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", http=LimitedH11Protocol)
     return 0

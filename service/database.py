@@ -86,11 +86,11 @@ class StudyDatabase:
         try:
             self.studies()
         except Exception as exc:  # keep serving the last good evidence; the log says why
-            from weightsearch.studies.storage import storage_failure
+            from weightsearch.studies.storage import hide_secrets, storage_failure
 
             self._failure = storage_failure(exc, self.url) or exc
             log.warning("refreshing the recommender's evidence from %s failed: %s",
-                        redacted(self.url), self._failure)
+                        redacted(self.url), hide_secrets(str(self._failure), self.url))
         finally:
             self._checked = time.monotonic()
             self._refreshing = False
@@ -106,10 +106,8 @@ def warm_up(database: StudyDatabase) -> None:
 
 
 def redacted(url: str) -> str:
-    """The URL with its password hidden, for /health."""
-    try:
-        from sqlalchemy.engine import make_url
+    """The URL with its password and secret query parameters hidden, for /health: the one
+    redaction every message uses (`weightsearch.studies.storage.shown_url`)."""
+    from weightsearch.studies.storage import shown_url
 
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # a bad URL is reported by /studies; /health must answer anyway
-        return "<invalid URL>"
+    return shown_url(url)

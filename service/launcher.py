@@ -43,8 +43,9 @@ class AlreadyLaunching(Exception):
 
 
 class Launcher:
-    """Runs `program launch|resume ... --storage <storage_url>` as jobs of `jobs`; the study
-    files it launches and the jobs' logs go to `runs`."""
+    """Runs `program launch|resume ...` as jobs of `jobs`, with `storage_url` in the child's
+    environment ($WEIGHTSEARCH_STORAGE), never on its command line; the study files it
+    launches and the jobs' logs go to `runs`."""
 
     def __init__(self, storage_url: str, program: list[str], runs: Path, jobs: JobTable,
                  max_jobs: int = MAX_JOBS) -> None:

@@ -97,9 +97,12 @@ def run_inspect(args) -> int:
 
 def run_import(args) -> int:
     from weightsearch.studies.importer import import_file
+    from weightsearch.studies.storage import check_url, shown_url
 
+    check_url(storage_url(args), write=True)  # not into memory, nor a read-only file
     names = import_file(args.file, args.study, storage_url(args))
-    print(f"imported {len(names)} central task(s) into {storage_url(args)}: {', '.join(names)}")
+    print(f"imported {len(names)} central task(s) into {shown_url(storage_url(args))}: "
+          f"{', '.join(names)}")
     return 0
 
 

@@ -7,7 +7,6 @@ import copy
 import functools
 import logging
 import os
-import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -19,13 +18,87 @@ DEFAULT_STORAGE = "sqlite:///weightsearch.db"
 ENV_STORAGE = "WEIGHTSEARCH_STORAGE"
 
 
-_PASSWORD = re.compile(r"(?<=://)([^:/@\s]*):[^@/\s]*@")
+# Query parameters that carry a secret (libpq's `password`, `sslpassword`, a driver's token or
+# key passphrase): matched by these parts of the name; `passfile` only names a file.
+_SECRET_PARTS = ("pass", "pwd", "secret", "token", "key")
+_NOT_SECRET = frozenset({"passfile"})
+_SENTINEL = "WSHIDDENSECRETWS"  # alphanumeric, so rendering the URL does not quote it
+_UNPARSABLE = "<unparsable URL hidden>"
+
+
+def _secret_param(name: str) -> bool:
+    name = name.lower()
+    return name not in _NOT_SECRET and any(part in name for part in _SECRET_PARTS)
+
+
+def _parsed(url: str):
+    """SQLAlchemy's reading of `url`, None when it cannot read it at all."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url)
+    except Exception:  # ArgumentError, or a ValueError from a bad port
+        return None
 
 
 def shown_url(url: str) -> str:
-    """The URL as printed or stored anywhere (messages, logs, follow-up commands): its password
-    replaced by ***, the rest as given."""
-    return _PASSWORD.sub(r"\1:***@", str(url))
+    """The URL as printed or stored anywhere (messages, logs, follow-up commands, /health): its
+    password and secret query parameters replaced by ***. Parsed as SQLAlchemy parses it, so a
+    password holding '/', '@' or a space is hidden whole; a URL SQLAlchemy cannot parse shows
+    only its scheme."""
+    text = str(url)
+    if text == DEFAULT_STORAGE:  # no secret; spares the help text an import of SQLAlchemy
+        return text
+    parsed = _parsed(text)
+    if parsed is None:
+        scheme, sep, _ = text.partition("://")
+        plain = sep and scheme and scheme.replace("+", "").replace(".", "").replace(
+            "-", "").isalnum() and scheme.isascii()
+        return f"{scheme}://{_UNPARSABLE}" if plain else _UNPARSABLE
+    secret_query = [k for k in parsed.query if _secret_param(k)]
+    # A host holding '@' is the tail of a password that held a raw '@'.
+    odd_host = "@" in (parsed.host or "")
+    if parsed.password is None and not secret_query and not odd_host:
+        return text
+    hidden = parsed.set(
+        password=None if parsed.password is None else _SENTINEL,
+        host=_SENTINEL if odd_host else parsed.host,
+        query={k: (_SENTINEL if k in secret_query else v) for k, v in parsed.query.items()},
+    )
+    return hidden.render_as_string(hide_password=False).replace(_SENTINEL, "***")
+
+
+def url_secrets(url: str) -> list[str]:
+    """The secret values in `url` (its password, secret query parameters), as given and as
+    URL-quoted: what `hide_secrets` removes from free text."""
+    from urllib.parse import quote, quote_plus
+
+    parsed = _parsed(str(url))
+    if parsed is None:  # nothing can be told apart: hide whatever follows the scheme
+        rest = str(url).partition("://")[2]
+        return [rest] if rest else []
+    values = [parsed.password] if parsed.password else []
+    for key, value in parsed.query.items():
+        if _secret_param(key):
+            values += [value] if isinstance(value, str) else list(value)
+    if "@" in (parsed.host or ""):
+        values.append(parsed.host)
+    found = {form for v in values if v for form in (v, quote(v, safe=""), quote_plus(v))}
+    return sorted(found, key=len, reverse=True)  # longest first: no partial replacement
+
+
+def hide_secrets(text: str, url: str | None) -> str:
+    """`text` (a driver's error, a log line) with the URL shown as `shown_url` shows it and every
+    secret of `url` replaced by ***. Secrets shorter than 3 characters are left (replacing every
+    'p' of a message would garble it; a driver never echoes a password anyway)."""
+    text = str(text)
+    if not url:
+        return text
+    text = text.replace(str(url), shown_url(url))
+    for secret in url_secrets(url):
+        if len(secret) >= 3:
+            text = text.replace(secret, "***")
+    return text
 
 
 def default_storage_url() -> str:
@@ -96,35 +169,111 @@ def engine_kwargs(url: str) -> dict:
     return url_dialect(url).engine_kwargs()
 
 
-def check_url(url: str) -> None:
-    """Reject a malformed URL, or a SQLite file in a missing folder, before connecting."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except ArgumentError as exc:
-        raise StorageError(
-            f"storage URL {shown_url(url)!r} is not a SQLAlchemy URL ({exc}); "
-            "use e.g. sqlite:///weightsearch.db or postgresql+psycopg://user@host/db"
-        ) from None
+def check_url(url: str, write: bool = False) -> None:
+    """Reject a malformed URL, or a SQLite file in a missing folder, before connecting.
+    `write` (launch, resume, import): also an in-memory database, whose results would be gone
+    at exit, and a read-only SQLite file, before anything starts."""
     from sqlalchemy.exc import NoSuchModuleError
 
+    parsed = _parsed(url)
+    if parsed is None:  # SQLAlchemy's own message would quote the URL, secret and all
+        raise StorageError(
+            f"storage URL {shown_url(url)!r} is not a SQLAlchemy URL; use e.g. "
+            "sqlite:///weightsearch.db or postgresql+psycopg://user@host/db"
+        )
     try:
         parsed.get_dialect().import_dbapi()
     except (ImportError, NoSuchModuleError) as exc:
         raise StorageError(
             f"storage URL {shown_url(url)!r}: the Python driver for {parsed.drivername!r} is "
-            f"not installed ({exc}); install it into this environment (e.g. `pip install "
-            "pymysql` and a mysql+pymysql:// URL, or `pip install psycopg` for postgresql+psycopg://)"
+            f"not installed ({hide_secrets(str(exc), url)}); install it into this environment "
+            "(e.g. `pip install pymysql` and a mysql+pymysql:// URL, or `pip install psycopg` "
+            "for postgresql+psycopg://)"
         ) from None
-    if dialect(parsed.get_backend_name()).file and parsed.database not in (None, "", ":memory:"):
+    if dialect(parsed.get_backend_name()).file and not in_memory(url):
         folder = Path(os.path.realpath(Path(parsed.database).expanduser())).parent
         if not folder.is_dir():
             raise StorageError(
                 f"storage URL {shown_url(url)!r}: folder {folder} does not exist; create it or "
                 "point --storage at an existing folder"
             )
+    if write:
+        check_writable(url)
+
+
+def in_memory(url: str) -> bool:
+    """Whether `url` is an in-memory SQLite database (`sqlite://`, `sqlite:///:memory:`, a
+    `file::memory:` or `mode=memory` URI): it vanishes when the process exits."""
+    parsed = _parsed(url)
+    if parsed is None or not dialect(parsed.get_backend_name()).file:
+        return False
+    database = parsed.database or ""
+    return (database in ("", ":memory:") or database.startswith("file::memory:")
+            or "mode=memory" in database or parsed.query.get("mode") == "memory")
+
+
+def check_persistent(url: str) -> None:
+    """Refuse an in-memory database where results are written (launch, resume, import, serve):
+    each would report success and lose everything at exit."""
+    if in_memory(url):
+        raise StorageError(
+            f"--storage {shown_url(url)!r} is an in-memory database: it is gone when this "
+            "command exits, and every result with it; give a file, e.g. --storage "
+            "sqlite:///weightsearch.db (or a PostgreSQL URL)"
+        )
+
+
+def check_writable(url: str) -> None:
+    """Refuse a database a command would write to but cannot keep: in memory, or read-only."""
+    check_persistent(url)
+    reason = sqlite_read_only(url)
+    if reason is not None:
+        raise StorageError(
+            f"the database {sqlite_path(url)} is read-only ({reason}); copy it somewhere "
+            "writable and pass --storage sqlite:///<the copy>, or make the file and its folder "
+            "writable for this user (reading commands such as inspect, recommend and export "
+            "work on it as it is)"
+        )
+
+
+def sqlite_read_only(url: str) -> str | None:
+    """Why this process cannot write the SQLite file of `url` (or create it), None when it can
+    (or `url` is no SQLite file). SQLite writes a journal (-journal, or -wal and -shm) beside
+    the file, so its folder must be writable too."""
+    path = sqlite_path(url)
+    if path is None:
+        return None
+    folder = os.path.dirname(os.path.abspath(path))
+    exists = os.path.exists(path)
+    try:
+        mounted_ro = bool(os.statvfs(path if exists else folder).f_flag & os.ST_RDONLY)
+    except OSError:  # a missing folder: check_url names it
+        return None
+    if mounted_ro:
+        return "its file system is mounted read-only"
+    if exists and not os.access(path, os.W_OK):
+        return "this user may not write the file"
+    if not os.access(folder, os.W_OK):
+        return (f"this user may not write its folder {folder}, where SQLite keeps the "
+                "file's journal")
+    return None
+
+
+def _read_only_engine(url: str) -> dict:
+    """Engine options that open the SQLite file of `url` read-only: SQLite's `mode=ro` URI, so
+    that no connection tries to create a journal. A WAL-mode reader also needs the -shm index;
+    where it is missing and cannot be created, `immutable=1` reads the file as it stands
+    (nobody can be writing a file whose folder nobody may write)."""
+    import sqlite3
+    from urllib.parse import quote
+
+    path = os.path.abspath(sqlite_path(url) or "")
+    folder_writable = os.access(os.path.dirname(path), os.W_OK)
+    immutable = not folder_writable and not os.path.exists(path + "-shm")
+    uri = f"file:{quote(path)}?mode=ro" + ("&immutable=1" if immutable else "")
+    # check_same_thread: the service reads from a thread pool, as SQLAlchemy's own file pool does
+    return {"creator": functools.partial(sqlite3.connect, uri, uri=True, timeout=120,
+                                         check_same_thread=False)}
 
 
 def open_storage(url: str | None = None):
@@ -137,13 +286,16 @@ def open_storage(url: str | None = None):
     url = url or default_storage_url()
     check_url(url)
     ours = _new_sqlite_file(url)
+    # A SQLite file this process may not write (a read-only mount, a shared archive) is opened
+    # read-only: reading works, and a write fails naming it instead of "unable to open".
+    read_only = not ours and sqlite_read_only(url) is not None
     try:
         # Optuna creates its tables on first open; without the lock, processes opening a new
         # database together race on it ("table studies already exists").
         with schema_lock(url):
             storage = _resilient_class()(
                 url,
-                engine_kwargs=engine_kwargs(url),
+                engine_kwargs=_read_only_engine(url) if read_only else engine_kwargs(url),
                 # A trial whose process died (SIGKILL, lost node) stops heartbeating; the next
                 # launch or resume finds it and marks it FAIL instead of leaving it RUNNING.
                 heartbeat_interval=60,
@@ -152,7 +304,8 @@ def open_storage(url: str | None = None):
     except ImportError as exc:
         raise StorageError(
             f"cannot open study storage {shown_url(url)!r}: its database driver is not installed "
-            f"({exc}); install it (e.g. pip install pymysql and use mysql+pymysql://), or use "
+            f"({hide_secrets(str(exc), url)}); install it (e.g. pip install pymysql and use "
+            "mysql+pymysql://), or use "
             "sqlite:/// or postgresql+psycopg://"
         ) from None
     except (sqlalchemy.exc.SQLAlchemyError, ValueError) as exc:
@@ -160,11 +313,12 @@ def open_storage(url: str | None = None):
         if failure is not None and "failed (" not in str(failure):  # a kind it names
             raise failure from None
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = hide_secrets(first, url)
         raise StorageError(
             f"cannot open study storage {shown_url(url)!r}: {first}. Check that the database "
             "server is running and the URL (driver, host, port, database name) is right"
         ) from None
-    if dialect(storage.engine.dialect.name).file and (ours or _in_wal(storage)):
+    if dialect(storage.engine.dialect.name).file and not read_only and (ours or _in_wal(storage)):
         # A database file another tool made keeps its journal mode: WAL adds -wal/-shm files
         # beside it and stops older SQLite readers (or network file systems) from opening it.
         _use_sqlite_wal(storage)
@@ -395,7 +549,9 @@ def storage_failure(exc: BaseException, url: str | None,
         return None
     root = next((e for e in reversed(chain) if isinstance(e, sqlite3.Error | OSError)),
                 chain[-1])
-    cause = (str(getattr(root, "orig", None) or root).strip().splitlines() or [""])[0][:200]
+    # Secrets hidden before the cut, which could leave half of one unrecognised.
+    cause = hide_secrets((str(getattr(root, "orig", None) or root).strip().splitlines()
+                          or [""])[0], url)[:200]
     where = f"the study database {shown_url(url)}" if url else "the study database"
     path = sqlite_path(url) if url else None
     if opened and path is not None and not os.path.exists(path):  # SQLite says "readonly"

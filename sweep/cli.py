@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _common(p: argparse.ArgumentParser, default_storage: str) -> None:
     p.add_argument("--storage", metavar="URL", default=None,
                    help=f"SQLAlchemy URL of the study database (default: {default_storage}"
-                   f"$WEIGHTSEARCH_STORAGE or {default_storage_url()})")
+                   f"$WEIGHTSEARCH_STORAGE or {shown_url(default_storage_url())})")
     p.add_argument("--ray-address", metavar="ADDR", default=None,
                    help="join a running Ray cluster (host:port of the head node) instead of "
                    "starting one on this machine")

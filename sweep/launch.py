@@ -41,7 +41,7 @@ def launch(
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     url = storage_url or spec.storage or default_storage_url()
-    check_url(url)
+    check_url(url, write=True)  # in memory or read-only: refused before Ray starts
     if ray_address:
         tuning.check_ray_address(ray_address)
 
@@ -86,6 +86,7 @@ def resume(
 ) -> SweepSummary:
     """Continue study `study_name` with the configuration stored in the database."""
     url = storage_url or default_storage_url()
+    check_url(url, write=True)
     storage = _open(url)
     spec = load_study_spec(study_db.stored_spec(study_name, storage, url))
     return launch(spec, storage_url=url, ray_address=ray_address, progress=progress)
