@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -69,7 +68,7 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
     app.state.jobs = JobTable()
     app.state.launcher = Launcher(
         storage_url, list(command or [sys.executable, "-m", "weightsearch.cli"]),
-        Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "weightsearch-service",
+        Path(log_dir) if log_dir else None,
         app.state.jobs)
     app.add_middleware(RequestGuard, hosts=hosts)
     add_offline_docs(app)

@@ -9,10 +9,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import stat
+import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from weightsearch.core.errors import ConfigError
 from weightsearch.service.jobs import Job, JobTable
 from weightsearch.studies import schema
 from weightsearch.studies.storage import ENV_STORAGE
@@ -45,13 +48,14 @@ class AlreadyLaunching(Exception):
 class Launcher:
     """Runs `program launch|resume ...` as jobs of `jobs`, with `storage_url` in the child's
     environment ($WEIGHTSEARCH_STORAGE), never on its command line; the study files it
-    launches and the jobs' logs go to `runs`."""
+    launches and the jobs' logs go to `runs`, a folder only this user can enter (None: a new
+    private temporary folder of this server's own)."""
 
-    def __init__(self, storage_url: str, program: list[str], runs: Path, jobs: JobTable,
+    def __init__(self, storage_url: str, program: list[str], runs: Path | None, jobs: JobTable,
                  max_jobs: int = MAX_JOBS) -> None:
         self.storage_url = storage_url
         self.program = program
-        self.runs = runs
+        self.runs = None if runs is None else private_folder(runs)
         self.jobs = jobs
         self.max_jobs = max_jobs
         self.parse_slots = threading.BoundedSemaphore(PARSE_SLOTS)
@@ -92,12 +96,12 @@ class Launcher:
             raise TooManyJobs(running)
 
     def _folder(self) -> Path:
-        """The folder of the jobs' study files and logs: only this user may read it (a log
-        can name the storage, a study file the data)."""
-        self.runs.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if self.runs.stat().st_uid == os.getuid():
-            self.runs.chmod(0o700)
-        return self.runs
+        """The folder of the jobs' study files and logs: only this user may enter it (a log can
+        name the storage, a study file the data, and a user who could rename files there could
+        swap the study file a launch is about to read)."""
+        if self.runs is None:
+            self.runs = Path(tempfile.mkdtemp(prefix="weightsearch-service-"))  # 0700, ours
+        return private_folder(self.runs)
 
     def _spawn(self, argv: list[str], label: str, study: str) -> dict:
         stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
@@ -109,7 +113,24 @@ class Launcher:
         return {"job": job.id, "pid": job.proc.pid, "log": str(log_path)}
 
 
+def private_folder(path: Path) -> Path:
+    """`path`, made if missing, as a folder of this user's that no one else can enter; refused
+    (ConfigError) where another user owns it or it is a link, which this user cannot make
+    private."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    found = os.lstat(path)
+    if stat.S_ISLNK(found.st_mode) or found.st_uid != os.getuid():
+        what = "a link" if stat.S_ISLNK(found.st_mode) else "owned by another user"
+        raise ConfigError([f"log_dir: {path} is {what}, so its files could be read or swapped "
+                           "by others; give a folder of your own, or leave log_dir out for a "
+                           "private temporary folder"])
+    if stat.S_IMODE(found.st_mode) != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
 def _write_private(path: Path, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # O_EXCL: a fresh file, never one (or a link) that was there before.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as out:
         out.write(text)
