@@ -11,8 +11,10 @@ lease has expired the next driver that asks takes the unit over (one UPDATE that
 an expired row), failing the dead driver's trial and continuing from its last epoch checkpoint.
 
 Times are the database's clock, never a driver's: every expiry is computed and compared inside
-the SQL statement (SQLite's, PostgreSQL's or MySQL's own `now`), so drivers on machines whose
-clocks disagree still agree on who holds what. Other backends fall back to the driver's clock.
+the SQL statement (PostgreSQL's, MySQL's or SQLite's own `now`), so drivers on machines whose
+clocks disagree still agree on who holds what. SQLite's `now` is the clock of the process that
+runs the statement, so drivers sharing a SQLite study must share a clock (docs/studies.md says
+what a clock step does). Other backends fall back to the driver's clock.
 
 A driver that finds at renewal time that its lease is gone (it stalled past the expiry and
 another driver took the unit over) records the unit as lost; the sweep then stops that trial
