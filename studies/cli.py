@@ -70,14 +70,14 @@ def check_plot_target(path: str | None) -> None:
     """Before any computing: matplotlib installed, the folder present, a known extension."""
     if not path:
         return
+    from weightsearch.core.files import check_output_file
+
     require_extra("plot", "matplotlib", feature="--plot")
     target = Path(path)
     if target.suffix.lower() not in PLOT_FORMATS:
         raise ConfigError(f"--plot {path}: unknown image format {target.suffix or '(none)'!r}; "
                           f"end the name with one of {', '.join(PLOT_FORMATS)}")
-    if not target.parent.is_dir():
-        raise ConfigError(f"--plot {path}: folder {str(target.parent)!r} does not exist; "
-                          "create it first")
+    check_output_file(target, "--plot")
 
 
 def run_inspect(args) -> int:

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from weightsearch.core.errors import ConfigError, DataError
+from weightsearch.core.files import check_output_file
 from weightsearch.studies import schema
 from weightsearch.studies.reading import Cell, CentralStudy, read_central, resolve
 from weightsearch.studies.storage import shown_url
@@ -91,15 +92,10 @@ def export_study(storage_url: str, study: str, output: str | Path) -> int:
     from weightsearch.studies.reading import open_quiet
 
     target = Path(output)
-    if target.is_dir():
-        raise ConfigError(f"--output {output}: is a folder; name a file in it, e.g. "
-                          f"{target / 'study.csv'}")
     sep = FORMATS.get(target.suffix.lower())
-    if sep is None:
+    if sep is None and not target.is_dir():
         raise ConfigError(f"--output {output}: end the name with {' or '.join(FORMATS)}")
-    if not target.parent.is_dir():
-        raise ConfigError(f"--output {output}: folder {str(target.parent)!r} does not exist; "
-                          "create it first")
+    check_output_file(target, "--output")  # before any reading
     storage = open_quiet(storage_url)
     members = [read_central(storage, n) for n in resolve(storage, storage_url, study)]
     rows = export_rows(members)

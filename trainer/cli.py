@@ -54,9 +54,10 @@ def _train(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub
     from weightsearch.trainer.config import load_config
+
+    cfg = load_config(args.config, args.overrides)  # a bad config costs no torch import
     from weightsearch.trainer.pipeline import train
 
-    cfg = load_config(args.config, args.overrides)
     result = train(cfg, resume=args.resume, quiet=args.quiet)
     summary = {
         "output_dir": str(result.output_dir),

@@ -118,12 +118,9 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 def read_yaml_file(path: Path, noun: str = "file") -> Any:
     """The YAML document in `path` ({} when empty); ConfigError, labelled with the path, when
     it is missing, unreadable or malformed. `noun` names the file in the message."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError([f"{noun} {path} does not exist"], str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"cannot read {noun} {path}: {exc}"], str(path)) from None
+    from weightsearch.core.files import read_text_bounded
+
+    text = read_text_bounded(path, noun)
     try:
         return load_yaml(text) or {}
     except yaml.YAMLError as exc:
