@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
-from weightsearch.core.errors import ClusterError
+from weightsearch.core.errors import ClusterError, ConfigError
 from weightsearch.studies import schema as S
 from weightsearch.studies.storage import check_url, default_storage_url, open_storage
 from weightsearch.sweep import lookup, study_db, tuning
@@ -50,6 +51,7 @@ def launch(
     centrals = [study_db.describe(spec, c) for c in spec.central_tasks]
     storage = _open(url)
     existing = study_db.existing_studies(spec, storage, url, centrals)
+    _refuse_foreign_runs(spec, [c.name for c in centrals if c.name not in existing], url)
     first = first_points(spec, centrals, url, existing)  # before the studies record it
     pending = _pending(spec, centrals, existing, first)
     if pending == 0:
@@ -96,6 +98,23 @@ def _open(url: str) -> Any:
     with warnings.catch_warnings():  # heartbeats are an "experimental" Optuna feature
         warnings.simplefilter("ignore", category=Warning)
         return open_storage(url)
+
+
+def _refuse_foreign_runs(spec: StudySpec, new_studies: list[str], url: str) -> None:
+    """A study new to this database whose cell folders already hold runs (the study launched
+    before against another database, or a file with the same name and workdir): its trials
+    would continue those runs, or fail on their other settings, inside Ray. Refused here."""
+    from weightsearch.studies.storage import shown_url
+
+    for central in new_studies:
+        folder = Path(spec.workdir) / spec.study / central
+        runs = sorted(folder.glob("*/config.yaml")) if folder.is_dir() else []
+        if runs:
+            raise ConfigError([
+                f"workdir: {folder} already holds {len(runs)} run folder(s) (e.g. "
+                f"{runs[0].parent.name}) of a study {shown_url(url)} does not know, launched "
+                "before against another database; launch with that database, give another "
+                f"workdir, or move {folder} away"])
 
 
 def _pending(spec: StudySpec, centrals: list[Central], existing: dict[str, Any],

@@ -387,3 +387,25 @@ def test_aux_tasks_and_a_task_group_exclude_each_other(base: dict) -> None:
     raw = {**base, "aux_tasks": ["mrpc"],
            "search": {"space": {"tasks": {"subsets_of": ["mrpc", "stsb"]}}}}
     assert any("already chooses the auxiliary tasks" in p for p in problems_of(raw))
+
+
+def test_a_new_study_over_another_databases_runs_is_refused_before_ray(
+        tmp_path: Path, sample_data_dir: Path, tiny_encoder: str, capsys) -> None:
+    """The same study file launched against a fresh database, its workdir still holding the
+    runs the first database knew: refused by name, nothing written, Ray never started."""
+    import optuna
+
+    from tests.helpers import two_cell_study_file
+    from weightsearch.cli import main
+
+    study = two_cell_study_file(tmp_path, "again", tiny_encoder, sample_data_dir)
+    spec = load_study_spec(str(study))
+    old_run = Path(spec.workdir) / "again" / "rte" / "w9_s1"
+    old_run.mkdir(parents=True)
+    (old_run / "config.yaml").write_text("lr: 0.1\n")
+    db = tmp_path / "fresh.db"
+    assert main(["launch", str(study), "--storage", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err
+    assert f"workdir: {old_run.parent} already holds 1 run folder(s) (e.g. w9_s1)" in err
+    assert "Traceback" not in err and "ray" not in err.lower()
+    assert not db.exists() or optuna.get_all_study_names(f"sqlite:///{db}") == []
