@@ -57,7 +57,25 @@ def _listed(code: int, what: str, problems: list[str]) -> JSONResponse:
 
 
 async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    return error_response(exc.status_code, str(exc.detail), headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:
+        headers = {**(headers or {}), **_allow(request)}
+    return error_response(exc.status_code, str(exc.detail), headers=headers)
+
+
+def _allow(request: Request) -> dict[str, str]:
+    """`Allow` listing every method of every route whose path matches: Starlette names only
+    the first such route's (OPTIONS /studies would say GET alone, without POST)."""
+    from starlette.routing import Match
+
+    from weightsearch.service.request_guard import leaf_routes
+
+    methods: set[str] = set()
+    for route in leaf_routes(request.app.routes):
+        route_methods = getattr(route, "methods", None)
+        if route_methods and route.matches(request.scope)[0] is not Match.NONE:
+            methods |= route_methods
+    return {"Allow": ", ".join(sorted(methods))} if methods else {}
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:

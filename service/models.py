@@ -12,9 +12,10 @@ from weightsearch.sweep.spec import study_file_schema
 
 
 class ErrorBody(BaseModel):
-    """Every error the service answers, whatever its status (400, 401, 403, 404, 409, 413, 414,
-    415, 422, 429, 431, 503, 500): one message, and the list of single problems behind it (each
-    invalid setting of a study file, each invalid query parameter; empty when there is one)."""
+    """Every error the service answers, whatever its status (400, 401, 403, 404, 405, 408, 409,
+    413, 414, 415, 422, 429, 431, 503, 500): one message, and the list of single problems
+    behind it (each invalid setting of a study file, each invalid query parameter; empty when
+    there is one)."""
 
     detail: str = Field(description="what is wrong and how to fix it")
     problems: list[str] = Field(default_factory=list,
@@ -147,11 +148,13 @@ STUDY_FILE_BODY = {
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     """The `responses=` entry documenting these error codes with the one error shape."""
     reasons = {400: "invalid input", 401: "bearer token missing", 403: "wrong token, or a "
-               "cross-origin write", 404: "no such study", 409: "the study already exists",
+               "cross-origin write", 404: "no such study", 408: "the body did not arrive "
+               "in time", 409: "the study already exists, or cannot be resumed or written",
                413: "body too large", 415: "body neither JSON nor YAML",
                422: "invalid path or query parameters (each one in `problems`)",
                429: "the server is busy reading other study files; retry after the "
-               "Retry-After header's seconds", 503: "the study database is unreachable"}
+               "Retry-After header's seconds", 503: "the study database is unreachable, or "
+               "checking the study's data took too long"}
     # The explicit JSON content keeps errors JSON on routes that answer text (the job log).
     json_error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}
     return {code: {"model": ErrorBody, "description": reasons[code], "content": json_error}

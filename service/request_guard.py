@@ -13,13 +13,24 @@
   loopback name nor one of `hosts`: 400. DNS rebinding points a name the attacker owns at
   127.0.0.1, so the user's browser sends that page's requests to this server as same-origin
   ones, with the attacker's name in `Host`.
+- A write to a route that takes the token, without it (401) or with a wrong one (403), is
+  answered from its headers: its body is never waited for.
+- A body must arrive whole within BODY_TIMEOUT_S, and after BODY_GRACE_S at MIN_BODY_RATE on
+  average; else 408 and the connection closes. A client that sends a head and then trickles
+  its body would otherwise hold a connection (and a slot of the connection cap) for ever.
+- One client address has at most MAX_WRITES_PER_ADDRESS writes open at once; beyond that,
+  429 at once: slow bodies from one address cannot fill the connection cap.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import ipaddress
 import json
-from collections.abc import Collection
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 from weightsearch.service.safe_body import JSON_TYPES, YAML_TYPES, media_type
@@ -29,6 +40,11 @@ MAX_BODY = 64 << 10  # a study file is a few hundred bytes
 MAX_YAML_BODY = 16 << 10  # libyaml with our checks: 16 KiB in 10-40 ms (BENCHMARKS.md)
 MAX_TARGET = 8192
 MAX_HEADERS = 16 << 10  # h11 bounds only heads that arrive in several reads
+BODY_TIMEOUT_S = 10.0  # the whole body; a study file is one packet
+BODY_GRACE_S = 2.0  # before MIN_BODY_RATE applies
+# Bytes per second on average after the grace: a byte every few seconds fails in ~2 s.
+MIN_BODY_RATE = 1024
+MAX_WRITES_PER_ADDRESS = 16  # above the 8 at once of a burst of real clients
 
 
 def is_loopback(host: str) -> bool:
@@ -63,6 +79,7 @@ class RequestGuard:
         self.max_yaml_body = max_yaml_body
         self.max_target = max_target
         self.hosts = None if hosts is None else {h.lower().strip("[]") for h in hosts}
+        self._writes: Counter[str] = Counter()  # open writes per client address
 
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
@@ -73,15 +90,35 @@ class RequestGuard:
         limit = self.max_yaml_body if kind in YAML_TYPES else self.max_body
         refusal = self._refusal(scope, headers, limit)
         if refusal is None and scope["method"] in WRITES:
+            refusal = _token_refusal(scope, headers)
+        if refusal is not None:
+            await _answer(send, *refusal)
+        elif scope["method"] in WRITES:
+            await self._write(scope, receive, send, kind, limit)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _write(self, scope, receive, send, kind: str, limit: int) -> None:
+        """A write, counted against its client address while it is open."""
+        address = (scope.get("client") or ("?",))[0]
+        if self._writes[address] >= MAX_WRITES_PER_ADDRESS:
+            await _answer(send, 429, f"{MAX_WRITES_PER_ADDRESS} requests from this address are "
+                          "still sending their bodies or being answered; retry when one is "
+                          "done", ((b"retry-after", b"1"),))
+            return
+        self._writes[address] += 1
+        try:
             body, refusal = await self._read_body(receive, limit)
             if refusal is None and body.strip() and kind not in JSON_TYPES + YAML_TYPES:
                 refusal = (415, "send the body as application/json or application/yaml")
-            if refusal is None:
-                receive = _replay(body, receive)
-        if refusal is not None:
-            await _answer(send, *refusal)
-            return
-        await self.app(scope, receive, send)
+            if refusal is not None:
+                await _answer(send, *refusal)
+                return
+            await self.app(scope, _replay(body, receive), send)
+        finally:
+            self._writes[address] -= 1
+            if not self._writes[address]:
+                del self._writes[address]
 
     def _refusal(self, scope, headers: dict[str, str], limit: int) -> tuple[int, str] | None:
         target = len(scope.get("raw_path") or b"") + len(scope.get("query_string") or b"")
@@ -104,9 +141,18 @@ class RequestGuard:
         return None
 
     async def _read_body(self, receive, limit: int) -> tuple[bytes, tuple[int, str] | None]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
         chunks, size = [], 0
         while True:
-            message = await receive()
+            # The next byte is due when the average rate would fall below MIN_BODY_RATE.
+            due = min(BODY_TIMEOUT_S, BODY_GRACE_S + (size + 1) / MIN_BODY_RATE)
+            try:
+                async with asyncio.timeout_at(start + due):
+                    message = await receive()
+            except TimeoutError:
+                return b"", (408, f"the request body did not arrive in time: send it whole "
+                             f"within {BODY_TIMEOUT_S:.0f} s, at {MIN_BODY_RATE} bytes/s at least")
             if message["type"] == "http.disconnect":
                 return b"", (400, "the client disconnected")
             chunk = message.get("body", b"")
@@ -148,10 +194,58 @@ def _replay(body: bytes, receive):
     return replayed
 
 
-async def _answer(send, status: int, detail: str) -> None:
+def _token_refusal(scope, headers: dict[str, str]) -> tuple[int, str, tuple] | None:
+    """401 or 403 for a write to a route that takes the token, from the headers alone (the
+    routes check again, through `weightsearch.service.deps.authorized`)."""
+    app = scope.get("app")
+    token = getattr(getattr(app, "state", None), "token", "")
+    if not token or not _needs_token(app, scope):
+        return None
+    scheme, _, given = headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        return 401, "send 'Authorization: Bearer <token>'", ((b"www-authenticate", b"Bearer"),)
+    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+        return 403, "wrong bearer token", ()
+    return None
+
+
+def _needs_token(app, scope) -> bool:
+    """Whether the route this request reaches depends on the bearer check."""
+    from starlette.routing import Match
+
+    from weightsearch.service.deps import authorized
+
+    for route in leaf_routes(getattr(app, "routes", ())):
+        if route.matches(scope)[0] is Match.FULL:
+            stack = list(getattr(getattr(route, "dependant", None), "dependencies", ()))
+            while stack:
+                dependant = stack.pop()
+                if dependant.call is authorized:
+                    return True
+                stack.extend(dependant.dependencies)
+            return False
+    return False
+
+
+def leaf_routes(routes: Iterable[Any]) -> Iterator[Any]:
+    """The routes themselves, in matching order: FastAPI wraps each included router in one
+    route (`original_router` holds its own). The service includes its routers unprefixed."""
+    stack = [iter(routes)]
+    while stack:
+        route = next(stack[-1], None)
+        if route is None:
+            stack.pop()
+        elif hasattr(route, "original_router"):
+            stack.append(iter(route.original_router.routes))
+        else:
+            yield route
+
+
+async def _answer(send, status: int, detail: str,
+                  headers: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     body = json.dumps({"detail": detail, "problems": []}).encode()  # the service's error shape
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()),
-                            (b"connection", b"close")]})
+                            (b"connection", b"close"), *headers]})
     await send({"type": "http.response.body", "body": body})

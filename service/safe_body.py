@@ -30,11 +30,14 @@ def parse_body(text: str, content_type: str) -> Any:
     """The body as Python data, parsed by its media type; ConfigError if it is malformed."""
     kind = media_type(content_type)
     if kind in JSON_TYPES:
-        return _parse_json(text)
-    if kind in YAML_TYPES:
-        return _parse_yaml(text)
-    raise ConfigError(f"unsupported Content-Type {content_type!r}; send application/json or "
-                      "application/yaml")
+        value = _parse_json(text)
+    elif kind in YAML_TYPES:
+        value = _parse_yaml(text)
+    else:
+        raise ConfigError(f"unsupported Content-Type {content_type!r}; send application/json "
+                          "or application/yaml")
+    _check_strings(value)
+    return value
 
 
 class _DuplicateKey(ValueError):
@@ -79,6 +82,37 @@ def _parse_yaml(text: str) -> Any:
         raise ConfigError(f"the body is not valid YAML: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"the body is not valid YAML: {exc}") from None
+
+
+def _check_strings(value: Any) -> None:
+    """Every key and string encodes as UTF-8. JSON's escapes can spell a lone surrogate
+    ("\\ud800"), which no file name, log or database can hold: a path made of one fails deep
+    inside the checks (a 500) or in the job, so it is refused here, naming the field."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, dict):
+            for key, sub in item.items():
+                name = f"{where}.{key}" if where else str(key)
+                _encodable(key, name)
+                stack.append((sub, name))
+        elif isinstance(item, list):
+            stack.extend((sub, f"{where}[{i}]") for i, sub in enumerate(item))
+        else:
+            _encodable(item, where or "the body")
+
+
+def _encodable(item: Any, where: str) -> None:
+    if not isinstance(item, str):
+        return
+    try:
+        item.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = item[exc.start]
+        raise ConfigError(f"{where.encode('utf-8', 'backslashreplace').decode()}: holds "
+                          f"{bad!r}, a lone UTF-16 surrogate, which no file name or setting "
+                          "can hold; send valid Unicode text (a \\uD800-\\uDFFF escape "
+                          "must be half of a pair)") from None
 
 
 def _depth(value: Any) -> int:

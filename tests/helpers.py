@@ -182,3 +182,18 @@ def kill_leftovers(ray_tmp: str) -> None:
     alive = sigkill_until_gone(lambda: [p for p in processes_under(ray_tmp) if p != os.getpid()])
     if alive:
         pytest.fail(f"Ray processes still alive after SIGKILL: {alive}")
+
+
+def launched_study(url: str, name: str, data_dir: Path, workdir: Path) -> None:
+    """Study `name` (central task rte) as `weightsearch launch` leaves it before its first
+    trial, made by the launch's own functions without Ray: a study that `resume` accepts."""
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.sweep import study_db
+    from weightsearch.sweep.spec import load_study_spec
+
+    spec = load_study_spec({"study": name, "train": {"data_dir": str(data_dir),
+                            "tasks": ["rte", "mrpc"], "epochs": 1},
+                            "central_tasks": ["rte"], "weights": [1, 9],
+                            "workdir": str(workdir)})
+    centrals = [study_db.describe(spec, c) for c in spec.central_tasks]
+    study_db.create_studies(spec, open_storage(url), url, centrals, {})

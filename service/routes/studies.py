@@ -2,11 +2,21 @@
 start runs, are in `weightsearch.service.routes.runs`)."""
 
 from fastapi import APIRouter, HTTPException
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from weightsearch.service.deps import Database
 from weightsearch.service.models import StudyDetail, StudyList, errors
 from weightsearch.studies import schema
 
+
+class StudyPath(PathConvertor):
+    """A study's full name (`base/central`): any path but one ending in `/resume`, which is
+    POST /studies/{name}/resume's (a GET there gets 405, not a study named `x/resume`)."""
+
+    regex = r"(?!.*/resume$).+"
+
+
+register_url_convertor("study", StudyPath())
 router = APIRouter()
 
 
@@ -17,7 +27,7 @@ def list_studies(database: Database) -> dict:
     return {"studies": overview(database.studies())}
 
 
-@router.get("/studies/{name:path}", response_model=StudyDetail, responses=errors(404, 422, 503))
+@router.get("/studies/{name:study}", response_model=StudyDetail, responses=errors(404, 422, 503))
 def get_study(name: str, database: Database) -> dict:
     # A study by its full name, or every central-task study under a base name. (No docstring:
     # FastAPI would publish it as the operation's description.)

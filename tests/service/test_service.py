@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.helpers import ROOT, TABLE2, free_port
+from tests.helpers import ROOT, SAMPLE, TABLE2, free_port, launched_study
 from weightsearch.cli import main
 from weightsearch.service.app import create_app
 from weightsearch.studies.importer import import_file
@@ -36,8 +36,10 @@ weights: [1, 9]
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory) -> str:
-    url = f"sqlite:///{tmp_path_factory.mktemp('svc') / 'studies.db'}"
+    folder = tmp_path_factory.mktemp('svc')
+    url = f"sqlite:///{folder / 'studies.db'}"
     import_file(TABLE2, "siwlm-paper", url)
+    launched_study(url, "ready", SAMPLE, folder / "runs")  # one that resume accepts
     return url
 
 
@@ -59,7 +61,8 @@ def _wait_for_log(path: str, timeout: float = 20.0) -> str:
 def test_read_routes(client):
     assert client.get("/health").json()["status"] == "ok"
     studies = client.get("/studies").json()["studies"]
-    assert [s["study"] for s in studies] == ["siwlm-paper"] and studies[0]["complete"] == 48
+    assert sorted(s["study"] for s in studies) == ["ready", "siwlm-paper"]
+    assert next(s for s in studies if s["study"] == "siwlm-paper")["complete"] == 48
     rte = client.get("/studies/siwlm-paper/rte").json()["central_tasks"]
     assert len(rte) == 1 and rte[0]["best_weight"] == 15 and len(rte[0]["cells"]) == 6
     assert len(client.get("/studies/siwlm-paper").json()["central_tasks"]) == 8
@@ -171,10 +174,12 @@ def test_a_posted_study_with_a_missing_relative_path_says_where_paths_start(clie
 
 def test_resume_route(client):
     assert client.post("/studies/nope/resume").status_code == 404
-    r = client.post("/studies/siwlm-paper/resume")
+    imported = client.post("/studies/siwlm-paper/resume")  # holds no study file to resume
+    assert imported.status_code == 409 and "imported" in imported.json()["detail"]
+    r = client.post("/studies/ready/resume")
     assert r.status_code == 202
     log = _wait_for_log(r.json()["log"])
-    assert "ARGS resume siwlm-paper\n" in log and "STORAGE sqlite:///" in log
+    assert "ARGS resume ready\n" in log and "STORAGE sqlite:///" in log
 
 
 @pytest.mark.parametrize("exposed", [True, False])
@@ -183,11 +188,11 @@ def test_post_routes_need_the_token_whenever_it_is_set(url, tmp_path, monkeypatc
     client = TestClient(create_app(url, token_env="WS_TEST_TOKEN", require_token=exposed,
                                    log_dir=tmp_path, command=ECHO))
     assert client.get("/studies").status_code == 200  # reading needs no token
-    assert client.post("/studies/siwlm-paper/resume").status_code == 401
+    assert client.post("/studies/ready/resume").status_code == 401
     wrong = {"Authorization": "Bearer nope"}
-    assert client.post("/studies/siwlm-paper/resume", headers=wrong).status_code == 403
+    assert client.post("/studies/ready/resume", headers=wrong).status_code == 403
     right = {"Authorization": "Bearer s3cret"}
-    assert client.post("/studies/siwlm-paper/resume", headers=right).status_code == 202
+    assert client.post("/studies/ready/resume", headers=right).status_code == 202
 
 
 def test_serve_refuses_a_public_host_without_a_token(monkeypatch, capsys):
@@ -268,13 +273,13 @@ def test_jobs_can_be_listed_followed_and_cancelled(url, tmp_path):
     sleeper = [sys.executable, "-c",
                "import sys, time; print('ARGS', *sys.argv[1:], flush=True); time.sleep(60)"]
     client = TestClient(create_app(url, log_dir=tmp_path, command=sleeper))
-    job = client.post("/studies/siwlm-paper/resume").json()["job"]
+    job = client.post("/studies/ready/resume").json()["job"]
     deadline = time.monotonic() + 20
     while "ARGS resume" not in client.get(f"/jobs/{job}/log").text:
         assert time.monotonic() < deadline
         time.sleep(0.1)
     info = client.get(f"/jobs/{job}").json()
-    assert info["state"] == "running" and info["progress"].startswith("ARGS resume siwlm-paper")
+    assert info["state"] == "running" and info["progress"].startswith("ARGS resume ready")
     assert [j["id"] for j in client.get("/jobs").json()["jobs"]] == [job]
     assert client.delete(f"/jobs/{job}").status_code == 200
     while client.get(f"/jobs/{job}").json()["state"] != "cancelled":
@@ -286,7 +291,7 @@ def test_jobs_can_be_listed_followed_and_cancelled(url, tmp_path):
 
 
 def test_finished_jobs_are_reaped(client):
-    job = client.post("/studies/siwlm-paper/resume").json()
+    job = client.post("/studies/ready/resume").json()
     deadline = time.monotonic() + 20
     while client.get(f"/jobs/{job['job']}").json()["state"] != "succeeded":
         assert time.monotonic() < deadline
@@ -340,10 +345,10 @@ def test_jobs_are_capped_private_and_behind_the_token(url, tmp_path, monkeypatch
     client = TestClient(create_app(url, log_dir=folder, command=SLOW,
                                    token_env="WS_TEST_TOKEN"))
     auth = {"Authorization": "Bearer s3cret"}
-    started = [client.post("/studies/siwlm-paper/resume", headers=auth) for _ in range(MAX_JOBS)]
+    started = [client.post("/studies/ready/resume", headers=auth) for _ in range(MAX_JOBS)]
     assert [r.status_code for r in started] == [202] * MAX_JOBS
     try:
-        over = client.post("/studies/siwlm-paper/resume", headers=auth)
+        over = client.post("/studies/ready/resume", headers=auth)
         assert over.status_code == 429 and over.headers["Retry-After"] == "60"
         assert f"{MAX_JOBS} jobs are running" in over.json()["detail"]
         launch = client.post("/studies", content=SPEC.format(name="one-more"),
@@ -375,7 +380,7 @@ def test_a_storage_password_is_never_printed_or_passed_on_argv(postgres_url, tmp
     assert "postgres:***@" in err and "pw-s3cret" not in err
     client = TestClient(create_app(secret, log_dir=tmp_path, command=ECHO))
     assert client.get("/health").status_code == 200
-    import_file(TABLE2, "pw-paper", secret)
+    launched_study(secret, "pw-paper", SAMPLE, tmp_path / "runs")
     log = _wait_for_log(client.post("/studies/pw-paper/resume").json()["log"])
     args = next(line for line in log.splitlines() if line.startswith("ARGS"))
     assert "pw-s3cret" not in args  # the job got the URL through its environment
