@@ -125,12 +125,12 @@ def test_uncertainty_batch_loss_and_its_gradients_by_hand():
     assert scheme.log_variances() == pytest.approx({"rte": math.log(2), "mrpc": 0, "stsb": -1})
 
 
-def test_uncertainty_libmtl_variant_restates_libmtls_uw():
+def test_uncertainty_libmtl_form_restates_libmtls_uw():
     """LibMTL's UW (LibMTL/weighting/UW.py) for one task's batch: loss_scale s starts at -0.5 and
     the batch contributes L / (2 exp(s)) + s / 2, classification and regression alike."""
     problems: list[str] = []
-    settings = parse_weighting({"scheme": "uncertainty", "variant": "libmtl"}, problems)
-    assert problems == [] and settings.variant == "libmtl"
+    settings = parse_weighting({"scheme": "uncertainty", "form": "libmtl"}, problems)
+    assert problems == [] and settings.form == "libmtl"
     scheme = build_scheme(settings, TASKS, "rte")
     (s,) = scheme.setup(TYPES, torch.device("cpu"))[0]["params"]
     assert s.tolist() == [-0.5, -0.5, -0.5]
@@ -147,10 +147,10 @@ def test_uncertainty_libmtl_variant_restates_libmtls_uw():
         grad[index] = -loss / (2 * math.exp(-0.5)) + 0.5
         assert s.grad.tolist() == pytest.approx(grad, rel=1e-6)
     default = parse_weighting({"scheme": "uncertainty"}, problems)
-    assert default.variant == "kendall"
+    assert default.form == "kendall"
     bad: list[str] = []
-    parse_weighting({"scheme": "uncertainty", "variant": "LibMTL2"}, bad)
-    assert len(bad) == 1 and "variant" in bad[0] and "kendall" in bad[0]
+    parse_weighting({"scheme": "uncertainty", "form": "LibMTL2"}, bad)
+    assert len(bad) == 1 and "form" in bad[0] and "kendall" in bad[0]
 
 
 def test_uncertainty_parameters_train_with_the_model_without_decay(sample_data_dir: Path):

@@ -31,10 +31,10 @@ before the optimizer moves s_t (reading s_t for it costs one device synchronisat
 a GPU). An update with a weight-0 skip never happens here: the factor is
 always positive.
 
-`variant: libmtl` is LibMTL's restatement (`LibMTL/weighting/UW.py`), which many MTL papers
+`form: libmtl` is LibMTL's restatement (`LibMTL/weighting/UW.py`), which many MTL papers
 compare against: c_t = 1/2 for every task, classification too, and every s_t starting at -0.5
 (every factor exp(0.5) / 2, about 0.82). Kendall et al.'s definition above is the default
-(`variant: kendall`).
+(`form: kendall`).
 
 The log-variances live outside the model: the loop adds them to the optimizer as a group of
 their own (no weight decay, not in the model's gradient clipping, the run's learning-rate
@@ -59,16 +59,16 @@ from weightsearch.trainer.weighting._checks import PREFIX, OneOf, Positive
 from weightsearch.trainer.weighting.base import Scheme, SchemeContext, Settings
 
 REGRESSION, CLASSIFICATION = 0.5, 1.0  # c_t
-VARIANTS = ("kendall", "libmtl")
-# Each variant's starting s_t (LibMTL's `loss_scale` starts at -0.5).
+FORMS = ("kendall", "libmtl")
+# Each form's starting s_t (LibMTL's `loss_scale` starts at -0.5).
 INITIAL_LOG_VARIANCE = {"kendall": 0.0, "libmtl": -0.5}
 
 
-def loss_factor(task_type: str, variant: str = "kendall") -> float:
+def loss_factor(task_type: str, form: str = "kendall") -> float:
     """c_t of a task of `task_type`: 1/2 for a task labelled with numbers (a Gaussian
     likelihood), 1 for every other (a softmax likelihood); 1/2 for every task in LibMTL's
-    variant."""
-    if variant == "libmtl":
+    form."""
+    if form == "libmtl":
         return REGRESSION
     kind = TASK_TYPES.get(task_type)
     return REGRESSION if kind is not None and kind.label_kind == "score" else CLASSIFICATION
@@ -81,8 +81,9 @@ class UncertaintySettings(Settings):
     lr: float | None = setting(None, Positive(
         " (the log-variances' learning rate), or left out for the run's lr; got ", optional=True),
         doc="The log-variances' learning rate; null: the run's lr (Kendall et al.).")
-    variant: str = setting(
-        "kendall", OneOf(VARIANTS), since="0.2.0", omit_when=AT_DEFAULT,
+    # Not `variant`: SIWLM's setting of that name would pass to it in a search over schemes.
+    form: str = setting(
+        "kendall", OneOf(FORMS), since="0.2.0", omit_when=AT_DEFAULT,
         doc="kendall (Kendall et al.: classification 1 / sigma^2, regression 1 / (2 sigma^2), "
             "s_t from 0) or libmtl (LibMTL's: 1 / (2 sigma^2) for every task, s_t from -0.5).")
     scheme: str = field(default="uncertainty", init=False)
@@ -126,10 +127,10 @@ class UncertaintyScheme(Scheme):
         missing = [t for t in self.tasks if t not in task_types]
         if missing:
             raise ValueError(f"setup needs the task type of every task; missing {missing}")
-        variant = self.settings.variant
-        self.factors = {t: loss_factor(task_types[t], variant) for t in self.tasks}
+        form = self.settings.form
+        self.factors = {t: loss_factor(task_types[t], form) for t in self.tasks}
         self.log_variance = torch.nn.Parameter(torch.full(
-            (len(self.tasks),), INITIAL_LOG_VARIANCE[variant], dtype=torch.float32,
+            (len(self.tasks),), INITIAL_LOG_VARIANCE[form], dtype=torch.float32,
             device=device))
         group: dict[str, Any] = {"params": [self.log_variance]}
         if self.settings.lr is not None:
