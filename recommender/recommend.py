@@ -21,8 +21,10 @@ its priors, docs/recommender.md what was tried and rejected.
 Regimes (`weightsearch.recommender.regime`): a point carries its encoder, the encoder's size, the
 stage its scores come from (multitask | finetuned) and the weighting variant. The prior is BERT-base
 (768x12), fine-tuned, variant reference, single runs; studies without these attributes count as
-encoder "unknown", stage multitask. The answer is built for one regime (the one asked for, else the
-one with the most evidence, i.e. the largest summed precision of the points compatible with it);
+encoder "unknown", stage multitask. The answer is built for one regime: the one asked for; else
+that of the studies you trained (launched, not imported; among several, the one with the most
+evidence, i.e. the largest summed precision of the points compatible with it), else the default
+encoder's. Imported results (the paper's table among them) are evidence, never the default regime;
 points from each other regime count through a shared offset from it (prior sd REGIME_SD,
 estimated from the tasks both regimes measured and reported in the notes). An encoder with no
 evidence is answered from the others, and the answer says so (`unmatched_encoder`), listing the
@@ -106,6 +108,9 @@ class EvidencePoint:
     # The gradient clipping its trials trained with (studies.schema.clipping_label): clip1 is
     # the reference's; under it a weight above ||g|| acts no more (studies.treatments).
     clipping: str = UNKNOWN
+    # From a study `weightsearch import` wrote (not one you trained): evidence like any other,
+    # but never what sets the regime answered by default (`choose_regime`).
+    imported: bool = False
 
     @property
     def family(self) -> str:
@@ -157,7 +162,8 @@ class Recommendation:
 
 def _point(task, study, size, task_type, source, values, maximize, encoder, stage, variant,
            size_of_encoder: str | None = None, paired: bool = False,
-           dataset: str | None = None, clipping: str | None = None) -> EvidencePoint | None:
+           dataset: str | None = None, clipping: str | None = None,
+           imported: bool = False) -> EvidencePoint | None:
     located = locate_best(values, maximize, int(size), paired)
     if located is None:
         return None
@@ -174,7 +180,7 @@ def _point(task, study, size, task_type, source, values, maximize, encoder, stag
         encoder_size=size_of_encoder or encoder_size(encoder),
         dataset=dataset if dataset and dataset.lower() != str(task).lower() else None,
         means=tuple(sorted(means.items())), maximize=maximize,
-        clipping=clipping if clipping and clipping != "mixed" else UNKNOWN,
+        clipping=clipping if clipping and clipping != "mixed" else UNKNOWN, imported=imported,
     )
 
 
@@ -227,6 +233,8 @@ def _why_nothing(s, values: dict[float, list[float]]) -> str | None:
         why = "chooses networks of tasks under a budget; it searches no central weight"
     elif not s.train_size or s.train_size <= 0:
         why = "records no training size (import it with a train_size column)"
+    elif not weights and s.counts.get("complete", 0):
+        why = "has no finished trial with a usable score"
     elif not weights:
         done = s.counts.get("failed", 0) and not s.counts.get("running", 0)
         why = "has no finished trial: every trial failed" if done else \
@@ -244,6 +252,9 @@ def study_evidence(studies) -> Evidence:
     size and COMPLETE trials at two or more weights (one weight has no best); the others are
     noted."""
     out = Evidence()
+    # Stored values no reader can use (another tool's infinities, an edited database) were left
+    # out when the studies were read; say so beside the answer.
+    out.skipped.extend(note for study in studies for note in getattr(study, "notes", ()))
     # A study that searched the clipping is one study per clipping regime: each its own point.
     for s in (part for study in studies for part in study.by_clipping()):
         values = s.values_by_weight()
@@ -252,7 +263,8 @@ def study_evidence(studies) -> Evidence:
         point = None if why else _point(
             s.central_task, s.name, s.train_size, s.task_type, "studies", paired or values,
             s.maximize, s.encoder, s.stage, s.variant, s.encoder_size,
-            paired=paired is not None, dataset=s.dataset, clipping=s.clipping)
+            paired=paired is not None, dataset=s.dataset, clipping=s.clipping,
+            imported=s.source == schema.SOURCE_IMPORTED)
         if point is not None:
             out.append(point)
         else:
@@ -417,8 +429,10 @@ def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str
     """The regime to answer for, and notes on how it was chosen. Unset parts: among the regimes
     of the points that match the set parts, the one whose compatible points have the largest
     summed precision (ties: the one with more parts recorded). With no encoder asked, the
-    candidates are first the regimes of the user's own studies, else the default encoder's:
-    a user asks about the setting they train in, not the one with the most published rows."""
+    candidates are first the regimes of the studies the user trained (launched, not imported),
+    else the default encoder's: a user asks about the setting they train in, not the one with
+    the most published rows, so an imported table (the paper's) never sets the regime unless
+    asked for by --encoder/--stage; it counts as another regime's evidence."""
     def fits(p: EvidencePoint) -> bool:
         return (encoder is None or _encoder_matches(encoder, p.encoder)) and \
             (stage is None or p.stage == stage) and \
@@ -431,14 +445,16 @@ def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str
     if encoder is None:
         own = [p for p in fitting if p.source == "studies"]
         default = [p for p in fitting if _encoder_matches(DEFAULT_ENCODER, p.encoder)]
+        imported = "" if not any(p.imported for p in evidence) else \
+            "; imported results count as evidence, not as the regime"
         if own:
             fitting = own
-            why = (f"the regime of your own studies ({len({p.family for p in own})} "
-                   "central tasks); --encoder/--stage answer for another")
+            why = (f"the regime of the studies you trained ({len({p.family for p in own})} "
+                   f"central tasks){imported}; --encoder/--stage answer for another")
         elif default:
             fitting = default
-            why = (f"the default encoder's, {DEFAULT_ENCODER}: no studies of your own in the "
-                   "storage; --encoder/--stage answer for another")
+            why = (f"the default encoder's, {DEFAULT_ENCODER}: no studies you trained in the "
+                   f"storage{imported}; --encoder/--stage answer for another")
     candidates = {p.regime for p in fitting}
     if clipping is None:  # unasked: the trainer's default (or unrecorded), where measured
         candidates = {r for r in candidates
@@ -596,7 +612,7 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
             "at_least": p.at_least, "at_most": p.at_most,
             "say": round(s / total, 4), "source": p.source, "encoder": p.encoder,
             "encoder_size": p.encoder_size, "stage": p.stage, "variant": p.variant,
-            "clipping": p.clipping,
+            "clipping": p.clipping, "imported": p.imported,
             "discounted": g is not None,
         } for p, s, v, g in rows],
         effective_points=round(n_eff, 2), unmatched_encoder=unmatched,

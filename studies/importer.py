@@ -13,9 +13,13 @@ several central tasks are sizes of one dataset (e.g. sst2_125 and sst2_4000, dat
 that the recommender counts them as one task (default: the central task). Any other
 column with numbers is kept as a further metric of the central task (e.g. f1); others are ignored.
 
-Every row is checked before the first write and every problem is reported at once; then one
-Optuna study `<study>/<central_task>` per task gets one COMPLETE trial per row. If a write fails
-midway, the studies this import created are deleted again.
+Every row is checked before the first write and every problem is reported at once: numbers
+finite and in their range (a metric by its name: `metric_range`; train_size below 10**12; seed
+within the trainer's range), names one printable line, a task in one regime, a JSONL key once.
+Then one Optuna study `<study>/<central_task>` per task gets one COMPLETE trial per row, all of
+them written under hidden staging names and published by one rename at the end, so an import
+that fails or is killed at any point leaves no study a reader sees (`drop_abandoned`: the next
+import removes what it staged).
 """
 
 from __future__ import annotations
@@ -24,14 +28,22 @@ import contextlib
 import dataclasses
 import datetime as dt
 import math
+import os
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from weightsearch.core.errors import DataError, StorageError
-from weightsearch.core.fields import Text, check_fields, setting
+from weightsearch.core.errors import (
+    DataError,
+    DiskFull,
+    StorageError,
+    WeightsearchError,
+    causes,
+)
+from weightsearch.core.fields import MAX_SEED, check_fields, setting
 from weightsearch.studies import schema
 from weightsearch.studies.storage import shown_url
 from weightsearch.trainer import (
@@ -41,35 +53,59 @@ from weightsearch.trainer.clipping import GRAD_CLIP_MODES
 
 A_IMPORTED_FROM = "imported_from"
 MAX_LISTED = 50  # problems listed in one error; the count of the rest follows
+NAME_MAX = 200  # characters of a task, metric, encoder, variant or dataset name
+TRAIN_SIZE_LIMIT = 10**12  # training examples: more is a typo or an overflow
+# The largest magnitude of a number the file may give where no tighter range is known (a
+# metric of an unknown name, a gradient norm): far inside what the readers use
+# (`weightsearch.studies.reading.USABLE_LIMIT`), so a sum over millions of trials stays finite.
+VALUE_LIMIT = 1e9
 
 
 def _number(text: Any) -> float | None:
+    """A finite number written in a cell, else None."""
     try:
         v = float(text)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
     return v if math.isfinite(v) else None
+
+
+def _whole(text: Any) -> int | None:
+    """A whole number written in a cell, read exactly: "18446744073709551617" stays itself
+    (through a float it would become another number); "3.0" and "1e3" are whole too."""
+    try:
+        return int(str(text).strip())
+    except ValueError:  # not digits (or beyond int's 4,300 digits)
+        number = _number(text)
+        return int(number) if number is not None and number.is_integer() else None
+
+
+def _bound(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else f"{value:g}"
 
 
 # --- the rules of a cell (every cell of an import file is read as text) --------------------
 @dataclass(frozen=True)
 class _Numeral:
     """A finite number written in a cell: a whole one where `whole`, above 0 where
-    `positive`, within `bounds` where given."""
+    `positive`, within `bounds` where given; `fix` says what a valid one is."""
 
     whole: bool = False
     positive: bool = False
     bounds: tuple[float, float] | None = None
+    fix: str = ""
 
     def check(self, key: str, value: Any) -> tuple[Any, str | None]:
-        number = _number(value)
-        if (number is None or (self.whole and not number.is_integer())
-                or (self.positive and number <= 0)):
+        number = _whole(value) if self.whole else _number(value)
+        if number is None or (self.positive and number <= 0):
             kind = f"a {'positive ' * self.positive}{'whole ' * self.whole}number"
             return None, f"{key} {value!r} is not {kind}"
         if self.bounds is not None and not self.bounds[0] <= number <= self.bounds[1]:
-            return None, f"{key} {number:g} is outside {self.bounds[0]:g}..{self.bounds[1]:g}"
-        return (int(number) if self.whole else number), None
+            shown = str(number) if isinstance(number, int) and abs(number) < 10**30 \
+                else f"{float(number):g}"
+            return None, (f"{key} {shown} is outside {_bound(self.bounds[0])}.."
+                          f"{_bound(self.bounds[1])}{self.fix}")
+        return number, None
 
 
 @dataclass(frozen=True)
@@ -85,15 +121,63 @@ class _OneOf:
         return text, None
 
 
+def _name_problem(key: str, text: str) -> str | None:
+    """What makes `text` no name: blank, a control character (a newline, NUL, ...), too long."""
+    if not text:
+        return f"{key} is blank; give a name"
+    if not text.isprintable():
+        bad = next(c for c in text if not c.isprintable())
+        return (f"{key} {text[:40]!r} holds the control character {bad!r}; names are one "
+                "line of printable characters")
+    if len(text) > NAME_MAX:
+        return f"{key} {text[:40]!r}... has {len(text)} characters; shorten it to {NAME_MAX}"
+    return None
+
+
 @dataclass(frozen=True)
-class _StudyPart:
-    """A name that becomes part of a study name: not blank, without the separator."""
+class _Name:
+    """A name: one line of printable characters, at most NAME_MAX, kept stripped; with
+    `study_part`, without the study-name separator (it becomes part of a study name)."""
+
+    study_part: bool = False
 
     def check(self, key: str, value: Any) -> tuple[Any, str | None]:
         text = str(value).strip()
-        if not text or schema.SEPARATOR in text:
+        if self.study_part and (not text or schema.SEPARATOR in text):
             return None, f"{key} {text!r} must be a non-empty name without {schema.SEPARATOR!r}"
-        return text, None
+        problem = _name_problem(key, text)
+        return (None, problem) if problem else (text, None)
+
+
+# --- the range of a metric, by its name ----------------------------------------------------
+# The names the trainer's metrics go by (trainer/metrics.py, the task types' SQuAD metrics) and
+# the paper's table's. Scores may be fractions or percentages (the paper's table is in %).
+_CORRELATIONS = {"mcc", "matthews", "pearson", "spearman", "corr", "correlation", "kendall"}
+_SCORES = {"accuracy", "acc", "f1", "exact", "em", "precision", "recall", "auc", "roc",
+           "bleu", "rouge", "map", "mrr", "ndcg"}
+_LOSSES = {"loss", "nll", "perplexity", "ppl", "mse", "mae", "rmse"}
+
+
+def metric_range(name: str) -> tuple[float, float, str]:
+    """(low, high, what it is) for a metric called `name`: by the words of its name."""
+    words = set(re.split(r"[^a-z0-9]+", name.lower()))
+    if "thresh" in words or "threshold" in words:  # SQuAD's best_f1_thresh: a log-odds cut
+        return -VALUE_LIMIT, VALUE_LIMIT, "a threshold"
+    if words & _LOSSES:
+        return 0.0, VALUE_LIMIT, "a loss or error (not negative)"
+    if words & _CORRELATIONS:
+        return -100.0, 100.0, "a correlation (-1..1, or -100..100 in percent)"
+    if words & _SCORES:
+        return 0.0, 100.0, "a score (0..1, or 0..100 in percent)"
+    return -VALUE_LIMIT, VALUE_LIMIT, "a metric of an unknown kind"
+
+
+def _metric_problem(key: str, name: str, value: float) -> str | None:
+    low, high, what = metric_range(name)
+    if low <= value <= high:
+        return None
+    return (f"{key} {value:g} is outside {low:g}..{high:g}, the range of {name} ({what}); "
+            "check the value, or name the metric in metric_name")
 
 
 @dataclass(frozen=True)
@@ -101,27 +185,30 @@ class ImportColumns:
     """The columns of an import file, in the order their problems are listed: the required
     ones, then the optional ones with the value a blank cell leaves."""
 
-    central_task: str = setting(rule=_StudyPart())
+    central_task: str = setting(rule=_Name(study_part=True))
     task_type: str = setting(rule=_OneOf(lambda: task_types.NAMES))
-    train_size: int = setting(rule=_Numeral(whole=True, positive=True))
+    train_size: int = setting(rule=_Numeral(
+        whole=True, positive=True, bounds=(1, TRAIN_SIZE_LIMIT - 1),
+        fix="; give the central task's number of training examples"))
     central_weight: float = setting(rule=_Numeral(bounds=(schema.WEIGHT_LOW,
                                                           schema.WEIGHT_HIGH)))
-    seed: int = setting(rule=_Numeral(whole=True))
-    metric: float = setting(rule=_Numeral())
-    metric_name: str = setting("metric", Text())  # the primary metric's name
+    seed: int = setting(rule=_Numeral(whole=True, bounds=(0, MAX_SEED),
+                                      fix="; give the seed the run used (the trainer's range)"))
+    metric: float = setting(rule=_Numeral())  # its range by metric_name: `_check_row`
+    metric_name: str = setting("metric", _Name())  # the primary metric's name
     # The regime the results were measured in; absent: encoder "unknown", stage multitask.
-    encoder: str | None = setting(None, Text())
+    encoder: str | None = setting(None, _Name())
     stage: str | None = setting(None, _OneOf(lambda: schema.STAGES))
-    variant: str | None = setting(None, Text())
-    dataset: str | None = setting(None, Text())  # the data the task is drawn from
+    variant: str | None = setting(None, _Name())
+    dataset: str | None = setting(None, _Name())  # the data the task is drawn from
     # The gradient clipping the scores were trained with (trainer.clipping), one per task;
     # absent: not recorded. grad_clip alone means the reference's global clipping.
-    grad_clip: float | None = setting(None, _Numeral(bounds=(0.0, math.inf)))
+    grad_clip: float | None = setting(None, _Numeral(bounds=(0.0, VALUE_LIMIT)))
     grad_clip_mode: str | None = setting(None, _OneOf(lambda: GRAD_CLIP_MODES))
     # Per row: the share of the central task's updates clipped, and the median norm of its
     # unweighted gradient (what `weightsearch export` writes from a run's record).
     clip_share: float | None = setting(None, _Numeral(bounds=(0.0, 1.0)))
-    central_norm: float | None = setting(None, _Numeral(bounds=(0.0, math.inf)))
+    central_norm: float | None = setting(None, _Numeral(bounds=(0.0, VALUE_LIMIT)))
 
 
 _COLUMNS = dataclasses.fields(ImportColumns)
@@ -149,9 +236,14 @@ class ImportRow:
 
 
 # --- reading and checking a file ---------------------------------------------------------
-def _line_offset(path: Path) -> int:
-    """Line number of the first data row: CSV/TSV have a header line, JSONL does not."""
-    return 2 if path.suffix.lower() in (".csv", ".tsv") else 1
+def _line_numbers(path: Path, df) -> list[int]:
+    """Each row's line number: a JSONL reader records them (blank lines skipped); CSV/TSV
+    rows follow their header line."""
+    lines = df.attrs.get("lines")
+    if lines is not None and len(lines) == len(df):
+        return list(lines)
+    first = 2 if path.suffix.lower() in (".csv", ".tsv") else 1
+    return list(range(first, first + len(df)))
 
 
 def _read(path: Path):
@@ -172,10 +264,37 @@ def _read(path: Path):
     return df
 
 
+def _numeral(text: str) -> bool:
+    """Written as a number, finite or not ("inf" and "nan" too: refused as values later)."""
+    try:
+        float(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _metric_columns(df) -> list[str]:
     """The further columns whose every cell is a number or blank: further metrics."""
     return [c for c in df.columns if c not in REQUIRED + OPTIONAL
-            and all(v.strip() == "" or _number(v) is not None for v in df[c])]
+            and all(v.strip() == "" or _numeral(v) for v in df[c])]
+
+
+def _extra_metrics(rec: Mapping[str, Any], metric_columns: list[str],
+                   problems: list[str]) -> dict[str, float]:
+    """The row's further metrics, each finite and within its name's range."""
+    extra = {}
+    for c in metric_columns:
+        text = str(rec[c]).strip()
+        if not text:
+            continue
+        value = _number(text)
+        problem = (f"{c} {text!r} is not a finite number" if value is None
+                   else _metric_problem(c, c, value))
+        if problem:
+            problems.append(problem)
+        else:
+            extra[c] = value
+    return extra
 
 
 def _declared_cells(rec: Mapping[str, Any]) -> dict[str, Any]:
@@ -198,9 +317,11 @@ def _check_row(rec: Mapping[str, Any], line: int, metric_columns: list[str],
         return None
     cols = ImportColumns(**values)
     clipping = _clipping(cols, problems)
+    if (problem := _metric_problem("metric", cols.metric_name, cols.metric)) is not None:
+        problems.append(problem)
+    extra = _extra_metrics(rec, metric_columns, problems)
     if len(problems) > before:
         return None
-    extra = {c: float(rec[c]) for c in metric_columns if str(rec[c]).strip() != ""}
     regime = {k: getattr(cols, k) for k in REGIME if getattr(cols, k) is not None}
     if clipping is not None:
         regime["clipping"] = schema.clipping_label(*clipping)
@@ -243,26 +364,59 @@ def _duplicate(row: ImportRow, seen: dict[tuple, int]) -> str | None:
     return None
 
 
-def _differs(row: ImportRow, first_of_task: dict[str, ImportRow]) -> str | None:
-    """A row whose task type, train size, metric name or dataset differs from its task's first
-    row."""
-    first = first_of_task.setdefault(row.central_task, row)
+_REGIME_PARTS = (*REGIME, "clipping")  # what keeps kinds of measurement apart (recommender)
 
-    def meta(r: ImportRow) -> dict[str, Any]:
-        return {"task_type": r.task_type, "train_size": r.train_size,
-                "metric_name": r.metric_name, "dataset": r.dataset or r.central_task,
-                **{k: r.regime.get(k, "(blank)") for k in (*REGIME, "clipping")}}
 
-    now, was = meta(row), meta(first)
+def _meta(r: ImportRow) -> dict[str, Any]:
+    return {"task_type": r.task_type, "train_size": r.train_size,
+            "metric_name": r.metric_name, "dataset": r.dataset or r.central_task}
+
+
+def _regime(r: ImportRow) -> dict[str, str]:
+    return {k: str(r.regime.get(k, "(blank)")) for k in _REGIME_PARTS}
+
+
+def _change(now: dict[str, Any], was: dict[str, Any]) -> tuple[list[str], str, str]:
+    """The keys that differ, and their values now and before, each joined by "/"."""
     keys = [k for k in now if now[k] != was[k]]
-    if not keys:
-        return None
-    return (f"task {row.central_task}: {'/'.join(keys)} "
-            f"{'/'.join(str(now[k]) for k in keys)} differ{'s' * (len(keys) == 1)} from line "
-            f"{first.line} ({'/'.join(str(was[k]) for k in keys)}); one task has one of each"
-            + ("; a task trained under two clipping regimes is two tasks: give each its own "
-               "central_task name (e.g. sst2_700-clip1, sst2_700-noclip)"
-               if "clipping" in keys else ""))
+    return keys, "/".join(str(now[k]) for k in keys), "/".join(str(was[k]) for k in keys)
+
+
+def _differs(row: ImportRow, first_of_task: dict[str, ImportRow],
+             mixed: set[str]) -> list[str]:
+    """What sets a row apart from its task's first row: its task type, train size, metric name
+    or dataset (each such row), or its regime (once per task: `mixed` holds the tasks told)."""
+    first = first_of_task.setdefault(row.central_task, row)
+    out = []
+    keys, now, was = _change(_meta(row), _meta(first))
+    if keys:
+        out.append(f"task {row.central_task}: {'/'.join(keys)} {now} "
+                   f"differ{'s' * (len(keys) == 1)} from line {first.line} ({was}); one task "
+                   "has one of each")
+    if row.central_task not in mixed and _regime(row) != _regime(first):
+        mixed.add(row.central_task)
+        out.append(_mixed_regimes(row, first))
+    return out
+
+
+def _mixed_regimes(row: ImportRow, first: ImportRow) -> str:
+    """One message for a task whose rows were measured in two regimes: a study holds one (the
+    first row's would be kept and the rest counted under it)."""
+    keys, now, was = _change(_regime(row), _regime(first))
+
+    def shown(r: ImportRow) -> str:
+        return ", ".join(f"{k} {v}" for k, v in _regime(r).items()
+                         if k in keys or v != "(blank)")
+
+    given = [v for k, v in _regime(row).items() if k in keys and v != "(blank)"]
+    part = given[0].rstrip("/").rsplit("/", 1)[-1] if given else "other"  # a hub name's end
+    example = f"e.g. {row.central_task}-{part}"
+    return (f"task {row.central_task}: {'/'.join(keys)} {now} differ{'s' * (len(keys) == 1)} "
+            f"from line {first.line} ({was}): two regimes in one task (line {first.line}: "
+            f"{shown(first)}; line {row.line}: {shown(row)}), and one study holds one regime; "
+            "split the file by regime and import each part under its own --study name, or "
+            f"give each regime its own central_task name ({example}); later rows of "
+            f"{row.central_task} that differ are not listed")
 
 
 def _problems_error(path: Path, problems: list[str]) -> DataError:
@@ -282,11 +436,13 @@ def parse_rows(path: str | Path) -> list[ImportRow]:
     rows: list[ImportRow] = []
     seen: dict[tuple, int] = {}
     first_of_task: dict[str, ImportRow] = {}
-    for line, rec in enumerate(df.to_dict("records"), start=_line_offset(path)):
+    mixed: set[str] = set()
+    for line, rec in zip(_line_numbers(path, df), df.to_dict("records"), strict=True):
         bad: list[str] = []
         row = _check_row(rec, line, metric_columns, bad)
         if row is not None:
-            bad = [p for p in (_duplicate(row, seen), _differs(row, first_of_task)) if p]
+            bad = [p for p in (_duplicate(row, seen),) if p] + _differs(row, first_of_task,
+                                                                        mixed)
         problems.extend(f"line {line}: {b}" for b in bad)
         if row is not None and not bad:
             rows.append(row)
@@ -312,14 +468,12 @@ def _study_attrs(study: str, head: ImportRow, path: str | Path, now: str) -> dic
     }
 
 
-def _trial(row: ImportRow):
+def _trial(row: ImportRow, distribution: Any):
     """The COMPLETE Optuna trial of one row."""
     import optuna
-    from optuna.distributions import FloatDistribution
 
     return optuna.trial.create_trial(
-        params={schema.PARAM: row.weight},
-        distributions={schema.PARAM: FloatDistribution(schema.WEIGHT_LOW, schema.WEIGHT_HIGH)},
+        params={schema.PARAM: row.weight}, distributions={schema.PARAM: distribution},
         value=row.metric,
         user_attrs={
             schema.T_SEED: row.seed, schema.T_CELL: schema.cell_key(row.weight, row.seed),
@@ -345,49 +499,217 @@ def _clip_record(row: ImportRow) -> dict[str, Any]:
             "tasks": {row.central_task: central} if central else {}}
 
 
-def import_file(path: str | Path, study: str, storage_url: str) -> list[str]:
-    """Validate `path`, then create `<study>/<task>` studies; returns their names."""
-    import optuna
+# --- writing: into hidden staging studies, published in one transaction ----------------------
+# A killed import (SIGTERM, SIGKILL, a lost machine) must leave nothing a reader counts as
+# evidence, and must not block importing the file again: every study is written under a
+# staging name that readers skip (`reading.STAGING_PREFIX` + "<started>-<pid>-<host>-<token>/"),
+# and one transaction renames them all at the end. The staging name says who writes it, so a
+# later import can tell an abandoned staging study from one another import is writing.
+STALE_S = 24 * 3600.0  # a staging study this old is abandoned, whoever wrote it
+_LIVE: set[str] = set()  # the staging tokens this process is writing now
 
+
+def _host_id() -> str:
+    import hashlib
+    import socket
+
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:12]
+
+
+def _staging_tag() -> str:
+    """This import's staging tag, `<started>-<pid>-<host>-<token>`: its studies are named
+    `<STAGING_PREFIX><tag>/<study>/<task>` until published."""
+    import secrets
+    import time
+
+    return f"{int(time.time())}-{os.getpid()}-{_host_id()}-{secrets.token_hex(6)}"
+
+
+def _abandoned(name: str, now: float) -> bool:
+    """Whether the staging study `name` is no live import's: its process on this machine is
+    gone (or is this one, between imports), or it is older than STALE_S."""
+    from weightsearch.studies.reading import STAGING_PREFIX
+
+    tag = name[len(STAGING_PREFIX):].split(schema.SEPARATOR, 1)[0]
+    parts = tag.split("-")
+    if len(parts) != 4 or not parts[0].isdigit() or not parts[1].isdigit():
+        return True  # not a name this code writes
+    started, pid, host = int(parts[0]), int(parts[1]), parts[2]
+    if now - started > STALE_S:
+        return True
+    if host != _host_id():
+        return False  # another machine's import: only its age tells
+    if pid == os.getpid():
+        return tag not in _LIVE
+    return not _process_alive(pid)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: is there such a process (ours or another user's)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def drop_abandoned(storage: Any) -> list[str]:
+    """Delete the staging studies that killed or failed imports left (best effort: one that
+    cannot be deleted now is left to the next import); returns their names."""
+    import time
+
+    from weightsearch.studies.reading import is_staging
+
+    now, dropped = time.time(), []
+    for found in storage.get_all_studies():
+        if is_staging(found.study_name) and _abandoned(found.study_name, now):
+            with contextlib.suppress(Exception):  # invisible to readers either way
+                storage.delete_study(found._study_id)
+                dropped.append(found.study_name)
+    return dropped
+
+
+def _stage(storage: Any, staging: str, study: str, rows: list[ImportRow], path: str | Path,
+           now: str) -> int:
+    """Write one task's study under its staging name; returns its study id."""
+    import optuna
+    from optuna.distributions import FloatDistribution
+
+    from weightsearch.studies.bulk import write_trials
+
+    st = optuna.create_study(study_name=staging, storage=storage, direction="maximize")
+    with warnings.catch_warnings():  # "experimental" in Optuna
+        warnings.simplefilter("ignore")
+        st.set_metric_names([rows[0].metric_name])  # the dashboard's label
+    distribution = FloatDistribution(schema.WEIGHT_LOW, schema.WEIGHT_HIGH)
+    write_trials(storage, st._study_id, _study_attrs(study, rows[0], path, now),
+                 [_trial(r, distribution) for r in rows])
+    return st._study_id
+
+
+def _exists_error(storage_url: str, study: str, existing: list[str]) -> StorageError:
+    return StorageError(
+        f"study {study!r} already exists in {shown_url(storage_url)} "
+        f"({', '.join(existing)}); import under another --study name, or delete it first with "
+        f"`optuna delete-study --study-name NAME --storage {shown_url(storage_url)}` for each "
+        "name listed")
+
+
+def _publish(storage: Any, storage_url: str, study: str, staged: dict[str, int]) -> None:
+    """Rename every staged study to its final name in one transaction, unless a study of that
+    base name appeared meanwhile (another import or launch)."""
+    import sqlalchemy.exc
+
+    from weightsearch.studies.bulk import rename_studies
+    from weightsearch.studies.storage import schema_lock
+
+    with schema_lock(storage_url):  # imports of one database publish one at a time
+        try:
+            clash = rename_studies(storage, {i: n for n, i in staged.items()},
+                                   lambda n: schema.split_study_name(n)[0] == study)
+        except sqlalchemy.exc.IntegrityError:  # a study name taken between check and rename
+            clash = [n for n in staged]
+    if clash:
+        raise _exists_error(storage_url, study, clash)
+
+
+def import_file(path: str | Path, study: str, storage_url: str) -> list[str]:
+    """Validate `path`, then create `<study>/<task>` studies, all or none; returns their
+    names."""
     from weightsearch.studies.reading import open_quiet, study_names
 
     if (problem := schema.study_name_problem(study, "--study")) is not None:
         raise DataError(problem)
     rows = parse_rows(path)
     storage = open_quiet(storage_url)
+    drop_abandoned(storage)
     existing = [n for n in study_names(storage) if schema.split_study_name(n)[0] == study]
     if existing:
-        raise StorageError(
-            f"study {study!r} already exists in {shown_url(storage_url)} "
-            f"({', '.join(existing)}); import "
-            f"under another --study name, or delete it first with `optuna delete-study "
-            f"--study-name NAME --storage {shown_url(storage_url)}` for each name listed"
-        )
+        raise _exists_error(storage_url, study, existing)
     by_task: dict[str, list[ImportRow]] = {}
     for r in rows:
         by_task.setdefault(r.central_task, []).append(r)
+    tag = _staging_tag()
+    _LIVE.add(tag)
+    try:
+        return _stage_and_publish(storage, storage_url, study, by_task, path, tag)
+    finally:
+        _LIVE.discard(tag)
+
+
+def _stage_and_publish(storage: Any, storage_url: str, study: str,
+                       by_task: dict[str, list[ImportRow]], path: str | Path,
+                       tag: str) -> list[str]:
+    """Write every task's study under this import's staging `tag`, then publish them all;
+    on any failure, drop what was staged (what cannot go now, the next import drops)."""
+    from weightsearch.studies.reading import STAGING_PREFIX
+
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    created: list[str] = []
+    staged: dict[str, int] = {}
     try:
         for task, task_rows in by_task.items():
             name = schema.study_name(study, task)
-            st = optuna.create_study(study_name=name, storage=storage, direction="maximize")
-            created.append(name)
-            for key, value in _study_attrs(study, task_rows[0], path, now).items():
-                st.set_user_attr(key, value)
-            with warnings.catch_warnings():  # "experimental" in Optuna
-                warnings.simplefilter("ignore")
-                st.set_metric_names([task_rows[0].metric_name])  # the dashboard's label
-            st.add_trials([_trial(r) for r in task_rows])
+            staged[name] = _stage(storage, f"{STAGING_PREFIX}{tag}/{name}", study, task_rows,
+                                  path, now)
+        _publish(storage, storage_url, study, staged)
     except BaseException as exc:  # Ctrl-C midway must not leave half a study behind either
-        for name in created:
-            with contextlib.suppress(Exception):  # best effort: the original error matters more
-                optuna.delete_study(study_name=name, storage=storage)
-        if isinstance(exc, StorageError) or not isinstance(exc, Exception):
+        _LIVE.discard(tag)  # so that `drop_abandoned` takes this import's staging too
+        with contextlib.suppress(Exception):  # the original error matters more
+            drop_abandoned(storage)
+        failure = import_failure(exc, storage_url, path)
+        if failure is None:
             raise
-        raise StorageError(
-            f"import into {shown_url(storage_url)} failed ({type(exc).__name__}: {exc}); the "
-            f"studies it had "
-            "created were removed, fix the cause and run it again"
-        ) from exc
-    return created
+        raise failure from exc
+    return list(staged)
+
+
+def disk_full_message(exc: BaseException, storage_url: str, path: str | Path) -> str | None:
+    """The message for an import stopped by a full disk (ENOSPC, or SQLite's "database or disk
+    is full" anywhere in `exc`'s chain), naming the database, its folder and the space left
+    there; None when `exc` is no such failure."""
+    import errno
+    import shutil
+
+    from weightsearch.studies.storage import sqlite_path
+
+    chain = list(causes(exc))
+    full = any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain) or any(
+        w in str(e).lower() for e in chain for w in ("database or disk is full",
+                                                     "no space left", "disk full"))
+    if not full:
+        return None
+    file = sqlite_path(storage_url)
+    where = "on the database server"
+    if file is not None:
+        folder = Path(file).expanduser().resolve().parent
+        try:
+            left = shutil.disk_usage(folder).free
+            free = f"{left / 2**20:,.1f} MiB free" if left >= 2**20 else f"{left:,} bytes free"
+        except OSError:
+            free = "free space unknown"
+        where = f"at {file} ({free} on the disk of {folder})"
+    return (f"the study database {shown_url(storage_url)} is full: no space left {where}. "
+            f"Nothing of {path} was imported: the import writes hidden staging studies and "
+            "publishes them only at its end (what it staged is removed now, or by the next "
+            "import). Free space there (or raise the database's size limit), then run the "
+            "import again")
+
+
+def import_failure(exc: BaseException, storage_url: str,
+                   path: str | Path) -> WeightsearchError | None:
+    """The error an import that failed midway ends with; None where `exc` must propagate as
+    it is (Ctrl-C; a bug's traceback is wrapped, with its type named)."""
+    if not isinstance(exc, Exception):
+        return None
+    if isinstance(exc, WeightsearchError):
+        return exc
+    full = disk_full_message(exc, storage_url, path)
+    if full is not None:
+        return DiskFull(full)
+    from weightsearch.studies.storage import storage_failure
+
+    known = storage_failure(exc, storage_url)
+    cause = str(known) if known is not None else f"{type(exc).__name__}: {exc}"
+    return StorageError(f"import of {path} into {shown_url(storage_url)} failed ({cause}); "
+                        "nothing was imported, fix the cause and run it again")

@@ -22,6 +22,7 @@ from weightsearch.studies.storage import shown_url
 from weightsearch.studies.verdict import by_seed, judge
 
 FORMATS = ("table", "csv", "json")
+COUNT_KEYS = ("complete", "running", "failed", "pending", "pruned", "superseded")
 
 
 def overview(studies: list[CentralStudy]) -> list[dict]:
@@ -31,7 +32,7 @@ def overview(studies: list[CentralStudy]) -> list[dict]:
         groups.setdefault(schema.split_study_name(s.name)[0] or s.name, []).append(s)
     rows = []
     for base, members in sorted(groups.items()):
-        keys = ["complete", "running", "failed", "pending", "pruned", "superseded"]
+        keys = list(COUNT_KEYS)
         if all("not_started" in m.counts for m in members):  # known for launched grids
             keys.append("not_started")
         counts = {k: sum(m.counts.get(k, 0) for m in members) for k in keys}
@@ -255,8 +256,18 @@ def _render_overview(studies: list[CentralStudy], fmt: str) -> str:
         for col in ("central_tasks", "best_weights", "best_clear"):
             if col in df:
                 df[col] = df[col].map(_compact)
+        # Counts stay whole numbers: a study without `not_started` (an import, an adaptive
+        # search) would make the column float (0.0) for every row; it is left empty instead.
+        for col in (*COUNT_KEYS, "not_started"):
+            if col in df:
+                df[col] = df[col].astype("Int64")
         return df.to_csv(index=False)
-    return _table(rows) if rows else "no studies yet"
+    return (_table(rows) + _notes_text(studies)) if rows else "no studies yet"
+
+
+def _notes_text(studies: list[CentralStudy]) -> str:
+    """The studies' notes on stored values left out (`CentralStudy.notes`), one a line."""
+    return "".join(f"\nnote: {n}" for s in studies for n in s.notes)
 
 
 def _render_text(studies: list[CentralStudy], plain: list[CentralStudy],
@@ -268,7 +279,7 @@ def _render_text(studies: list[CentralStudy], plain: list[CentralStudy],
 
     parts = [f"{s.name} ({s.source}, {s.counts['complete']} complete; {value_note(s)}):\n"
              + _table([r for r in cells if r["central_task"] == s.central_task])
-             for s in studies]
+             + _notes_text([s]) for s in studies]
     if any(s.curve for s in plain) or not points:
         parts.append("best weight per central task (mean over seeds, COMPLETE trials; clear: "
                      "separated from every other weight, 95% t-interval):\n" + _table(best)

@@ -23,6 +23,16 @@ from weightsearch.studies.verdict import Verdict, by_seed, judge
 
 STATE_KEYS = {"COMPLETE": "complete", "RUNNING": "running", "FAIL": "failed",
               "WAITING": "pending", "PRUNED": "pruned"}
+# A stored score beyond this (or not finite) is no measurement: another tool, or an edited
+# database, wrote it. Left out with a note, since means and variances of such values overflow
+# (statistics.fmean raised OverflowError on two trials at 1e308). The importer's own limits are
+# far inside it.
+USABLE_LIMIT = 1e12
+TRAIN_SIZE_LIMIT = 10**12  # training examples: a stored size at or above it is unknown
+# Studies an import is still writing (`weightsearch.studies.importer`): hidden from every
+# reader until the import renames them, all at once, to their final names. A study name may
+# not start with ".", so no study of a user's can carry this prefix.
+STAGING_PREFIX = ".weightsearch-import/"
 
 
 @dataclass(frozen=True)
@@ -60,7 +70,7 @@ class WeightStats:
     weight: float
     mean: float
     sd: float | None  # sample standard deviation over seeds; None with a single seed
-    n: int  # seeds (COMPLETE trials) at this weight
+    n: int  # seeds with a COMPLETE trial at this weight (other searched points not counted)
     low: float
     high: float
 
@@ -92,6 +102,8 @@ class CentralStudy:
     epochs: int | None = None  # a launched study's multi-task epochs per trial (its template)
     # (grad_clip, grad_clip_mode) of the run template, or of the import file; None: unknown
     clip_template: tuple[float, str] | None = None
+    # What was left out of the stored values because no reader can use it (`usable`), in words
+    notes: tuple[str, ...] = ()
 
     def cell_clipping(self, cell: Cell) -> tuple[float, str] | None:
         """The clipping a cell trained with: its run's record, else its search point over the
@@ -145,16 +157,14 @@ class CentralStudy:
         return values if paired else None
 
     def _scores(self) -> list[tuple[float, int | None, float]]:
-        return [(c.weight, c.seed, c.value) for c in self.cells
-                if c.state == "complete" and c.weight is not None and c.value is not None]
+        return seed_scores(self.cells)
 
     def values_by_weight(self) -> dict[float, list[float]]:
-        """Every COMPLETE trial's value, per central weight."""
+        """Each seed's score per central weight (`seed_scores`: the points of other searched
+        dimensions averaged within a seed, not counted as seeds)."""
         out: dict[float, list[float]] = {}
-        for c in self.cells:
-            if c.state == "complete" and c.weight is not None and c.value is not None \
-                    and math.isfinite(c.value):
-                out.setdefault(c.weight, []).append(c.value)
+        for weight, _seed, score in seed_scores(self.cells):
+            out.setdefault(weight, []).append(score)
         return out
 
     @property
@@ -221,6 +231,7 @@ class CentralStudy:
             # central task's clipping per weight
             "same_updates": [a.to_dict() for a in self.arms],
             "clipping": clip_rows(self),
+            "notes": list(self.notes),
         }
 
 
@@ -246,17 +257,32 @@ def sqlite_file_missing(url: str) -> bool:
     return path is not None and not os.path.exists(path)
 
 
-def _flatten(metrics) -> dict[str, float]:
+def usable(v) -> float | None:
+    """A stored number as a score the readers can average: finite and within USABLE_LIMIT
+    (a bool, a string or an int too large for a float is none); else None."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    try:
+        number = float(v)
+    except OverflowError:  # an int beyond a float's range, from another tool's JSON
+        return None
+    return number if math.isfinite(number) and abs(number) <= USABLE_LIMIT else None
+
+
+def _flatten(metrics, dropped: list[str] | None = None) -> dict[str, float]:
+    """{"<task>.<metric>": value} of the usable values; the others' names go to `dropped`."""
     flat: dict[str, float] = {}
     if not isinstance(metrics, dict):
         return flat
     for task, values in metrics.items():
-        if isinstance(values, dict):
-            for metric, v in values.items():
-                if isinstance(v, int | float):
-                    flat[f"{task}.{metric}"] = float(v)
-        elif isinstance(values, int | float):
-            flat[str(task)] = float(values)
+        pairs = ([(f"{task}.{metric}", v) for metric, v in values.items()]
+                 if isinstance(values, dict) else [(str(task), values)])
+        for name, v in pairs:
+            number = usable(v)
+            if number is not None:
+                flat[name] = number
+            elif isinstance(v, int | float) and not isinstance(v, bool) and dropped is not None:
+                dropped.append(name)
     return flat
 
 
@@ -269,12 +295,24 @@ def _point(raw) -> dict:
                 isinstance(v, list) and all(isinstance(x, str) for x in v))}
 
 
-def _curve(cells: list[Cell]) -> tuple[WeightStats, ...]:
-    by_weight: dict[float, list[float]] = {}
+def seed_scores(cells) -> list[tuple[float, int | None, float]]:
+    """(weight, seed, score) of the COMPLETE cells, one per weight and seed: where a study
+    searches more than the weight, the points of the other dimensions at a weight and seed are
+    averaged into that seed's score, since they are no replicates of it (2 seeds x 2 sampling
+    schemes are 2 seeds per weight, not 4). A cell without a recorded seed stands alone."""
+    groups: dict[tuple, list[float]] = {}
     for c in cells:
         if c.state == "complete" and c.weight is not None and c.value is not None \
                 and math.isfinite(c.value):
-            by_weight.setdefault(c.weight, []).append(c.value)
+            key = (c.weight, c.seed) if c.seed is not None else (c.weight, None, c.number)
+            groups.setdefault(key, []).append(c.value)
+    return [(key[0], key[1], statistics.fmean(v)) for key, v in groups.items()]
+
+
+def _curve(cells: list[Cell]) -> tuple[WeightStats, ...]:
+    by_weight: dict[float, list[float]] = {}
+    for weight, _seed, score in seed_scores(cells):
+        by_weight.setdefault(weight, []).append(score)
     return tuple(
         WeightStats(weight=w, mean=statistics.fmean(v),
                     sd=statistics.stdev(v) if len(v) > 1 else None, n=len(v),
@@ -286,15 +324,25 @@ def _curve(cells: list[Cell]) -> tuple[WeightStats, ...]:
 def _as_int(v) -> int | None:
     try:
         return int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # int(inf) overflows
         return None
 
 
 def _as_float(v) -> float | None:
+    """A finite float, or None (an infinite or NaN stored value means nothing here)."""
     try:
-        return float(v) if v is not None and not isinstance(v, bool) else None
-    except (TypeError, ValueError):
+        number = float(v) if v is not None and not isinstance(v, bool) else None
+    except (TypeError, ValueError, OverflowError):
         return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _train_size(v) -> int | None:
+    """A stored training-set size, when it is a whole number of examples below the limit."""
+    number = _as_float(v)
+    if number is None or not number.is_integer() or not 0 < number < TRAIN_SIZE_LIMIT:
+        return None
+    return int(number)
 
 
 def _as_str(v) -> str | None:
@@ -315,27 +363,18 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
                                                      schema.SOURCE_IMPORTED)
     maximize = directions[0].name != "MINIMIZE" if directions else True
     central = _as_str(attrs.get(schema.A_CENTRAL)) or central or name
-    cells = []
-    for t in trials:
-        complete = t.state.name == "COMPLETE" and len(t.values or ()) == 1
-        cells.append(Cell(
-            study=name, central_task=central, number=t.number,
-            weight=None if foreign else _as_float(t.params.get(schema.PARAM)),
-            seed=_as_int(t.user_attrs.get(schema.T_SEED)),
-            state=STATE_KEYS.get(t.state.name, t.state.name.lower()),
-            value=t.values[0] if complete else None,
-            metrics=_flatten(t.user_attrs.get(schema.T_METRICS)),
-            point=_point(t.user_attrs.get(schema.T_POINT)),
-            finetuned=_flatten(t.user_attrs.get(schema.T_FINETUNED_METRICS)),
-            epochs=_as_count(t.user_attrs.get(schema.T_EPOCHS)),
-            wall_s=_as_float(t.user_attrs.get(schema.T_WALL_TIME)),
-            clipping=_clipping(t.user_attrs.get(schema.T_CLIPPING)),
-        ))
+    notes: list[str] = []
+    cells = _cells(name, central, foreign, trials, notes)
+    train_size = _train_size(attrs.get(schema.A_TRAIN_SIZE))
+    if train_size is None and attrs.get(schema.A_TRAIN_SIZE) is not None:
+        notes.append(f"study {name}: its train_size {_shown(attrs[schema.A_TRAIN_SIZE])} is no "
+                     f"number of examples (a whole number from 1 to {TRAIN_SIZE_LIMIT - 1}); "
+                     "read as unknown")
     counts = _counts(cells, attrs)
     return CentralStudy(
         name=name, study=_as_str(attrs.get(schema.A_STUDY)) or base, central_task=central,
         task_type=_as_str(attrs.get(schema.A_TASK_TYPE)),
-        train_size=_as_int(attrs.get(schema.A_TRAIN_SIZE)),
+        train_size=train_size,
         primary_metric=_as_str(attrs.get(schema.A_PRIMARY)),
         source=schema.SOURCE_FOREIGN if foreign else source, maximize=maximize,
         counts=counts, curve=_curve(cells), cells=tuple(cells),
@@ -346,8 +385,55 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
         group_metrics=_group_metrics(attrs),
         group_max_size=_as_int(attrs.get(schema.A_GROUP_MAX_SIZE)),
         epochs=_spec_epochs(attrs),
-        clip_template=_clip_template(attrs),
+        clip_template=_clip_template(attrs), notes=tuple(notes),
     )
+
+
+def _cells(name: str, central: str, foreign: bool, trials, notes: list[str]) -> list[Cell]:
+    """The study's cells; a stored value no reader can use (`usable`) is left out of its cell,
+    and `notes` says which."""
+    cells, bad_values, bad_metrics = [], [], []
+    for t in trials:
+        complete = t.state.name == "COMPLETE" and len(t.values or ()) == 1
+        value = usable(t.values[0]) if complete else None
+        if complete and value is None:
+            bad_values.append(f"trial {t.number}: {_shown(t.values[0])}")
+        dropped: list[str] = []
+        cells.append(Cell(
+            study=name, central_task=central, number=t.number,
+            weight=None if foreign else _as_float(t.params.get(schema.PARAM)),
+            seed=_as_int(t.user_attrs.get(schema.T_SEED)),
+            state=STATE_KEYS.get(t.state.name, t.state.name.lower()),
+            value=value,
+            metrics=_flatten(t.user_attrs.get(schema.T_METRICS), dropped),
+            point=_point(t.user_attrs.get(schema.T_POINT)),
+            finetuned=_flatten(t.user_attrs.get(schema.T_FINETUNED_METRICS), dropped),
+            epochs=_as_count(t.user_attrs.get(schema.T_EPOCHS)),
+            wall_s=_as_float(t.user_attrs.get(schema.T_WALL_TIME)),
+            clipping=_clipping(t.user_attrs.get(schema.T_CLIPPING)),
+        ))
+        bad_metrics += [f"trial {t.number}: {m}" for m in dropped]
+    limit = f"not finite, or beyond +-{USABLE_LIMIT:g}"
+    if bad_values:
+        notes.append(f"study {name}: {len(bad_values)} complete trial(s) left out, their value "
+                     f"is no usable score ({limit}): {_listed(bad_values)}")
+    if bad_metrics:
+        notes.append(f"study {name}: {len(bad_metrics)} stored metric(s) left out ({limit}): "
+                     f"{_listed(bad_metrics)}")
+    return cells
+
+
+def _shown(v) -> str:
+    """A stored value in a note: numbers short, anything else clipped."""
+    if isinstance(v, float):
+        return f"{v:g}"
+    text = repr(v)
+    return text if len(text) <= 24 else f"{text[:21]}..."
+
+
+def _listed(items: list[str], shown: int = 3) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
 
 
 def _clip_template(attrs: dict) -> tuple[float, str] | None:
@@ -445,10 +531,15 @@ def _cell_key(c: Cell) -> tuple:
 
 
 def _grid_cells(attrs: dict) -> int | None:
-    """The cells per central task of a launched grid search of the central weight alone."""
+    """The cells per central task of a launched grid: as the launch recorded them (a grid over
+    any dimensions), else, for studies launched before that was recorded, a `weights:` grid's
+    weights x seeds; None where the cells are not known up front."""
     spec = attrs.get(schema.A_SPEC)
     if attrs.get(schema.A_SOURCE) != schema.SOURCE_SWEEP or not isinstance(spec, dict):
         return None
+    recorded = _as_count(attrs.get(schema.A_GRID_CELLS))
+    if recorded is not None:
+        return recorded
     weights, seeds = spec.get("weights"), spec.get("seeds")
     if "search" in spec or not isinstance(weights, list) or not isinstance(seeds, list):
         return None
@@ -474,10 +565,16 @@ def read_central(storage, name: str) -> CentralStudy:
                          cell_trials(study._storage, study._study_id))
 
 
+def is_staging(name: str) -> bool:
+    """A study an import is still writing (or one a killed import left): no reader's."""
+    return name.startswith(STAGING_PREFIX)
+
+
 def study_names(storage) -> list[str]:
     # storage.get_all_studies, not optuna.get_all_study_summaries: the latter loads every trial
     # of every study (seconds for 10,000 trials) to count them.
-    return sorted(s.study_name for s in storage.get_all_studies())
+    return sorted(s.study_name for s in storage.get_all_studies()
+                  if not is_staging(s.study_name))
 
 
 def read_all(storage) -> list[CentralStudy]:
@@ -495,7 +592,8 @@ class StudyCache:
 
     def refresh(self) -> tuple[bool, list[CentralStudy]]:
         """(whether anything changed since the last refresh, every study, sorted by name)."""
-        frozen = {s.study_name: s for s in self.storage.get_all_studies()}
+        frozen = {s.study_name: s for s in self.storage.get_all_studies()
+                  if not is_staging(s.study_name)}
         changed = set(frozen) != set(self._built)
         for name in list(self._built):
             if name not in frozen:  # deleted

@@ -86,30 +86,40 @@ def _wait_job(client, job: int, timeout: float = 90.0) -> dict:
 
 
 @pytest.mark.postgres
-def test_a_service_job_never_sees_the_password_on_argv_nor_writes_it(postgres_url, tmp_path):
-    """The real `weightsearch resume` as a child: an imported study cannot be resumed, so it
-    fails naming the database; neither its argv, its log, its job record nor /health holds the
-    password."""
+def test_a_service_job_never_sees_the_password_on_argv_nor_writes_it(postgres_url, tmp_path,
+                                                                     sample_data_dir):
+    """An imported study's resume is refused (409) without the password; a launched one's job
+    runs a real weightsearch CLI child, which fails naming the database: neither its argv, its
+    log, its job record nor /health holds the password."""
     from fastapi.testclient import TestClient
 
+    from tests.helpers import launched_study
     from weightsearch.service.app import create_app
 
     url = f"{postgres_url}?sslpassword={SECRET}&password={SECRET}"
     assert main(["import", str(TABLE2), "--study", "pw", "--storage", url]) == 0
-    app = create_app(url, log_dir=tmp_path / "runs")
+    launched_study(url, "pw-launched", sample_data_dir, tmp_path / "work")
+    # The child: the real CLI, asked about a study that is not there, so it fails at once
+    # naming the storage it was handed through its environment.
+    child = tmp_path / "child.py"
+    child.write_text("import sys\nfrom weightsearch.cli import main\n"
+                     "sys.exit(main(['inspect', 'no-such-' + sys.argv[2]]))\n")
+    app = create_app(url, log_dir=tmp_path / "runs", command=[sys.executable, str(child)])
     client = TestClient(app)
     health = client.get("/health").json()
     assert health["storage"].endswith("?password=***&sslpassword=***"), health
-    started = client.post("/studies/pw/resume").json()
+    refused = client.post("/studies/pw/resume")
+    assert refused.status_code == 409 and SECRET not in refused.text, refused.text
+    started = client.post("/studies/pw-launched/resume").json()
     proc = app.state.jobs.get(started["job"]).proc
     try:
         argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().decode()  # what ps lists
     except OSError:  # it finished already: its argv as given to exec
         argv = " ".join(proc.args)
-    assert "weightsearch.cli" in argv and SECRET not in argv and SECRET not in " ".join(proc.args)
+    assert "child.py" in argv and SECRET not in argv and SECRET not in " ".join(proc.args)
     record = _wait_job(client, started["job"])
     log = Path(started["log"]).read_text()
-    assert record["state"] == "failed" and "imported, not launched" in log, log
+    assert record["state"] == "failed" and "no study" in log, log
     assert "password=***" in log and SECRET not in log, log
     assert SECRET not in json.dumps(client.get("/jobs").json())
 
