@@ -227,22 +227,45 @@ def encode_pairs(rows: TaskRows, tokenizer: Any, max_len: int, drop: bool = Fals
     return Features(columns, examples=len(input_ids), overlong=len(too_long))
 
 
+ENCODE_CHUNK = 512  # rows per tokenizer call: bounds the encodings held at once (a truncated
+# encoding still holds its overflowing tokens, so each costs as much as the whole text)
+
+
 def encode_counted(tokenizer: Any, text_a: list[str], text_b: list[str] | None, max_len: int,
-                   where: Any, drop: bool = False
+                   where: Any, drop: bool = False, chunk: int = ENCODE_CHUNK
                    ) -> tuple[list[list[int]], list[list[int]], list[int]]:
     """Token ids and type ids of each pair, and the indices of the pairs over max_len: cut to it,
-    or (drop) removed from the returned lists."""
-    # Tokenize untruncated first to learn which examples are too long, then re-encode only
-    # those with truncation, so the count is exact and cheap.
-    encoded = encode(tokenizer, text_a, text_b, None)
+    or (drop) removed from the returned lists.
+
+    Rows are tokenized `chunk` at a time and truncated at max_len + 1, which tells the
+    over-long ones apart (exactly those that reach max_len + 1 tokens) without ever holding an
+    untruncated encoding: memory grows with max_len, not with the texts' length. Only the
+    over-long rows are tokenized again, at max_len (pairs: longest first)."""
+    input_ids: list[list[int]] = []
+    type_ids: list[list[int]] = []
+    too_long: list[int] = []
+    for start in range(0, len(text_a), chunk):
+        part_a = text_a[start:start + chunk]
+        part_b = None if text_b is None else text_b[start:start + chunk]
+        ids, types, over = _encode_chunk(tokenizer, part_a, part_b, max_len, where, drop)
+        input_ids += ids
+        type_ids += types
+        too_long += [start + i for i in over]
+    if drop and too_long and len(too_long) == len(text_a):
+        raise DataError(f"{where}: every example is longer than max_seq_len={max_len}, so "
+                        "overlong: drop leaves none; raise max_seq_len or use "
+                        "overlong: truncate")
+    return input_ids, type_ids, too_long
+
+
+def _encode_chunk(tokenizer: Any, text_a: list[str], text_b: list[str] | None, max_len: int,
+                  where: Any, drop: bool) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    """encode_counted for one chunk of rows; the over-long indices are the chunk's own."""
+    encoded = encode(tokenizer, text_a, text_b, max_len + 1)
     input_ids: list[list[int]] = encoded["input_ids"]
     type_ids: list[list[int]] = encoded["token_type_ids"]
     too_long = [i for i, ids in enumerate(input_ids) if len(ids) > max_len]
     if drop and too_long:
-        if len(too_long) == len(input_ids):
-            raise DataError(f"{where}: every example is longer than max_seq_len={max_len}, so "
-                            "overlong: drop leaves none; raise max_seq_len or use "
-                            "overlong: truncate")
         skip = set(too_long)
         input_ids = [ids for i, ids in enumerate(input_ids) if i not in skip]
         type_ids = [ids for i, ids in enumerate(type_ids) if i not in skip]
