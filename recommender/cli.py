@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
-from weightsearch.core.errors import ConfigError
+from weightsearch.core.errors import ConfigError, DataError
 from weightsearch.studies.cli import STORAGE_HELP, check_plot_target, storage_url
 from weightsearch.trainer.task_types import (
     TASK_TYPES,  # a live view: registered types count at once
@@ -63,9 +64,7 @@ def _train_size(args) -> int:
         except ConfigError as exc:
             raise ConfigError(["--" + m.replace("_", "-", 1) for m in exc.problems]) from None
     if args.data:
-        from weightsearch.studies.tables import count_rows
-
-        return count_rows(args.data)
+        return _count_data(Path(args.data))
     from weightsearch.studies.tables import count_preset_rows
     from weightsearch.trainer.tasks import TASK_PRESETS, preset_key
 
@@ -79,6 +78,48 @@ def _train_size(args) -> int:
     if args.task_type is None:
         args.task_type = spec.type
     return count_preset_rows(spec, args.data_dir)
+
+
+def _count_data(path: Path) -> int:
+    """The training examples of --data: its rows, the first line of a CSV/TSV counted too when
+    it holds a number (column names do not: the file has no header); says how it counted."""
+    from weightsearch.studies.tables import count_rows, table_format
+
+    count = count_rows(path)
+    fmt = table_format(path)
+    if fmt not in ("csv", "tsv"):
+        return count
+    first = _first_line(path, "," if fmt == "csv" else "\t")
+    shown = ",".join(first)[:60]
+    if any(_is_number(cell) for cell in first):
+        count += 1
+        how = (f"its first line ({shown}) holds a number, so it is read as data, not as a "
+               "header")
+    else:
+        how = (f"its first line ({shown}) is read as the header; a file without one would "
+               "be counted one row short: give --train-size N instead")
+    print(f"note: --data {path}: {count:,} training examples; {how}", file=sys.stderr)
+    return count
+
+
+def _first_line(path: Path, sep: str) -> list[str]:
+    import csv
+
+    try:
+        with path.open(encoding="utf-8-sig", newline="") as handle:
+            return next(csv.reader(handle, delimiter=sep), [])
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise DataError(f"--data {path}: cannot read its first line: {exc}") from None
+
+
+def _is_number(cell: str) -> bool:
+    """A finite number ("nan" or "inf" may well be a column's name)."""
+    import math
+
+    try:
+        return math.isfinite(float(cell))
+    except ValueError:
+        return False
 
 
 def run_recommend(args) -> int:

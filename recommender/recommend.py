@@ -443,18 +443,20 @@ def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str
     fitting = [p for p in evidence if fits(p)]
     why = "the strongest evidence available"
     if encoder is None:
-        own = [p for p in fitting if p.source == "studies"]
+        own = [p for p in fitting if p.source == "studies" and not p.imported]
         default = [p for p in fitting if _encoder_matches(DEFAULT_ENCODER, p.encoder)]
         imported = "" if not any(p.imported for p in evidence) else \
-            "; imported results count as evidence, not as the regime"
+            "; imported results count as another regime's evidence, never as the regime"
         if own:
             fitting = own
-            why = (f"the regime of the studies you trained ({len({p.family for p in own})} "
-                   f"central tasks){imported}; --encoder/--stage answer for another")
+            why = (f"the regime of your own studies ({len({p.family for p in own})} "
+                   f"central tasks), those you launched{imported}; --encoder/--stage "
+                   "answer for another")
         elif default:
             fitting = default
-            why = (f"the default encoder's, {DEFAULT_ENCODER}: no studies you trained in the "
-                   f"storage{imported}; --encoder/--stage answer for another")
+            why = (f"the default encoder's, {DEFAULT_ENCODER}: no studies of your own "
+                   f"(launched, not imported) in the storage{imported}; --encoder/--stage "
+                   "answer for another")
     candidates = {p.regime for p in fitting}
     if clipping is None:  # unasked: the trainer's default (or unrecorded), where measured
         candidates = {r for r in candidates

@@ -86,7 +86,7 @@ async def bounded(check: Callable[..., T], *args: Any) -> T:
     threading.Thread(target=run, name="weightsearch-check", daemon=True).start()
     try:
         return await asyncio.wait_for(future, CHECK_TIMEOUT_S)
-    except TimeoutError:
+    except (asyncio.TimeoutError, TimeoutError):  # two classes before Python 3.11
         raise HTTPException(503, f"checking the study's data took over {CHECK_TIMEOUT_S:.0f} s "
                             "(its files are very large, or their disk is slow); run `weightsearch "
                             "launch` (or resume) on the server instead") from None

@@ -133,6 +133,9 @@ class RequestGuard:
                              "on loopback and answers to localhost, 127.x.x.x and [::1] only "
                              "(`weightsearch serve --allow-host NAME` adds a reverse proxy's "
                              "name)")
+        if sum(k.lower() == b"content-type" for k, _ in scope["headers"]) > 1:
+            # The guard and the route could read different ones: the limits would not hold.
+            return 400, "the request has more than one Content-Type header; send one"
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > limit:
             return 413, _too_large(limit, limit == self.max_yaml_body)
@@ -147,10 +150,9 @@ class RequestGuard:
         while True:
             # The next byte is due when the average rate would fall below MIN_BODY_RATE.
             due = min(BODY_TIMEOUT_S, BODY_GRACE_S + (size + 1) / MIN_BODY_RATE)
-            try:
-                async with asyncio.timeout_at(start + due):
-                    message = await receive()
-            except TimeoutError:
+            try:  # wait_for, not timeout_at: Python 3.10 has no timeout_at
+                message = await asyncio.wait_for(receive(), max(0.0, start + due - loop.time()))
+            except (asyncio.TimeoutError, TimeoutError):  # two classes before Python 3.11
                 return b"", (408, f"the request body did not arrive in time: send it whole "
                              f"within {BODY_TIMEOUT_S:.0f} s, at {MIN_BODY_RATE} bytes/s at least")
             if message["type"] == "http.disconnect":

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from weightsearch.studies.reading import seed_scores
 from weightsearch.studies.treatments import live_bound
 
 VECTOR = (".pdf", ".svg", ".eps")
@@ -75,14 +76,13 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
     for ax, s in zip(axes.flat, studies, strict=False):
         w = [c.weight for c in s.curve]
         sd = [c.sd or 0.0 for c in s.curve]
-        values = [c.value for c in s.cells if c.state == "complete" and c.value is not None
-                  and c.weight is not None]
+        # One dot per seed: the points of other searched dimensions averaged within it.
+        dots = [(weight, score) for weight, _seed, score in seed_scores(s.cells)]
         ax.errorbar(w, [c.mean for c in s.curve], yerr=sd, fmt="o-", color="tab:blue",
                     capsize=3, markersize=4, zorder=3, label=_mean_label(seeds))
         # Seeds a little to the right of their weight, beside the error bar, not under it.
         shift = 0.02 * (max(w) - min(w) or 1.0)
-        ax.scatter([c.weight + shift for c in s.cells if c.state == "complete"
-                    and c.value is not None and c.weight is not None], values, s=8,
+        ax.scatter([weight + shift for weight, _ in dots], [score for _, score in dots], s=8,
                    color="0.45", zorder=2, label="one seed")
         bound = live_bound(s)
         # Below it the weight scales the update; above, it is clipped away (far beyond the
@@ -103,7 +103,7 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
         ax.set_title(f"{s.name if several else s.central_task} "
                      f"({train_size_text(s.train_size)})")
         ax.set_xlabel(WEIGHT_LABEL)
-        ax.set_ylabel(metric_label(s.primary_metric, values))
+        ax.set_ylabel(metric_label(s.primary_metric, [score for _, score in dots]))
         ax.set_xticks(w)
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(studies):]:

@@ -48,6 +48,9 @@ A_SOURCE = "source"  # "sweep" for launched studies, "imported" for `weightsearc
 A_CREATED = "created_at"
 A_SPACE = "search_space"  # the run-config paths a study searches over; absent: central_weight
 A_STRATEGY = "strategy"  # the search strategy: grid | guided | halving | forward
+# The cells (points x seeds) of a launched grid, known up front: what `inspect` counts its
+# unstarted cells against. Absent: not known in advance (adaptive searches, imports).
+A_GRID_CELLS = "grid_cells"
 # {"central_weight", "interval", "regime"}: the recommender's answer a seeded search starts from
 A_RECOMMENDATION = "recommendation"
 # A budgeted grouping study (`tasks: {groups_of: [...]}`): no central task, one Optuna study

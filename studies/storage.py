@@ -7,6 +7,8 @@ import copy
 import functools
 import logging
 import os
+import re
+import sqlite3
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -22,13 +24,20 @@ ENV_STORAGE = "WEIGHTSEARCH_STORAGE"
 # key passphrase): matched by these parts of the name; `passfile` only names a file.
 _SECRET_PARTS = ("pass", "pwd", "secret", "token", "key")
 _NOT_SECRET = frozenset({"passfile"})
+# A `name=value` pair with a secret-looking name inside a parameter's value.
+_SECRET_PAIR = re.compile(r"(?i)(pass|pwd|secret|token|key)\w*\s*=")
 _SENTINEL = "WSHIDDENSECRETWS"  # alphanumeric, so rendering the URL does not quote it
 _UNPARSABLE = "<unparsable URL hidden>"
 
 
-def _secret_param(name: str) -> bool:
-    name = name.lower()
-    return name not in _NOT_SECRET and any(part in name for part in _SECRET_PARTS)
+def _secret_param(name: str, value: object = "") -> bool:
+    """A query parameter that carries a secret: by its name, or by a `pwd=...`-like pair inside
+    its value (a whole connection string: ODBC's `odbc_connect`, libpq's `dsn`, `options`)."""
+    lowered = name.lower()
+    if lowered not in _NOT_SECRET and any(part in lowered for part in _SECRET_PARTS):
+        return True
+    values = [value] if isinstance(value, str) else list(value or ())  # type: ignore[call-overload]
+    return any(_SECRET_PAIR.search(str(v)) for v in values)
 
 
 def _parsed(url: str):
@@ -55,7 +64,7 @@ def shown_url(url: str) -> str:
         plain = sep and scheme and scheme.replace("+", "").replace(".", "").replace(
             "-", "").isalnum() and scheme.isascii()
         return f"{scheme}://{_UNPARSABLE}" if plain else _UNPARSABLE
-    secret_query = [k for k in parsed.query if _secret_param(k)]
+    secret_query = [k for k, v in parsed.query.items() if _secret_param(k, v)]
     # A host holding '@' is the tail of a password that held a raw '@'.
     odd_host = "@" in (parsed.host or "")
     if parsed.password is None and not secret_query and not odd_host:
@@ -79,7 +88,7 @@ def url_secrets(url: str) -> list[str]:
         return [rest] if rest else []
     values = [parsed.password] if parsed.password else []
     for key, value in parsed.query.items():
-        if _secret_param(key):
+        if _secret_param(key, value):
             values += [value] if isinstance(value, str) else list(value)
     if "@" in (parsed.host or ""):
         values.append(parsed.host)
@@ -262,18 +271,24 @@ def sqlite_read_only(url: str) -> str | None:
 def _read_only_engine(url: str) -> dict:
     """Engine options that open the SQLite file of `url` read-only: SQLite's `mode=ro` URI, so
     that no connection tries to create a journal. A WAL-mode reader also needs the -shm index;
-    where it is missing and cannot be created, `immutable=1` reads the file as it stands
-    (nobody can be writing a file whose folder nobody may write)."""
-    import sqlite3
-    from urllib.parse import quote
+    where it is missing and cannot be created, `immutable=1` reads the file as it stands. That
+    is decided at each connection, and connections are not pooled: no -shm means no writer has
+    the file open now, and a writer that opens it later makes one, which the next connection
+    sees (an immutable connection held across writes could read a torn file)."""
+    from sqlalchemy.pool import NullPool
 
     path = os.path.abspath(sqlite_path(url) or "")
-    folder_writable = os.access(os.path.dirname(path), os.W_OK)
-    immutable = not folder_writable and not os.path.exists(path + "-shm")
+    return {"creator": functools.partial(_connect_read_only, path), "poolclass": NullPool}
+
+
+def _connect_read_only(path: str) -> sqlite3.Connection:
+    from urllib.parse import quote
+
+    immutable = (not os.access(os.path.dirname(path), os.W_OK)
+                 and not os.path.exists(path + "-shm"))
     uri = f"file:{quote(path)}?mode=ro" + ("&immutable=1" if immutable else "")
     # check_same_thread: the service reads from a thread pool, as SQLAlchemy's own file pool does
-    return {"creator": functools.partial(sqlite3.connect, uri, uri=True, timeout=120,
-                                         check_same_thread=False)}
+    return sqlite3.connect(uri, uri=True, timeout=120, check_same_thread=False)
 
 
 def open_storage(url: str | None = None):

@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(p, default_storage="the study file's storage, else ")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a study setting, e.g. --set train.epochs=1 (repeatable)")
-    p.set_defaults(handler=_launch)
+    p.set_defaults(handler=_launch, precheck=_check_study_file)
 
     r = sub.add_parser(
         "resume", help="continue a study with the configuration stored in the database",
@@ -45,6 +45,18 @@ def _common(p: argparse.ArgumentParser, default_storage: str) -> None:
                    help="join a running Ray cluster (host:port of the head node) instead of "
                    "starting one on this machine")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _check_study_file(args: argparse.Namespace) -> None:
+    """A study file that is not there, refused before ray is imported (seconds) to run it."""
+    from pathlib import Path
+
+    from weightsearch.core.errors import ConfigError
+
+    path = Path(args.study_file)  # other kinds of file: the study file's reader refuses them
+    if path.is_dir() or not path.exists():
+        what = "is a folder, not" if path.is_dir() else "does not exist; give the path of"
+        raise ConfigError([f"study file {path} {what} a study file (STUDY.yaml)"])
 
 
 def _launch(args: argparse.Namespace) -> int:

@@ -5,6 +5,7 @@ study (refusing one launched with another configuration), and read its trials ba
 from __future__ import annotations
 
 import datetime as dt
+import math
 import sys
 import time
 import warnings
@@ -67,7 +68,17 @@ def describe(spec: StudySpec, central: str) -> Central:
     if not spec.space.central_weight_only:
         attrs[S.A_SPACE] = list(spec.space.paths)
         attrs[S.A_STRATEGY] = spec.search.strategy
+    attrs.update(_grid_cells(spec, central))
     return Central(central, cfg, sizes, attrs)
+
+
+def _grid_cells(spec: StudySpec, central: str) -> dict[str, int]:
+    """{A_GRID_CELLS: points x seeds} for a grid, whose cells are known before any trial (so
+    that an interrupted study's unstarted cells are counted); {} for adaptive searches."""
+    if spec.search.strategy != "grid":
+        return {}
+    points = spec.space.size(central)
+    return {S.A_GRID_CELLS: int(points) * len(spec.seeds)} if math.isfinite(points) else {}
 
 
 def _describe_groups(spec: StudySpec) -> Central:
@@ -98,6 +109,7 @@ def _describe_groups(spec: StudySpec) -> Central:
     }
     if groups.max_size is not None:
         attrs[S.A_GROUP_MAX_SIZE] = groups.max_size
+    attrs.update(_grid_cells(spec, S.GROUPS_STUDY))
     return Central(S.GROUPS_STUDY, cfg, sizes, attrs)
 
 
@@ -215,6 +227,9 @@ def _record_extension(spec: StudySpec, study: Any) -> None:
     changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     study.set_user_attr(S.A_SPEC, new)
     study.set_user_attr(S.A_DIGEST, spec.digest())
+    central = study.user_attrs.get(S.A_CENTRAL)
+    for key, value in _grid_cells(spec, central).items():  # the grown grid's cells
+        study.set_user_attr(key, value)
     print(f"note: study {study.study_name} extended (changed: {', '.join(changed)}); the "
           "cells it holds are kept", file=sys.stderr)
 

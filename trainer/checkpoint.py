@@ -29,6 +29,7 @@ crafted pickle) is refused by name.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -158,17 +159,25 @@ def file_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-# What a numpy array pickles to (numpy 2 names its module numpy._core, numpy 1 numpy.core).
-_NUMPY_ARRAYS = [np.ndarray, np.dtype, type(np.dtype(np.uint32)),
-                 (np._core.multiarray._reconstruct, "numpy.core.multiarray._reconstruct"),
-                 np._core.multiarray._reconstruct]
+def _numpy_arrays() -> list[Any]:
+    """What a numpy array pickles to, for the safe loader: numpy 2 names the module of
+    `_reconstruct` numpy._core, numpy 1 numpy.core, and a file may come from either."""
+    core = getattr(np, "_core", None)
+    multiarray = getattr(core, "multiarray", None) or np.core.multiarray
+    reconstruct = multiarray._reconstruct
+    return [np.ndarray, np.dtype, type(np.dtype(np.uint32)), reconstruct,
+            (reconstruct, "numpy.core.multiarray._reconstruct"),
+            (reconstruct, "numpy._core.multiarray._reconstruct")]
 
 
 def read_state(path: Path) -> dict[str, Any]:
     """A checkpoint's `state.pt`, read without running code: tensors and plain containers only.
     Numpy's array reconstruction is allowed too, for state files written before the RNG state
     was stored as tensors. Raises what torch raises for anything else."""
-    with torch.serialization.safe_globals(_NUMPY_ARRAYS):
+    allowed = (torch.serialization.safe_globals(_numpy_arrays())
+               if hasattr(torch.serialization, "safe_globals")  # torch >= 2.5
+               else contextlib.nullcontext())  # older: states written since load; older ones not
+    with allowed:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError:
@@ -317,7 +326,13 @@ def load_checkpoint(
     """Restore the model, optimizer, scheduler and RNGs; the checkpoint's state (its `scheme`
     entry, where the weighting scheme saved one, is the loop's to restore)."""
     load_model(model, str(ckpt.weights), device=str(device))
-    state = ckpt.state or read_state(ckpt.path / STATE)
+    if not ckpt.state:  # read with_state=False: read (and check) it now
+        try:
+            ckpt = _read(ckpt.path, with_state=True)
+        except _Damaged as damage:
+            raise ConfigError([f"checkpoint {damage}: damaged; resume again to continue from "
+                               "an older one"]) from None
+    state = ckpt.state
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     restore_rng(state["rng"])

@@ -21,7 +21,11 @@ weighted task loss unweighted, as the reference adds `adv_alpha * adv_loss` afte
 weight. `project: true` is the SMART paper's own projected step instead (keep d0, step, clip
 into the box of half-width `epsilon`); `ascent: kl` climbs KL(clean || perturbed) instead of
 `stable_kl` (the gradient of the symmetric KL with the clean side constant), as this trainer did
-before. Defaults are the reference's: noise 1e-5, step size 1e-3, weight 1, one step.
+before. The two reference codes reduce the ascended divergence differently: SIWLM's copy
+averages it over the batch (`stable_kl`, the default, as `siwlm-paper` follows that code), the
+current MT-DNN code sums it (`ascent: stable_kl_sum`). Since the step divides by max|g| + 1e-6
+and g is far below 1e-6 at these noise levels, the sum takes a step about batch-size times
+larger. Defaults are SIWLM's code's: noise 1e-5, step size 1e-3, weight 1, one step.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ if TYPE_CHECKING:  # torch stays out of config parsing, which imports the settin
     from weightsearch.trainer.model import MTDNN
 
 
-ASCENTS = ("stable_kl", "kl")
+ASCENTS = ("stable_kl", "stable_kl_sum", "kl")
 
 
 @dataclass(frozen=True)
@@ -62,8 +66,9 @@ class AdversarialSettings:
     ascent: str = setting(
         "stable_kl", Choice(ASCENTS), since="0.2.0",
         omit_when=lambda adversarial: not adversarial.enabled,
-        doc="what the ascent step climbs for class distributions: stable_kl (the reference "
-            "code's) or kl (KL(clean || perturbed), this trainer's earlier ascent)")
+        doc="what the ascent step climbs: stable_kl (SIWLM's copy of the MT-DNN code: the "
+            "reference's divergence, a mean over the batch), stable_kl_sum (the current MT-DNN "
+            "code's: its sum) or kl (KL(clean || perturbed), this trainer's earlier ascent)")
     epsilon: float = setting(
         1e-5, Number(integer=False, low=0),
         doc="with project: true, the half-width of the box the perturbation is clipped into")
@@ -114,7 +119,8 @@ def smart_loss(
         perturbed = model(task, batch, embedding_output=embed.detach() + noise)
         divergence = (head.smoothness(perturbed.float(), clean.detach().float())
                       if settings.ascent == "kl"
-                      else head.ascent_divergence(perturbed.float(), clean.detach().float()))
+                      else head.ascent_divergence(perturbed.float(), clean.detach().float(),
+                                                  total=settings.ascent == "stable_kl_sum"))
         (grad,) = torch.autograd.grad(divergence, noise)
         direction = grad / (grad.abs().amax(dim=-1, keepdim=True) + NORM_EPS)
         step = settings.step_size * direction

@@ -63,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        precheck = getattr(args, "precheck", None)
+        if precheck is not None:  # cheap input checks before a heavy extra is imported
+            precheck(args)
         if args.command in NEEDS:
             from weightsearch.core.extras import require_extra
 

@@ -168,6 +168,19 @@ def test_a_key_given_twice_is_refused_naming_it(server):
         assert r.status_code == 400 and f"the key {key!r} twice" in r.json()["detail"], r.text
 
 
+def test_two_content_types_are_refused(server):
+    """The size limit follows the Content-Type; with two, the guard and the route could read
+    different ones (a YAML body let through under JSON's larger limit)."""
+    s = socket.create_connection(("127.0.0.1", _port(server)))
+    body = b"study: x\n" + b"#" * 20000
+    s.sendall(b"POST /studies HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/yaml\r\n"
+              b"Content-Type: application/json\r\n"
+              + f"Authorization: Bearer {TOKEN}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+              + body)
+    status, _ = _answer_then_close(s, 10)
+    assert status == 400
+
+
 def test_a_lone_surrogate_is_refused_naming_its_field(server, data):
     spec = {"study": "surrogate", "train": {"data_dir": str(data), "tasks": ["rte", "mrpc"]},
             "weights": [1]}

@@ -30,6 +30,10 @@ FORMS = [
     (f"postgresql://h/db?sslpassword={SECRET}&password=x",
      "postgresql://h/db?password=***&sslpassword=***"),
     (f"postgresql://u:p@{SECRET}@h/db", "postgresql://u:***@***/db"),  # a raw '@' in it
+    # Whole connection strings inside a parameter whose name says nothing:
+    (f"mssql+pyodbc:///?odbc_connect=DRIVER%3Dx%3BPWD%3D{SECRET}", "mssql+pyodbc:///?odbc_connect=***"),
+    (f"postgresql://h/db?dsn=host%3Dh+password%3D{SECRET}", "postgresql://h/db?dsn=***"),
+    (f"postgresql://h/db?options=-c%20password%3D{SECRET}", "postgresql://h/db?options=***"),
 ]
 
 

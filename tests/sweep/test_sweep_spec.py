@@ -120,6 +120,7 @@ def test_all_problems_at_once(base: dict) -> None:
                                        "folder nor a model in this machine's Hugging Face cache"),
     ({"lr": 1e39}, "train.lr: 1e+39 is beyond what a float32"),
     ({"batch_size": 2**64}, "train.batch_size: 18446744073709551616 is beyond what a 64-bit"),
+    ({"epochs": 10**400}, "train.epochs: a 401-digit number is beyond what a 64-bit"),
 ])
 def test_what_would_fail_every_trial_is_refused_up_front(base: dict, change: dict,
                                                          expected: str) -> None:
@@ -400,7 +401,7 @@ def test_a_new_study_over_another_databases_runs_is_refused_before_ray(
 
     study = two_cell_study_file(tmp_path, "again", tiny_encoder, sample_data_dir)
     spec = load_study_spec(str(study))
-    old_run = Path(spec.workdir) / "again" / "rte" / "w9_s1"
+    old_run = Path(spec.trial_dir("rte", {CENTRAL_WEIGHT: 9.0}, 1))  # where a trial trains
     old_run.mkdir(parents=True)
     (old_run / "config.yaml").write_text("lr: 0.1\n")
     db = tmp_path / "fresh.db"

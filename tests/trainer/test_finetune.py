@@ -127,6 +127,20 @@ def test_smart_term_is_zero_without_perturbation_and_positive_with_it(
     assert model.encoder.embeddings.word_embeddings.weight.grad.abs().sum() > 0
 
 
+def _rte_model_and_batch(sample_data_dir, tiny_encoder):
+    """A tiny model without dropout, 8 RTE rows and their clean outputs: what SMART perturbs."""
+    from weightsearch.trainer.encoders import load_tokenizer
+    from weightsearch.trainer.model import MTDNN, load_encoder
+    from weightsearch.trainer.task_data import collate, load_task_data
+
+    cfg = run_config(sample_data_dir, tiny_encoder, "unused")
+    tokenizer = load_tokenizer(tiny_encoder)
+    data = load_task_data(cfg.task("rte"), cfg.data_dir, tokenizer, 64, None, 8)
+    batch = collate(data.train, list(range(8)), tokenizer.pad_token_id)
+    model = MTDNN(load_encoder(tiny_encoder, 1), cfg.tasks).eval()
+    return model, batch, model("rte", batch).detach()
+
+
 def test_smart_is_the_reference_codes_perturbation(sample_data_dir, tiny_encoder):
     """Re-stated from the reference's SmartPerturbation (one step): noise on the embedding
     layer's output (padding zeroed), the gradient with respect to it of the reference's
@@ -136,17 +150,9 @@ def test_smart_is_the_reference_codes_perturbation(sample_data_dir, tiny_encoder
     the symmetric KL between the clean and adversarial outputs."""
     import torch.nn.functional as F
 
-    from weightsearch.trainer.encoders import load_tokenizer
-    from weightsearch.trainer.model import MTDNN, load_encoder
     from weightsearch.trainer.smart import AdversarialSettings, smart_loss
-    from weightsearch.trainer.task_data import collate, load_task_data
 
-    cfg = run_config(sample_data_dir, tiny_encoder, "unused")
-    tokenizer = load_tokenizer(tiny_encoder)
-    data = load_task_data(cfg.task("rte"), cfg.data_dir, tokenizer, 64, None, 8)
-    batch = collate(data.train, list(range(8)), tokenizer.pad_token_id)
-    model = MTDNN(load_encoder(tiny_encoder, 1), cfg.tasks).eval()
-    clean = model("rte", batch).detach()
+    model, batch, clean = _rte_model_and_batch(sample_data_dir, tiny_encoder)
     settings = AdversarialSettings(enabled=True, noise=1e-3, step_size=1e-2)
     torch.manual_seed(5)
     got = smart_loss(model, "rte", batch, clean, settings)
@@ -393,3 +399,31 @@ def test_smart_works_on_a_compiled_encoder(sample_data_dir, tiny_encoder):
     torch.manual_seed(5)
     compiled = smart_loss(model, "rte", batch, clean, settings)
     torch.testing.assert_close(compiled, plain, rtol=1e-4, atol=1e-9)
+
+
+def test_smart_ascent_sums_over_the_batch_as_the_current_mt_dnn_code_with_stable_kl_sum(
+        sample_data_dir, tiny_encoder):
+    """`ascent: stable_kl_sum` climbs the reference's stable_kl summed over the batch (the
+    current MT-DNN code's `reduce=False`), SIWLM's copy its mean: the gradient differs by the
+    batch size, and so does the step once it is below the 1e-6 of the normalisation."""
+    import torch.nn.functional as F
+
+    from weightsearch.trainer.heads.base import stable_kl
+    from weightsearch.trainer.smart import AdversarialSettings, smart_loss
+
+    logits, target = torch.randn(8, 3, requires_grad=True), torch.randn(8, 3)
+    (g_mean,) = torch.autograd.grad(stable_kl(logits, target), logits)
+    (g_sum,) = torch.autograd.grad(stable_kl(logits, target, total=True), logits)
+    torch.testing.assert_close(g_sum, g_mean * 8)
+    p = F.softmax(logits, -1)
+    r = lambda q: -(1.0 / (q + 1e-6) - 1 + 1e-6).log()  # noqa: E731
+    expected = (p * (r(p).detach() - r(F.softmax(target, -1))) * 2).sum()
+    torch.testing.assert_close(stable_kl(logits, target, total=True), expected)
+
+    model, batch, clean = _rte_model_and_batch(sample_data_dir, tiny_encoder)
+    terms = {}
+    for ascent in ("stable_kl", "stable_kl_sum"):
+        torch.manual_seed(5)
+        terms[ascent] = smart_loss(model, "rte", batch, clean, AdversarialSettings(
+            enabled=True, noise=1e-5, step_size=1e-3, ascent=ascent)).item()
+    assert terms["stable_kl_sum"] != pytest.approx(terms["stable_kl"], rel=1e-3)

@@ -157,27 +157,34 @@ class Head(nn.Module):
         """
         return (a - b).pow(2).mean()
 
-    def ascent_divergence(self, perturbed: Tensor, clean: Tensor) -> Tensor:
+    def ascent_divergence(self, perturbed: Tensor, clean: Tensor, total: bool = False) -> Tensor:
         """What SMART's ascent step climbs, from the `perturbed` outputs to the (constant)
-        `clean` ones. Scores: the squared difference, as the reference's `F.mse_loss`."""
-        return self.smoothness(perturbed, clean)
+        `clean` ones: scores' squared difference, as the reference's `F.mse_loss`; its mean
+        (SIWLM's copy of the MT-DNN code), or with `total` its sum (the current MT-DNN code).
+        Heads without a reference form climb their `smoothness` (times the rows, for `total`)."""
+        if type(self).smoothness is not Head.smoothness:  # a head's own divergence
+            return self.smoothness(perturbed, clean) * (perturbed.shape[0] if total else 1)
+        squared = (perturbed - clean).pow(2)
+        return squared.sum() if total else squared.mean()
 
 
 STABLE_KL_EPS = 1e-6  # the reference's default
 
 
-def stable_kl(logits: Tensor, target: Tensor) -> Tensor:
+def stable_kl(logits: Tensor, target: Tensor, total: bool = False) -> Tensor:
     """The divergence the reference MT-DNN code's SMART ascends for class distributions
     (`stable_kl` in its `mt_dnn/loss.py`): with p = softmax(logits), y = softmax(target) and
     r(q) = log(1 / (1 / (q + eps) - 1 + eps)), a constant, the sum over classes of
-    2 p (r(p) - r(y)), averaged over the leading axis. Only p carries a gradient, and it is not
-    that of a KL divergence."""
+    2 p (r(p) - r(y)), averaged over the leading axis (SIWLM's copy), or with `total` summed
+    (the current code's `reduce=False`). Only p carries a gradient, and it is not that of a KL
+    divergence."""
     p = F.softmax(logits.reshape(-1, logits.shape[-1]).float(), dim=-1)
     y = F.softmax(target.reshape(-1, target.shape[-1]).float(), dim=-1)
     eps = STABLE_KL_EPS
     r_p = -torch.log(1.0 / (p.detach() + eps) - 1 + eps)
     r_y = -torch.log(1.0 / (y.detach() + eps) - 1 + eps)
-    return (p * (r_p - r_y) * 2).sum() / p.shape[0]
+    summed = (p * (r_p - r_y) * 2).sum()
+    return summed if total else summed / p.shape[0]
 
 
 def symmetric_kl(a: Tensor, b: Tensor) -> Tensor:

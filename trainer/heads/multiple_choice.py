@@ -90,8 +90,8 @@ class MultipleChoiceHead(Head):
     def smoothness(self, a: Tensor, b: Tensor) -> Tensor:
         return symmetric_kl(a, b)
 
-    def ascent_divergence(self, perturbed: Tensor, clean: Tensor) -> Tensor:
-        return stable_kl(perturbed, clean)
+    def ascent_divergence(self, perturbed: Tensor, clean: Tensor, total: bool = False) -> Tensor:
+        return stable_kl(perturbed, clean, total)
 
 
 HEAD = MultipleChoiceHead

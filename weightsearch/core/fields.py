@@ -156,12 +156,14 @@ class Number:
         if value is None and self.optional:
             return None, None
         ok = is_int(value) if self.integer else is_number(value)
-        if not ok or not math.isfinite(value):
+        # An int is finite however large (math.isfinite would overflow converting it).
+        if not ok or not (isinstance(value, int) or math.isfinite(value)):
             kind = "an integer" if self.integer else "a number"
             return None, f"{key}: expected {kind}, got {value!r}"
         if abs(value) > (INT64_MAX if self.integer else FLOAT32_MAX):
             what = "a 64-bit integer" if self.integer else "a float32 (about 3.4e38)"
-            return None, (f"{key}: {value!r} is beyond what {what} holds, and the trainer "
+            shown = repr(value) if len(repr(value)) <= 24 else f"a {len(str(value))}-digit number"
+            return None, (f"{key}: {shown} is beyond what {what} holds, and the trainer "
                           f"computes in those; use a value within {self.describe()}")
         below = value <= self.low if self.low_open else value < self.low
         if below or value > self.high:

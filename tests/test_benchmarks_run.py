@@ -1,0 +1,50 @@
+"""Benchmarks whose figures no test machine can produce still run: `benchmarks/bench_gpu.py
+--device cpu --quick` end to end, with every row it promises in its JSON (BENCHMARKS.md
+section 2 holds the GPU figures; none is asserted here)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, SAMPLE
+
+ENCODERS = ("bert-base", "minilm")
+# Rows a CPU runs with --quick, and rows it names as not run (with the reason).
+RUN_ON_CPU = ("plain loop", "trainer eager", "packed 1", "packed 2")
+NOT_RUN_ON_CPU = {"trainer compiled": "pass --compile",
+                  "packed 4": "--quick on a CPU packs 1 and 2 processes only"}
+
+
+@pytest.mark.slow  # three processes import torch: about 30 s of CPU, 50 s on a busy 2-core VM
+def test_bench_gpu_quick_runs_every_row_on_the_cpu(tmp_path: Path):
+    out = tmp_path / "gpu.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--device", "cpu",
+         "--quick", "--data-dir", str(SAMPLE), "--json", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(out.read_text())
+    assert report["device"].startswith("cpu") and report["quick"]
+    peak = report["matmul_peak"]
+    assert peak["tflops"] > 0 and peak["dtype"] == report["precision"]
+    assert f"matmul peak: {peak['tflops']:.2f} TFLOP/s measured ({peak['dtype']}" in proc.stdout
+    for kind in ENCODERS:
+        encoder = report["encoders"][kind]
+        assert encoder["tiny"] and encoder["flops_per_sequence"] > 0
+        assert set(encoder["rows"]) == {*RUN_ON_CPU, *NOT_RUN_ON_CPU}
+        for name in RUN_ON_CPU:
+            row = encoder["rows"][name]
+            assert row["sequences_per_s"] > 0 and row["mfu"] > 0, (kind, name, row)
+            assert row["peak_gpu_mib"] is None  # no GPU
+        for name, reason in NOT_RUN_ON_CPU.items():
+            assert reason in encoder["rows"][name]["not_run"]
+            assert f"{kind:<10} {name:<17} not run: " in proc.stdout
+    trial = report["realistic_trial"]
+    assert trial["examples_per_s"] > 0 and trial["train_examples"] > 0, trial
+    assert "examples/s" in proc.stdout.splitlines()[-1]
