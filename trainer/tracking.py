@@ -235,8 +235,7 @@ class _MLflow(Tracker):
                     experiment = _experiment_id(self.client, settings.mlflow_experiment)
                     parent = None if settings.mlflow_parent is None else \
                         _parent_run(self.client, experiment, settings.mlflow_parent)
-                name = output_dir.name if stage == "multitask" else \
-                    f"{output_dir.parents[1].name}-{stage}-{output_dir.name}"
+                name = _run_name(output_dir, stage, settings, params)
                 tags = {"weightsearch.stage": stage, "weightsearch.output_dir": str(output_dir)}
                 if parent is not None:
                     tags["mlflow.parentRunId"] = parent
@@ -341,6 +340,19 @@ def _parent_run(client: Any, experiment: str, name: str) -> str:
     if oldest != run.info.run_id:
         client.delete_run(run.info.run_id)
     return oldest
+
+
+def _run_name(output_dir: Path, stage: str, settings: TrackingSettings,
+              params: Mapping[str, Any]) -> str:
+    """The MLflow run's name: its folder's; a fine-tuning run's with the parent run's folder and
+    its stage; under a parent (a study's cells) led by the central task, since cells of
+    different central tasks share folder names (`w9_s1`)."""
+    name = output_dir.name if stage == "multitask" else \
+        f"{output_dir.parents[1].name}-{stage}-{output_dir.name}"
+    central = params.get("central_task")
+    if settings.mlflow_parent is not None and central and not name.startswith(f"{central}-"):
+        return f"{central}-{name}"
+    return name
 
 
 def run_params(cfg: Any) -> dict[str, Any]:

@@ -171,7 +171,7 @@ def test_runs_naming_one_parent_nest_under_one_parent_run(sample_data_dir, tiny_
     assert len(parents) == 1 and parents[0].info.run_name == "study-1"
     children = sorted(r.info.run_name for r in runs
                       if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id)
-    assert children == ["a", "b"]
+    assert children == ["rte-a", "rte-b"]  # a study's cells: w9_s1 under every central task
     # Two creators racing without a lock: each keeps the older parent, the newer one goes.
     late = client.create_run(experiment, run_name="study-1",
                              tags={"weightsearch.parent": "study-1"})
