@@ -1,9 +1,10 @@
 """What `launch` shows while it runs, on stderr.
 
 On a terminal (with `rich` installed): a table of the running trials, refreshed at every epoch
-report, with each trial's epoch and current metric, under a line with the study's counts, best
-points and ETA. Elsewhere (logs, pipes, CI): one line per event (trial started, epoch reported,
-trial finished) with the same counts.
+report, with each trial's stage, epoch and current metric, under a line with the study's counts,
+its top trial so far (all drivers', read from the database at each trial end) and ETA.
+Elsewhere (logs, pipes, CI): one line per event (trial started, epoch reported, trial finished)
+with the same counts.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class _Running:
     started: float
     epoch: int = 0
     value: float | None = None
+    stage: str = "multitask"  # or "fine-tune TASK" once the trial fine-tunes
 
 
 class Progress:
@@ -47,8 +49,9 @@ class Progress:
         self.finished_count = 0
         self.counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0, "LOST": 0}
         self.durations: list[float] = []
-        # central -> (value, point label) of the highest single trial this driver saw: a trial,
-        # not a weight (the summary's verdict compares weights over seeds, all drivers)
+        # central -> (value, which trial) of the study's best single trial, all drivers' (the
+        # searcher reads it at each trial end); a trial, not a weight: the summary's verdict
+        # compares weights over seeds
         self.best: dict[str, tuple[float, str]] = {}
         self.running: dict[str, _Running] = {}
         self._live: Any = None
@@ -77,6 +80,7 @@ class Progress:
         run = self.running.get(trial_id)
         if run is None:
             return
+        run.stage, run.epoch, run.value = f"fine-tune {task}", epoch, value
         shown = "" if value is None else f" {value:.4f}"
         self._event(f"fine-tuning {task} epoch {epoch} ({run.central} {run.label} "
                     f"seed={run.seed}){shown}")
@@ -97,6 +101,10 @@ class Progress:
                  if value is not None else "")
         why = f" ({reason})" if reason else ""
         self._event(f"{state.lower()} {what}{shown} in {_duration(elapsed)}{why}")
+
+    def study_best(self, central: str, value: float, which: str) -> None:
+        """The study's top trial so far, all drivers' (replaces what this driver saw)."""
+        self.best[central] = (value, which)
 
     def close(self) -> None:
         if self._live is not None:
@@ -138,11 +146,13 @@ class Progress:
         from rich.table import Table
 
         table = Table(box=None, header_style="bold", pad_edge=False)
-        for col in ("central", "point", "seed", "epoch", "score", "time"):
-            table.add_column(col, justify="right" if col not in ("central", "point") else "left")
+        for col in ("central", "point", "seed", "stage", "epoch", "score", "time"):
+            table.add_column(col, justify="left" if col in ("central", "point", "stage")
+                             else "right")
         now = time.time()
         for run in self.running.values():
-            table.add_row(run.central, run.label, str(run.seed), f"{run.epoch}/{run.epochs}",
+            epoch = f"{run.epoch}/{run.epochs}" if run.stage == "multitask" else str(run.epoch)
+            table.add_row(run.central, run.label, str(run.seed), run.stage, epoch,
                           "-" if run.value is None else f"{run.value:.4f}",
                           _duration(now - run.started))
         return Group(self.status(), table)

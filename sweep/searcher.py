@@ -227,6 +227,9 @@ class CellSearcher(Searcher):
             state, value, reason = "LOST", None, "claim lost; another driver took the cell over"
             live.plan.deferred.add(live.unit.key)
         self.progress.finished(trial_id, state, elapsed, value, reason)
+        best = study_best(live.plan.study)
+        if best is not None:
+            self.progress.study_best(live.plan.central, *best)
         self._release(live)
 
     def abandon_live(self) -> int:
@@ -506,3 +509,15 @@ def _fail_stale(study: optuna.Study, unit: Unit, records: list[Record]) -> None:
                 storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
             except UpdateFinishedTrialError:
                 pass  # finished meanwhile
+
+
+def study_best(study: optuna.Study) -> tuple[float, str] | None:
+    """The best complete trial of `study` so far, every driver's: (value, "trial N, seed S");
+    None before the first."""
+    try:
+        best = study.best_trial
+    except ValueError:  # no complete trial yet
+        return None
+    seed = best.user_attrs.get(S.T_SEED)
+    which = f"trial {best.number}" + (f", seed {seed}" if seed is not None else "")
+    return float(best.value), which

@@ -46,3 +46,32 @@ def test_each_central_task_says_its_own_metric():
     assert "sst2 w=1 seed=1 accuracy=0.7000" in lines[2]
     assert "stsb w=1 seed=1 corr=0.2500" in lines[3] and "corr=0.4000" in lines[4]
     assert "accuracy/corr" not in out.getvalue()
+
+
+def test_the_top_trial_is_the_studys_and_a_fine_tuning_trial_shows_its_stage(tmp_path):
+    """Trials of another driver count: the searcher reads the study's top trial from the
+    database at each trial end. A trial that fine-tunes says so, with its own epochs."""
+    import optuna
+
+    from weightsearch.studies import schema as S
+    from weightsearch.sweep.searcher import study_best
+
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 's.db'}", direction="maximize")
+    assert study_best(study) is None
+    for value, seed in ((0.68, 1), (0.76, 2)):  # the second by another driver
+        study.add_trial(optuna.trial.create_trial(value=value, user_attrs={S.T_SEED: seed}))
+    assert study_best(study) == (0.76, "trial 1, seed 2")
+
+    out = io.StringIO()
+    p = Progress("s", 4, 2, stream=out, metric="accuracy", live=False)
+    p.started("a", "rte", "w=1", 1, 2)
+    p.finished("a", "COMPLETE", 3.0, 0.68)
+    p.study_best("rte", *study_best(study))
+    assert "top trial rte trial 1, seed 2 (0.7600)" in p.status()
+    p.started("b", "rte", "w=9", 1, 2)
+    p.epoch("b", 2, 0.6)
+    p.finetune("b", "rte", 1, 0.7)
+    run = p.running["b"]
+    assert (run.stage, run.epoch, run.value) == ("fine-tune rte", 1, 0.7)
+    table = p._table()
+    assert "fine-tune rte" in str(table.renderables[1].columns[3]._cells)
