@@ -60,6 +60,56 @@ def metric_label(metric: str | None, values: Iterable[float]) -> str:
     return f"{metric or 'score'} on dev ({scale})"
 
 
+# A y axis is at least this tall (of a 0-1 scale; x100 for percent), so that a difference of a
+# few thousandths, within any seed noise, is not drawn as a steep line.
+MIN_SPAN = 0.05
+_CORRELATIONS = ("mcc", "matthews", "pearson", "spearman", "corr")
+_FRACTIONS = ("acc", "f1", "exact", "em")
+
+
+def metric_bounds(metric: str | None, percent: bool) -> tuple[float, float] | None:
+    """The range a score can take by its definition: correlations -1..1, accuracy-type 0..1
+    (x100 on a percent scale); None for a metric without known bounds."""
+    name = (metric or "").lower()
+    if any(part in name for part in _CORRELATIONS):
+        low, high = -1.0, 1.0
+    elif any(part in name for part in _FRACTIONS):
+        low, high = 0.0, 1.0
+    else:
+        return None
+    scale = 100.0 if percent else 1.0
+    return low * scale, high * scale
+
+
+def clipped_errors(means: list[float], sds: list[float], bounds: tuple[float, float] | None
+                   ) -> list[list[float]]:
+    """[below, above] error-bar lengths: +-1 sd, cut where the score's range ends (an accuracy
+    interval past 1.0 is drawn to 1.0)."""
+    if bounds is None:
+        return [list(sds), list(sds)]
+    return [[max(0.0, min(sd, m - bounds[0])) for m, sd in zip(means, sds, strict=True)],
+            [max(0.0, min(sd, bounds[1] - m)) for m, sd in zip(means, sds, strict=True)]]
+
+
+def y_limits(values: list[float], bounds: tuple[float, float] | None,
+             percent: bool) -> tuple[float, float]:
+    """The y axis: the data with a margin, at least MIN_SPAN tall, inside the score's range."""
+    low, high = min(values), max(values)
+    span = MIN_SPAN * (100.0 if percent else 1.0)
+    if high - low < span:
+        middle = (low + high) / 2
+        low, high = middle - span / 2, middle + span / 2
+    margin = 0.05 * (high - low)
+    low, high = low - margin, high + margin
+    if bounds is not None:  # slide the window inside the range, then cut what still sticks out
+        if low < bounds[0]:
+            low, high = bounds[0], high + (bounds[0] - low)
+        if high > bounds[1]:
+            low, high = low - (high - bounds[1]), bounds[1]
+        low = max(low, bounds[0])
+    return low, high
+
+
 def train_size_text(n: int | None) -> str:
     return f"train n={n:,}" if n else "train n unknown"
 
@@ -78,7 +128,11 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
         sd = [c.sd or 0.0 for c in s.curve]
         # One dot per seed: the points of other searched dimensions averaged within it.
         dots = [(weight, score) for weight, _seed, score in seed_scores(s.cells)]
-        ax.errorbar(w, [c.mean for c in s.curve], yerr=sd, fmt="o-", color="tab:blue",
+        means = [c.mean for c in s.curve]
+        percent = max((abs(v) for v in means), default=0.0) > 1.0
+        bounds = metric_bounds(s.primary_metric, percent)
+        errors = clipped_errors(means, sd, bounds)
+        ax.errorbar(w, means, yerr=errors, fmt="o-", color="tab:blue",
                     capsize=3, markersize=4, zorder=3, label=_mean_label(seeds))
         # Seeds a little to the right of their weight, beside the error bar, not under it.
         shift = 0.02 * (max(w) - min(w) or 1.0)
@@ -98,13 +152,17 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
         elif verdict.best is not None:
             ax.axvline(verdict.best, color="0.6", linestyle=":", zorder=1,
                        label="highest mean, not separated from the others")
-            ax.text(0.02, 0.02, verdict.reason, transform=ax.transAxes, fontsize=6,
-                    color="0.4", va="bottom")
+            # Under the axis label, not over the data.
+            ax.text(0.0, -0.3, verdict.reason, transform=ax.transAxes, fontsize=6,
+                    color="0.4", va="top", wrap=True)
         ax.set_title(f"{s.name if several else s.central_task} "
                      f"({train_size_text(s.train_size)})")
         ax.set_xlabel(WEIGHT_LABEL)
         ax.set_ylabel(metric_label(s.primary_metric, [score for _, score in dots]))
         ax.set_xticks(w)
+        ends = [m - e for m, e in zip(means, errors[0], strict=True)] + \
+            [m + e for m, e in zip(means, errors[1], strict=True)]
+        ax.set_ylim(*y_limits(ends + [score for _, score in dots], bounds, percent))
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(studies):]:
         ax.axis("off")
