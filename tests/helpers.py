@@ -84,7 +84,7 @@ def retrain_checkpoint(checkpoint: Path, shift: float = 0.01) -> None:
     beside them: a weight source that changed (not one damaged after its write)."""
     from safetensors.torch import load_file, save_file
 
-    from weightsearch.trainer.checkpoint import file_digest
+    from weightsearch.core.files import file_digest
 
     weights = checkpoint / "model.safetensors"
     save_file({k: v + shift for k, v in load_file(str(weights)).items()}, str(weights),
@@ -197,3 +197,35 @@ def launched_study(url: str, name: str, data_dir: Path, workdir: Path) -> None:
                             "workdir": str(workdir)})
     centrals = [study_db.describe(spec, c) for c in spec.central_tasks]
     study_db.create_studies(spec, open_storage(url), url, centrals, {})
+
+
+def serve(url: str, folder: Path, token: str) -> tuple[subprocess.Popen, int]:
+    """`weightsearch serve` of `url` with `token`, on a free port, up (its /health answers);
+    its output goes to folder/server.log (a file, not a pipe: a full pipe would stall it)."""
+    log = folder / "server.log"
+    for _ in range(3):  # another test may take the free port first
+        port = free_port()
+        with open(log, "w") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "weightsearch.cli", "serve", "--port", str(port),
+                 "--storage", url], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                env={**os.environ, "WEIGHTSEARCH_TOKEN": token})
+        if _serving(proc, port, log):
+            return proc, port
+    raise AssertionError(f"no free port stayed free for the server; see {log}")
+
+
+def _serving(proc: subprocess.Popen, port: int, log: Path) -> bool:
+    """True once /health answers; False if the port was taken meanwhile."""
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.TransportError):
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return True
+        if proc.poll() is not None:
+            assert "address already in use" in log.read_text(), log.read_text()
+            return False
+        time.sleep(0.2)
+    raise AssertionError("the server did not come up in 60 s")

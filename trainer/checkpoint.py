@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import pickle
 import random
@@ -47,6 +46,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, load_model, save_model
 
 from weightsearch.core.errors import ConfigError, DiskFull, causes
+from weightsearch.core.files import file_digest
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"
@@ -148,15 +148,6 @@ def save_checkpoint(
 
 
 LOW_SPACE = 64 << 20  # bytes: below this a failed write is taken for a full disk
-
-
-def file_digest(path: Path) -> str:
-    """The SHA-256 of a file, read in blocks."""
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _numpy_arrays() -> list[Any]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from weightsearch.core.errors import ConfigError
+from weightsearch.core.files import file_digest
 from weightsearch.core.yamlio import read_yaml_file
 from weightsearch.trainer.checkpoint import CHECKPOINTS, latest_checkpoint, no_weights_problem
 from weightsearch.trainer.config import RunConfig, load_config
@@ -222,7 +223,7 @@ def _cached_or_built(cfg: RunConfig, task: str, teachers: tuple[str, ...], data:
 
     runs = [_teacher_run(Path(t), task, data, tokenizer, where) for t in teachers]
     key = hashlib.sha256(json.dumps(
-        {"rows": rows, "teachers": sorted(_file_sha256(r.weights) for r in runs)}).encode()
+        {"rows": rows, "teachers": sorted(file_digest(r.weights) for r in runs)}).encode()
     ).hexdigest()
     path = Path(cfg.cache_dir).expanduser().parent / SOFT_TARGETS_DIR / f"{task}-{key[:24]}"
     path = path.with_suffix(".safetensors")
@@ -294,11 +295,3 @@ def _predict(cfg: RunConfig, weights: Path, task: str, data: TaskData, tokenizer
         values = logits.softmax(-1) if classes else logits
         out[torch.as_tensor(indices)] = values.cpu()
     return out
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

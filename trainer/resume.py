@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from weightsearch.core.fields import resume_free_keys
+from weightsearch.core.files import file_digest
 from weightsearch.trainer.config import OVERLONG, RunConfig
 from weightsearch.trainer.data.readers import resolve_path
 
@@ -98,11 +99,7 @@ def file_sha256(path: Path) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _sha256(path: str, mtime_ns: int, size: int) -> str:  # (mtime, size): re-hash on change
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return file_digest(path)
 
 
 def resume_record(cfg: RunConfig, precision: str,

@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.helpers import ROOT, SAMPLE, TABLE2, free_port, launched_study
+from tests.helpers import SAMPLE, TABLE2, launched_study, serve
 from weightsearch.service.request_guard import (
     BODY_GRACE_S,
     BODY_TIMEOUT_S,
@@ -55,35 +52,12 @@ def server(tmp_path_factory, data):
     launched_study(url, "moved", moved, folder / "runs")
     (moved / "MRPC" / "train.tsv").unlink()  # its data is no longer all there
     optuna.create_study(study_name="other-tool", storage=url)
-    log = folder / "server.log"  # a file, not a pipe: a full pipe would stall the server
-    for _ in range(3):  # another test may take the free port first
-        port = free_port()
-        with open(log, "w") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "weightsearch.cli", "serve", "--port", str(port),
-                 "--storage", url], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                env={**os.environ, "WEIGHTSEARCH_TOKEN": TOKEN})
-        if _up(proc, port, log):
-            break
+    proc, port = serve(url, folder, TOKEN)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-
-
-def _up(proc: subprocess.Popen, port: int, log: Path) -> bool:
-    """True once /health answers; False if the port was taken meanwhile."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        with contextlib.suppress(httpx.TransportError):
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return True
-        if proc.poll() is not None:
-            assert "address already in use" in log.read_text(), log.read_text()
-            return False
-        time.sleep(0.2)
-    raise AssertionError("the server did not come up in 60 s")
 
 
 def _port(base: str) -> int:

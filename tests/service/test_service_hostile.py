@@ -4,20 +4,16 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import statistics
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.helpers import ROOT, TABLE2, free_port
+from tests.helpers import TABLE2, serve
 from weightsearch.cli import main
 from weightsearch.service.request_guard import is_loopback
 from weightsearch.studies.importer import import_file
@@ -34,38 +30,13 @@ def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("hostile")
     url = f"sqlite:///{folder / 'studies.db'}"
     import_file(TABLE2, "siwlm-paper", url)
-    log = folder / "server.log"  # a file, not a pipe: a full pipe would stall the server
-    for _ in range(3):  # another test may take the free port first
-        port = free_port()
-        with open(log, "w") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "weightsearch.cli", "serve", "--port", str(port),
-                 "--storage", url], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                env={**os.environ, "WEIGHTSEARCH_TOKEN": TOKEN})
-        if _wait_until_up(proc, port, log):
-            break
+    proc, port = serve(url, folder, TOKEN)
     try:
         httpx.get(f"http://127.0.0.1:{port}/studies", timeout=30)  # warm the study cache
         yield port
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-
-
-def _wait_until_up(proc: subprocess.Popen, port: int, log: Path) -> bool:
-    """True once /health answers; False if the port was taken meanwhile."""
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return True
-        except httpx.TransportError:
-            pass
-        if proc.poll() is not None:
-            assert "address already in use" in log.read_text(), log.read_text()
-            return False
-        assert time.monotonic() < deadline, "the server did not come up in 60 s"
-        time.sleep(0.2)
 
 
 def _budget(port: int) -> float:

@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from tests.helpers import run_config
+from weightsearch.core.files import file_digest
 from weightsearch.trainer import train
-from weightsearch.trainer.checkpoint import file_digest, latest_checkpoint
+from weightsearch.trainer.checkpoint import latest_checkpoint
 
 
 class _Planted:

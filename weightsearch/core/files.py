@@ -5,6 +5,7 @@ before any work, so a bad one costs one message instead of a traceback after the
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat
 import tempfile
@@ -13,6 +14,15 @@ from pathlib import Path
 from weightsearch.core.errors import ConfigError
 
 MAX_CONFIG_BYTES = 16 << 20  # a run config or study file; real ones are a few KiB
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file, read in blocks of 1 MiB."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def read_text_bounded(path: Path, noun: str = "file", limit: int = MAX_CONFIG_BYTES) -> str:
