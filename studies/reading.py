@@ -561,7 +561,7 @@ def read_central(storage, name: str) -> CentralStudy:
     import optuna
 
     study = optuna.load_study(study_name=name, storage=storage)  # a storage or its URL
-    return build_central(name, study.user_attrs, study.directions,
+    return build_central(name, schema.study_attrs(study), study.directions,
                          cell_trials(study._storage, study._study_id))
 
 
@@ -605,7 +605,8 @@ class StudyCache:
             seen = (fs._study_id, counts.get(fs._study_id, ()))
             if seen != self._seen.get(name) or name not in self._built:
                 trials = cell_trials(self.storage, fs._study_id)
-                self._built[name] = build_central(name, fs.user_attrs, fs.directions, trials)
+                attrs = schema.with_stored_spec(fs.user_attrs, fs.system_attrs)
+                self._built[name] = build_central(name, attrs, fs.directions, trials)
                 self._seen[name] = seen
                 changed = True
         return changed, [self._built[n] for n in sorted(self._built)]

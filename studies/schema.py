@@ -1,7 +1,8 @@
 """Conventions of the study database, shared by the sweep (writer) and studies/ (readers).
 
 One Optuna study per (study name, central task), named `<study>/<central_task>`. Everything is
-stored as study or trial user attributes and read back through Optuna's public API only.
+stored as study or trial user attributes, but for the long stored study file (a study system
+attribute, see A_SPEC), and read back through Optuna's public API only.
 """
 
 from __future__ import annotations
@@ -43,7 +44,12 @@ A_VARIANT = "variant"  # siwlm variant: reference | paper
 A_STAGE = "stage"  # the stage the scores come from: multitask | finetuned (absent: multitask)
 STAGES = ("multitask", "finetuned")
 A_DIGEST = "config_digest"  # sha256 of the canonical study config
-A_SPEC = "spec"  # the study file as a dict, so `resume NAME` needs nothing else
+# The study file as a dict, so `resume NAME` needs nothing else. Stored as the study *system*
+# attribute SYS_SPEC (`optuna studies` prints every user attribute in one column, and the file
+# made it ~1,500 characters wide); studies launched before hold it as the user attribute
+# A_SPEC. Readers see it under A_SPEC either way: `with_stored_spec`.
+A_SPEC = "spec"
+SYS_SPEC = "weightsearch:spec"
 A_SOURCE = "source"  # "sweep" for launched studies, "imported" for `weightsearch import`
 A_CREATED = "created_at"
 A_SPACE = "search_space"  # the run-config paths a study searches over; absent: central_weight
@@ -116,6 +122,29 @@ def clipping_label(grad_clip: float | None, mode: str | None) -> str:
     if grad_clip == 0:
         return "noclip"
     return f"{'u' if mode == 'unweighted' else ''}clip{grad_clip:g}"
+
+
+def with_stored_spec(user_attrs: dict, system_attrs: dict) -> dict:
+    """A study's user attributes with its stored study file under A_SPEC, wherever it was
+    written: the system attribute SYS_SPEC, else (studies launched before) the user one."""
+    spec = system_attrs.get(SYS_SPEC)
+    return dict(user_attrs) if spec is None else {**user_attrs, A_SPEC: spec}
+
+
+def study_attrs(study) -> dict:
+    """`with_stored_spec` of an Optuna Study (its storage read twice, through Optuna's storage
+    API: a Study has no public accessor for its system attributes)."""
+    return with_stored_spec(study.user_attrs,
+                            study._storage.get_study_system_attrs(study._study_id))
+
+
+def set_study_attr(study, key: str, value) -> None:
+    """Write one study attribute as the project stores it: the study file (A_SPEC) as the
+    system attribute SYS_SPEC, everything else as a user attribute."""
+    if key == A_SPEC:
+        study._storage.set_study_system_attr(study._study_id, SYS_SPEC, value)
+    else:
+        study.set_user_attr(key, value)
 
 
 def study_name(study: str, central_task: str) -> str:

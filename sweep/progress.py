@@ -5,6 +5,9 @@ report, with each trial's stage, epoch and current metric, under a line with the
 its top trial so far (all drivers', read from the database at each trial end) and ETA.
 Elsewhere (logs, pipes, CI): one line per event (trial started, epoch reported, trial finished)
 with the same counts.
+
+A trial is named the same way in every row, line and top-trial mention: its central task and
+`trial_label` (its search point's short description and its seed, e.g. `rte w=9 seed 1`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,12 @@ import sys
 import time
 from dataclasses import dataclass
 from typing import Any, TextIO
+
+
+def trial_label(point: str, seed: int | None) -> str:
+    """A trial's name in the display: its point's short label (`Space.label`) and its seed,
+    e.g. `w=9 seed 1`."""
+    return " ".join(part for part in (point, "" if seed is None else f"seed {seed}") if part)
 
 
 def say(text: str, enabled: bool = True) -> None:
@@ -24,7 +33,7 @@ def say(text: str, enabled: bool = True) -> None:
 @dataclass
 class _Running:
     central: str
-    label: str
+    label: str  # trial_label: the point and the seed
     seed: int
     epochs: int
     started: float
@@ -64,15 +73,17 @@ class Progress:
 
     # --- events ---------------------------------------------------------------------------
     def started(self, trial_id: str, central: str, label: str, seed: int, epochs: int) -> None:
-        self.running[trial_id] = _Running(central, label, seed, epochs, time.time())
-        self._event(f"start {central} {label} seed={seed}")
+        """A trial of the point whose short label (`Space.label`) is `label` started."""
+        run = _Running(central, trial_label(label, seed), seed, epochs, time.time())
+        self.running[trial_id] = run
+        self._event(f"start {central} {run.label}")
 
     def epoch(self, trial_id: str, epoch: int, value: float) -> None:
         run = self.running.get(trial_id)
         if run is None:
             return
         run.epoch, run.value = epoch, value
-        self._event(f"epoch {epoch}/{run.epochs} {run.central} {run.label} seed={run.seed} "
+        self._event(f"epoch {epoch}/{run.epochs} {run.central} {run.label} "
                     f"{self._metric(run.central)}={value:.4f}")
 
     def finetune(self, trial_id: str, task: str, epoch: int, value: float | None) -> None:
@@ -82,8 +93,7 @@ class Progress:
             return
         run.stage, run.epoch, run.value = f"fine-tune {task}", epoch, value
         shown = "" if value is None else f" {value:.4f}"
-        self._event(f"fine-tuning {task} epoch {epoch} ({run.central} {run.label} "
-                    f"seed={run.seed}){shown}")
+        self._event(f"fine-tuning {task} epoch {epoch} ({run.central} {run.label}){shown}")
 
     def finished(self, trial_id: str, state: str, elapsed: float, value: float | None,
                  reason: str | None = None) -> None:
@@ -92,7 +102,7 @@ class Progress:
         self.counts[state] = self.counts.get(state, 0) + 1
         if state not in ("FAIL", "LOST"):
             self.durations.append(elapsed)
-        what = f"{run.central} {run.label} seed={run.seed}" if run else trial_id
+        what = f"{run.central} {run.label}" if run else trial_id
         if value is not None and run is not None and state == "COMPLETE":
             best = self.best.get(run.central)
             if best is None or value > best[0]:
@@ -103,7 +113,8 @@ class Progress:
         self._event(f"{state.lower()} {what}{shown} in {_duration(elapsed)}{why}")
 
     def study_best(self, central: str, value: float, which: str) -> None:
-        """The study's top trial so far, all drivers' (replaces what this driver saw)."""
+        """The study's top trial so far, all drivers' (replaces what this driver saw); `which`
+        is its `trial_label`, as `searcher.study_best` gives it."""
         self.best[central] = (value, which)
 
     def close(self) -> None:
@@ -146,13 +157,13 @@ class Progress:
         from rich.table import Table
 
         table = Table(box=None, header_style="bold", pad_edge=False)
-        for col in ("central", "point", "seed", "stage", "epoch", "score", "time"):
-            table.add_column(col, justify="left" if col in ("central", "point", "stage")
+        for col in ("central", "trial", "stage", "epoch", "score", "time"):
+            table.add_column(col, justify="left" if col in ("central", "trial", "stage")
                              else "right")
         now = time.time()
         for run in self.running.values():
             epoch = f"{run.epoch}/{run.epochs}" if run.stage == "multitask" else str(run.epoch)
-            table.add_row(run.central, run.label, str(run.seed), run.stage, epoch,
+            table.add_row(run.central, run.label, run.stage, epoch,
                           "-" if run.value is None else f"{run.value:.4f}",
                           _duration(now - run.started))
         return Group(self.status(), table)

@@ -40,8 +40,8 @@ from weightsearch.studies import schema as S
 from weightsearch.studies.storage import check_same_file, file_identity, storage_failure
 from weightsearch.sweep import lookup, study_db
 from weightsearch.sweep.claims import Claims
-from weightsearch.sweep.progress import Progress
-from weightsearch.sweep.space import Point
+from weightsearch.sweep.progress import Progress, trial_label
+from weightsearch.sweep.space import Point, Space
 from weightsearch.sweep.spec import StudySpec
 from weightsearch.sweep.strategies import Record, Strategy, Unit
 from weightsearch.sweep.strategies.base import done_units, taken_cells
@@ -227,7 +227,7 @@ class CellSearcher(Searcher):
             state, value, reason = "LOST", None, "claim lost; another driver took the cell over"
             live.plan.deferred.add(live.unit.key)
         self.progress.finished(trial_id, state, elapsed, value, reason)
-        best = study_best(live.plan.study)
+        best = study_best(live.plan.study, live.plan.strategy.space)
         if best is not None:
             self.progress.study_best(live.plan.central, *best)
         self._release(live)
@@ -511,13 +511,15 @@ def _fail_stale(study: optuna.Study, unit: Unit, records: list[Record]) -> None:
                 pass  # finished meanwhile
 
 
-def study_best(study: optuna.Study) -> tuple[float, str] | None:
-    """The best complete trial of `study` so far, every driver's: (value, "trial N, seed S");
-    None before the first."""
+def study_best(study: optuna.Study, space: Space | None = None) -> tuple[float, str] | None:
+    """The best complete trial of `study` so far, every driver's: (value, its name as the live
+    display names the trials it runs: `trial_label`, e.g. "w=9 seed 2"); None before the
+    first. A trial whose point is not known (no `space`, or none recorded) is "trial N"."""
     try:
         best = study.best_trial
     except ValueError:  # no complete trial yet
         return None
     seed = best.user_attrs.get(S.T_SEED)
-    which = f"trial {best.number}" + (f", seed {seed}" if seed is not None else "")
-    return float(best.value), which
+    point = study_db.to_record(best, space).point if space is not None else None
+    label = space.label(point) if space is not None and point else f"trial {best.number}"
+    return float(best.value), trial_label(label, seed if isinstance(seed, int) else None)

@@ -30,7 +30,7 @@ class Central:
     name: str
     cfg: Any  # the trainer RunConfig of the task's first point (sizes, metric, encoder)
     sizes: dict[str, int]
-    attrs: dict[str, Any]  # the study's user attributes
+    attrs: dict[str, Any]  # the study's attributes (written by `schema.set_study_attr`)
 
 
 def describe(spec: StudySpec, central: str) -> Central:
@@ -134,7 +134,7 @@ def stored_spec(study_name: str, storage: Any, url: str) -> dict[str, Any]:
             "lists the studies"
         )
     for name in sorted(names):
-        attrs = optuna.load_study(study_name=name, storage=storage).user_attrs
+        attrs = S.study_attrs(optuna.load_study(study_name=name, storage=storage))
         if isinstance(attrs.get(S.A_SPEC), dict):
             return as_launched(attrs[S.A_SPEC])
     raise StorageError(
@@ -221,11 +221,11 @@ def _why_not_extended(old: dict[str, Any], spec: StudySpec, central: str) -> str
 def _record_extension(spec: StudySpec, study: Any) -> None:
     """An existing study this launch extends stores the grown configuration, so that resume
     and inspect see every cell."""
-    old, new = _stored_and_new(spec, study.user_attrs)
+    old, new = _stored_and_new(spec, S.study_attrs(study))
     if old == new:
         return
     changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-    study.set_user_attr(S.A_SPEC, new)
+    S.set_study_attr(study, S.A_SPEC, new)  # a study launched before: now read from here
     study.set_user_attr(S.A_DIGEST, spec.digest())
     central = study.user_attrs.get(S.A_CENTRAL)
     for key, value in _grid_cells(spec, central).items():  # the grown grid's cells
@@ -244,11 +244,11 @@ def _in_current_format(stored: dict[str, Any], storage: str) -> dict[str, Any]:
 
 
 def _settled_attrs(study: Any, wait_s: float = 15.0) -> dict[str, Any] | None:
-    """The study's user attributes once its creator has written them; a launch that created
-    the study a moment ago writes them one by one (the creation time last)."""
+    """The study's attributes once its creator has written them; a launch that created the
+    study a moment ago writes them one by one (the creation time last)."""
     deadline = time.monotonic() + wait_s
     while True:
-        attrs = study.user_attrs
+        attrs = S.study_attrs(study)
         if S.A_CREATED in attrs or attrs.get(S.A_SOURCE) not in (None, S.SOURCE_SWEEP):
             return attrs
         if time.monotonic() > deadline:
@@ -279,7 +279,7 @@ def create_studies(spec: StudySpec, storage: Any, url: str, centrals: list[Centr
             continue
         created.append(name)
         for key, value in c.attrs.items():
-            study.set_user_attr(key, value)
+            S.set_study_attr(study, key, value)
         with warnings.catch_warnings():  # "experimental" in Optuna
             warnings.simplefilter("ignore")
             study.set_metric_names([c.attrs[S.A_PRIMARY]])  # the dashboard's objective label

@@ -56,7 +56,7 @@ def test_study_runs_every_cell_exactly_once(
         for central, task_type, metric in (("rte", "classification", "accuracy"),
                                            ("stsb", "regression", "corr")):
             study = optuna.load_study(study_name=f"e2e/{central}", storage=url)
-            attrs = study.user_attrs
+            attrs = S.study_attrs(study)  # the study file is a system attribute
             assert attrs[S.A_CENTRAL] == central and attrs[S.A_TASK_TYPE] == task_type
             assert attrs[S.A_PRIMARY] == metric and attrs[S.A_TRAIN_SIZE] == 32
             assert attrs[S.A_AUX_TASKS] == [t for t in ("rte", "mrpc", "stsb") if t != central]
