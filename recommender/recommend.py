@@ -66,7 +66,7 @@ from weightsearch.recommender.regime import (
 from weightsearch.recommender.shipped import SHIPPED
 from weightsearch.recommender.task_curve import locate_best
 from weightsearch.studies import schema
-from weightsearch.studies.verdict import by_seed
+from weightsearch.studies.verdict import by_seed, judge
 from weightsearch.trainer.task_types import (
     TASK_TYPES,  # a live view: registered types count at once
 )
@@ -80,6 +80,12 @@ UNKNOWN_ENCODER = UNKNOWN
 DEFAULT_CLIPPING = "clip1"  # the trainer's default: grad_clip 1.0, grad_clip_mode global
 ENCODER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)?$"  # also the HTTP schema's
 _ENCODER_NAME = re.compile(ENCODER_PATTERN)
+AUDIENCES = ("cli", "http")  # who reads the notes: their hints name CLI flags or HTTP parameters
+NEAR_DECADES = 0.5  # "sizes like yours": within a factor of ~3 of the size asked
+NEAREST_SHOWN = 3  # asked-regime points at the nearest size, described first
+# `--evaluate`: a lead in mean |error| over the best simple rule smaller than this (weight
+# units), or than twice its standard error over the tasks, is no clear gain ("barely better").
+CLEAR_GAIN = 0.5
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,10 @@ class EvidencePoint:
     # From a study `weightsearch import` wrote (not one you trained): evidence like any other,
     # but never what sets the regime answered by default (`choose_regime`).
     imported: bool = False
+    # The grid weights its trials do not separate from the best at 95% (the best included;
+    # `studies.verdict.judge`): how flat its curve is. None where seed noise is unknown (one
+    # seed per weight, no spread between seeds, a score that is not a number).
+    within_noise: tuple[float, ...] | None = None
 
     @property
     def family(self) -> str:
@@ -151,7 +161,11 @@ class Recommendation:
     # The sizes measured in the asked regime: {"smallest", "largest", "points", "position"}
     # with position inside | below | above | no evidence.
     asked_regime_sizes: dict = field(default_factory=dict)
-    method: str = ("hierarchical: each task's best weight located from all its trials, "
+    # What decides the answer, in plain words (also the first notes): the nearest evidence in
+    # the asked regime, its best weight and how flat its curve is, and whether the weight
+    # hardly matters at sizes like the one asked (`_lead_notes`).
+    summary: list[str] = field(default_factory=list)
+    method: str = ("hierarchical: each task's best weight estimated from all its trials, "
                    "combined as a trend in log10 size plus a Gaussian-process deviation")
 
     def to_dict(self) -> dict:
@@ -181,7 +195,19 @@ def _point(task, study, size, task_type, source, values, maximize, encoder, stag
         dataset=dataset if dataset and dataset.lower() != str(task).lower() else None,
         means=tuple(sorted(means.items())), maximize=maximize,
         clipping=clipping if clipping and clipping != "mixed" else UNKNOWN, imported=imported,
+        within_noise=_within_noise(values, maximize, paired),
     )
+
+
+def _within_noise(values: dict[float, list[float]], maximize: bool,
+                  paired: bool) -> tuple[float, ...] | None:
+    """The weights not separated from the best by the seeds' noise (`EvidencePoint`)."""
+    if not all(math.isfinite(v) for vs in values.values() for v in vs):
+        return None
+    verdict = judge({float(w): list(vs) for w, vs in values.items()}, paired, maximize)
+    if verdict.best is None or verdict.seeds < 2 or "unknown" in verdict.reason:
+        return None
+    return tuple(sorted({verdict.best, *verdict.not_separated}))
 
 
 def prior_evidence() -> list[EvidencePoint]:
@@ -425,14 +451,16 @@ def _encoder_matches(asked: str, recorded: str) -> bool:
 
 def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str | None,
                   variant: str | None = None, size: str | None = None,
-                  clipping: str | None = None) -> tuple[Regime, list[str]]:
+                  clipping: str | None = None,
+                  audience: str = "cli") -> tuple[Regime, list[str]]:
     """The regime to answer for, and notes on how it was chosen. Unset parts: among the regimes
     of the points that match the set parts, the one whose compatible points have the largest
     summed precision (ties: the one with more parts recorded). With no encoder asked, the
     candidates are first the regimes of the studies the user trained (launched, not imported),
     else the default encoder's: a user asks about the setting they train in, not the one with
     the most published rows, so an imported table (the paper's) never sets the regime unless
-    asked for by --encoder/--stage; it counts as another regime's evidence."""
+    asked for by --encoder/--stage; it counts as another regime's evidence. `audience`: the
+    notes' hints name CLI flags ("cli") or HTTP query parameters ("http")."""
     def fits(p: EvidencePoint) -> bool:
         return (encoder is None or _encoder_matches(encoder, p.encoder)) and \
             (stage is None or p.stage == stage) and \
@@ -450,13 +478,13 @@ def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str
         if own:
             fitting = own
             why = (f"the regime of your own studies ({len({p.family for p in own})} "
-                   f"central tasks), those you launched{imported}; --encoder/--stage "
-                   "answer for another")
+                   f"central tasks), those you launched{imported}; "
+                   f"{_ask(audience, 'encoder', 'stage')} to answer for another")
         elif default:
             fitting = default
             why = (f"the default encoder's, {DEFAULT_ENCODER}: no studies of your own "
-                   f"(launched, not imported) in the storage{imported}; --encoder/--stage "
-                   "answer for another")
+                   f"(launched, not imported) in the storage{imported}; "
+                   f"{_ask(audience, 'encoder', 'stage')} to answer for another")
     candidates = {p.regime for p in fitting}
     if clipping is None:  # unasked: the trainer's default (or unrecorded), where measured
         candidates = {r for r in candidates
@@ -497,16 +525,19 @@ def _unmatched_encoder(evidence: list[EvidencePoint], encoder: str | None) -> di
             "encoders_with_evidence": sorted({p.encoder for p in evidence})}
 
 
-def _refuse_a_misspelling(encoder: str, with_evidence: list[str]) -> None:
+def _refuse_a_misspelling(encoder: str, with_evidence: list[str],
+                          audience: str = "cli") -> None:
     """An encoder no study used and this tool does not know, spelt almost like one that is
     (robertta-base): most likely a typo, which would silently answer from other regimes. A name
     unlike any (a lab's own encoder) is answered from the others, with a note."""
     names = sorted(set(KNOWN_ENCODERS) | {short_name(e) for e in with_evidence})
     close = difflib.get_close_matches(short_name(encoder), names, n=3, cutoff=0.85)
     if close:
+        shows = ("GET /studies/{name} shows a study's encoder" if audience == "http"
+                 else "inspect shows each study's encoder")
         raise ConfigError(f"encoder {encoder!r} is not one any study used nor one this tool "
                           f"knows; did you mean {' or '.join(close)}? Give the name as studies "
-                          "record it (inspect shows each study's encoder)")
+                          f"record it ({shows})")
 
 
 _LAWS: list[tuple[list[EvidencePoint], tuple, object]] = []  # the last few fits
@@ -551,19 +582,22 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
                    task_type: str | None = None, encoder: str | None = None,
                    stage: str | None = None, variant: str | None = None,
                    encoder_size: str | None = None, typed_by_user: bool = True,
-                   clipping: str | None = None) -> Recommendation:
+                   clipping: str | None = None, audience: str = "cli") -> Recommendation:
     """`encoder_size` (hidden x layers) narrows the regime where one encoder name was measured
     at several sizes; a launch passes its study's, and `typed_by_user=False`: its encoder is one
-    it loads, so a name close to a known one is no typo."""
+    it loads, so a name close to a known one is no typo. `audience`: who reads the notes, the
+    command line ("cli": hints name its flags) or the HTTP service ("http": its parameters)."""
+    _ask(audience)  # a known audience
     train_size, task_type = check_request(train_size, task_type)
     encoder, stage = check_regime(encoder, stage, variant, clipping)
     clipping = normalize_clipping(clipping)
     if not evidence:
         raise ConfigError("no evidence to recommend from (no prior and no finished study)")
-    regime, notes = choose_regime(evidence, encoder, stage, variant, encoder_size, clipping)
+    regime, notes = choose_regime(evidence, encoder, stage, variant, encoder_size, clipping,
+                                  audience)
     unmatched = _unmatched_encoder(evidence, encoder)
     if unmatched and not unmatched["known_encoder"] and typed_by_user:
-        _refuse_a_misspelling(encoder, unmatched["encoders_with_evidence"])
+        _refuse_a_misspelling(encoder, unmatched["encoders_with_evidence"], audience)
     if unmatched:
         notes.append(
             f"no study used encoder {encoder}"
@@ -577,7 +611,7 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
         variances.append(p.variance + (TYPE_VAR if typed and p.task_type != task_type else 0.0))
         groups.append(p.regime.label() if differs else None)
         why.append(differs)
-    notes += _evidence_notes(evidence)
+    notes += _evidence_notes(evidence, audience)
     law = _law_for(evidence, variances, groups)
     regime_offsets = _regime_offsets(evidence, groups, why, law)
     notes += [f"discounted: {o['name']} (differs in {', '.join(o['differs_in'])}) shares one "
@@ -601,6 +635,8 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
     n_eff = total * total / (sum(s * s for s in say) or 1.0)
     sources = {p.source for p in evidence}
     rows = sorted(zip(evidence, say, variances, groups, strict=True), key=lambda r: -r[1])
+    lead = _lead_notes(evidence, groups, train_size, clip(answer.median))
+    notes = [*lead, *notes]
     return Recommendation(
         central_weight=clip(answer.median), interval=(clip(answer.low), clip(answer.high)),
         train_size=train_size, task_type=task_type,
@@ -616,10 +652,11 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
             "encoder_size": p.encoder_size, "stage": p.stage, "variant": p.variant,
             "clipping": p.clipping, "imported": p.imported,
             "discounted": g is not None,
+            "within_seed_noise": None if p.within_noise is None else list(p.within_noise),
         } for p, s, v, g in rows],
         effective_points=round(n_eff, 2), unmatched_encoder=unmatched,
         regime_offsets=[{k: v for k, v in o.items() if k != "name"} for o in regime_offsets],
-        law=summary, evidence_shares=shares, asked_regime_sizes=sizes,
+        law=summary, evidence_shares=shares, asked_regime_sizes=sizes, summary=lead,
     )
 
 
@@ -650,6 +687,101 @@ def _asked_regime_sizes(evidence: list[EvidencePoint], groups: list[str | None],
     return sizes, [note]
 
 
+def _lead_notes(evidence: list[EvidencePoint], groups: list[str | None],
+                train_size: int, weight: float) -> list[str]:
+    """What decides the answer, in plain words: the asked regime's evidence nearest the size
+    asked (its task, size, best weight and how flat its curve is) and, where every point of that
+    regime within a factor of ~3 of the size (NEAR_DECADES) has most of its grid within seed
+    noise of the best, the range of weights among which the choice hardly matters."""
+    mine = [p for p, g in zip(evidence, groups, strict=True) if g is None]
+    if not mine:
+        return ["nothing was measured in the asked regime: the answer rests on other regimes' "
+                "evidence, each counted with a discount (below)"]
+
+    def distance(p: EvidencePoint) -> float:
+        return abs(math.log10(p.train_size / train_size))
+
+    closest = min(map(distance, mine))
+    nearest = sorted((p for p in mine if distance(p) <= closest + SAME_DATA_DECADES),
+                     key=lambda p: (distance(p), p.variance, p.task))[:NEAREST_SHOWN]
+    lines = [f"nearest evidence in the asked regime: {_point_text(p, train_size)}"
+             for p in nearest]
+    near = [p for p in mine if distance(p) <= NEAR_DECADES and p.within_noise is not None]
+    if near and all(_flat(p) for p in near):
+        low = max(min(p.within_noise) for p in near)  # type: ignore[arg-type]
+        high = min(max(p.within_noise) for p in near)  # type: ignore[arg-type]
+        if high > low:
+            every = all(low <= min(p.grid) and max(p.grid) <= high for p in near)
+            names = ", ".join(sorted({p.task for p in near}))
+            inside = f", and the recommended {weight:g} lies among them" \
+                if low <= weight <= high else ""
+            lines.append(f"at sizes like yours ({names}), weights {low:g}-{high:g} are within "
+                         "seed noise of each other: the choice "
+                         + ("hardly matters" if every else "among them hardly matters")
+                         + inside)
+    return lines
+
+
+def _flat(p: EvidencePoint) -> bool:
+    """Most of the point's grid, a run of neighbouring weights, within seed noise of its best."""
+    within = p.within_noise or ()
+    grid = sorted(p.grid)
+    index = sorted(grid.index(w) for w in within if w in grid)
+    run = bool(index) and index == list(range(index[0], index[0] + len(index)))
+    return run and len(index) >= max(2, math.ceil(len(grid) / 2))
+
+
+def _point_text(p: EvidencePoint, train_size: int) -> str:
+    """A point in plain words: task, size, where from, seeds, best weight, how flat."""
+    ratio = max(p.train_size, train_size) / min(p.train_size, train_size)
+    size = f"{p.train_size:,} training examples"
+    if ratio >= 10 ** SAME_DATA_DECADES:
+        size += (f", {ratio:.1f}x" if ratio < 10 else f", {ratio:,.0f}x") + \
+            (" fewer than yours" if p.train_size < train_size else " more than yours")
+    origin = f"your study {p.study}" if p.source == "studies" else _origin([p])
+    seeds = f"{p.n_seeds} seed{'s' * (p.n_seeds != 1)} per weight"
+    best = f"best measured weight {p.best_weight:g}"
+    within = p.within_noise
+    if within is None:
+        unknown = "with one seed" if p.n_seeds < 2 else "without spread between its seeds"
+        curve = f"{best} (seed noise is unknown {unknown}: how flat its curve is cannot be told)"
+    elif len(within) == 1:
+        curve = f"{best}, ahead of every other weight by more than seed noise: a clear peak"
+    elif set(within) >= set(p.grid):
+        curve = (f"{best}, but its curve is flat: every weight measured "
+                 f"({_weights_text(p.grid, p.grid)}) is within seed noise of the best")
+    else:
+        others = [w for w in p.grid if w not in within]
+        curve = (f"{best}; weights {_weights_text(within, p.grid)} are within seed noise of "
+                 f"the best, {'weights' if len(others) > 1 else 'weight'} "
+                 f"{_weights_text(others, p.grid)} {'do' if len(others) > 1 else 'does'} worse")
+    return f"{p.task}, {size} ({origin}, {seeds}): {curve}{_gap_text(p)}"
+
+
+def _weights_text(weights: Sequence[float], grid: Sequence[float]) -> str:
+    """"3-15" for a run of neighbouring grid weights, else "1, 6 and 9"."""
+    order = sorted(grid)
+    chosen = sorted(weights)
+    index = [order.index(w) for w in chosen if w in order]
+    if len(chosen) > 1 and len(index) == len(chosen) and \
+            index == list(range(index[0], index[0] + len(index))):
+        return f"{chosen[0]:g}-{chosen[-1]:g}"
+    shown = [f"{w:g}" for w in chosen]
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+
+
+def _gap_text(p: EvidencePoint) -> str:
+    """How far apart the best and worst weights' mean scores lie, in metric points (a 0-1
+    score x100, as `regret` counts them)."""
+    means = [v for _, v in p.means]
+    if len(means) < 2:
+        return ""
+    scale = 100.0 if p.maximize and all(abs(v) <= 1.0 for v in means) else 1.0
+    what = "score" if p.maximize else "loss"
+    unit = " points" if p.maximize else ""
+    return f"; best and worst mean {what} {scale * (max(means) - min(means)):.2f}{unit} apart"
+
+
 def _evidence_shares(evidence: list[EvidencePoint], groups: list[str | None],
                      influence: Sequence[float], regime: Regime) -> list[dict]:
     """How much of the answer rests on each regime's evidence and on the law's prior. The
@@ -660,7 +792,7 @@ def _evidence_shares(evidence: list[EvidencePoint], groups: list[str | None],
     one moves the answer by one, so the shares sum to 1. A share may be negative (points on the
     far side of an extrapolated trend). The median reported follows them to first order.
     Another regime's offset takes up most of a shift of all its points, so a regime that mainly
-    shapes the trend has a small share; `say` (its points' summed say in the evidence table, the
+    shapes the trend has a small share; `say` (its points' summed say: the text's influence, the
     absolute weights) shows that part."""
     total = float(sum(abs(i) for i in influence)) or 1.0
     members: dict[str | None, list[int]] = {}
@@ -727,13 +859,14 @@ def _slope_note(summary: dict) -> str:
     return note
 
 
-def _evidence_notes(evidence: list[EvidencePoint]) -> list[str]:
+def _evidence_notes(evidence: list[EvidencePoint], audience: str = "cli") -> list[str]:
     """The studies that contribute nothing, and where the prior comes from."""
     skipped = getattr(evidence, "skipped", [])
     notes = skipped[:SKIPPED_SHOWN]
     if len(skipped) > SKIPPED_SHOWN:
+        lists = "GET /studies" if audience == "http" else "inspect"
         notes.append(f"... and {len(skipped) - SKIPPED_SHOWN} more studies that contribute "
-                     "nothing (inspect lists every study)")
+                     f"nothing ({lists} lists every study)")
     if any(p.source == "prior" and p.study == PRIOR_STUDY for p in evidence):
         notes.append(f"the built-in prior: the SIWLM paper's Table 2, encoder {PRIOR_ENCODER} "
                      f"(768x12), stage {PRIOR_STAGE}, variant {PRIOR_VARIANT}, single runs "
@@ -741,6 +874,16 @@ def _evidence_notes(evidence: list[EvidencePoint]) -> list[str]:
     notes += [f"built-in study {s.study}: {s.summary}" for s in SHIPPED
               if any(p.source == "prior" and p.study == s.study for p in evidence)]
     return notes
+
+
+def _ask(audience: str, *names: str) -> str:
+    """How a reader sets these request parameters: CLI flags, or HTTP query parameters."""
+    if audience not in AUDIENCES:
+        raise ValueError(f"audience must be one of {', '.join(AUDIENCES)}, got {audience!r}")
+    if audience == "http":
+        plural = "s" if len(names) > 1 else ""
+        return "set the " + "/".join(f"`{n}`" for n in names) + f" query parameter{plural}"
+    return "pass " + "/".join(f"--{n.replace('_', '-')}" for n in names)
 
 
 def _regime_offsets(evidence: list[EvidencePoint], groups: list[str | None],
@@ -868,7 +1011,8 @@ def evaluation_summary(rows: list[dict]) -> dict:
     if not rows:
         return {"hit_rate": None, "chance": None, "mean_abs_error": None,
                 "chance_abs_error": None, "mean_regret": None, "chance_regret": None,
-                "coverage": None, "tasks": 0, "baselines": {}, "coverage_by_cell": {}}
+                "coverage": None, "tasks": 0, "baselines": {}, "coverage_by_cell": {},
+                "against_best_rule": None}
     n = len(rows)
     names = [b for b in BASELINES if all(b in r["baselines"] for r in rows)]
     by_cell: dict[str, dict] = {}
@@ -887,4 +1031,33 @@ def evaluation_summary(rows: list[dict]) -> dict:
             "coverage": sum(r["in_interval"] for r in rows) / n, "tasks": n,
             "baselines": {b: sum(r["baselines"][b] for r in rows) / n for b in names},
             "coverage_by_cell": {k: {**v, "coverage": v["covered"] / v["tasks"]}
-                                 for k, v in sorted(by_cell.items())}}
+                                 for k, v in sorted(by_cell.items())},
+            "against_best_rule": against_best_rule(rows)}
+
+
+def against_best_rule(rows: list[dict]) -> dict | None:
+    """The recommender's point error against the best simple rule's (the one with the smallest
+    mean |error| over `rows`), task by task: `edge`, the mean of the per-task differences (the
+    rule's |error| minus the recommender's: positive when the recommender is closer), its
+    standard error `se` (None with one task), and `verdict`: "better" when the edge reaches
+    `clear_at` (CLEAR_GAIN or twice the standard error, whichever is larger), "barely better"
+    when it is positive but smaller, "no better" when it is not positive but less than
+    `clear_at` below zero, "worse" beyond. None without rules to compare."""
+    import statistics
+
+    names = [b for b in BASELINES if rows and all(b in r["baselines"] for r in rows)]
+    if not names:
+        return None
+    n = len(rows)
+    means = {b: sum(r["baselines"][b] for r in rows) / n for b in names}
+    rule = min(names, key=lambda b: (means[b], BASELINES.index(b)))
+    diffs = [r["baselines"][rule] - r["abs_error"] for r in rows]
+    edge = sum(diffs) / n
+    se = statistics.stdev(diffs) / math.sqrt(n) if n > 1 else None
+    clear = max(CLEAR_GAIN, 2 * se if se is not None else 0.0)
+    verdict = ("better" if edge >= clear else "barely better" if edge > 0 else
+               "no better" if edge > -clear else "worse")
+    return {"rule": rule, "rule_error": round(means[rule], 3),
+            "recommender_error": round(sum(r["abs_error"] for r in rows) / n, 3),
+            "edge": round(edge, 3), "se": None if se is None else round(se, 3),
+            "clear_at": round(clear, 3), "verdict": verdict}

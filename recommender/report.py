@@ -6,36 +6,66 @@ from pathlib import Path
 from typing import Any
 
 from weightsearch.recommender.prior import PRIOR_STUDY
-from weightsearch.recommender.recommend import EvidencePoint, Recommendation, recommend_from
+from weightsearch.recommender.recommend import (
+    CLEAR_GAIN,
+    EvidencePoint,
+    Recommendation,
+    recommend_from,
+)
+
+SOURCE_WORDS = {
+    "prior": "built-in only (the SIWLM paper's Table 2 and this project's shipped studies)",
+    "studies": "your studies only",
+    "both": "your studies and the built-in evidence (the SIWLM paper's Table 2 and this "
+            "project's shipped studies)",
+}
+TABLE_KEY = ("key: best measured = the grid weight with the best mean score; best at = where "
+             "all the task's trials put its best weight (>=9: at least 9, the curve still "
+             "rising at the grid's top; <=2: at most 2), +- sd; influence = the task's share "
+             "of the answer (all tasks sum to 1); (discounted) = measured in another regime "
+             "than the one answered for")
 
 
 def recommendation_text(rec: Recommendation, shown: int = 8) -> str:
+    """The answer first, then what decides it (the nearest evidence in the asked regime and
+    whether the weight matters at that size), then the notes and the evidence table."""
     lo, hi = rec.interval
     lines = [
-        f"recommended central weight: {rec.central_weight:g}  (plausible range {lo:g}-{hi:g})",
-        f"for {rec.train_size} training examples"
-        + (f", task type {rec.task_type}" if rec.task_type else "")
-        + f"; evidence: {rec.source}, {rec.effective_points:g} effective points",
+        f"recommended central weight: {rec.central_weight:g}  (plausible range {lo:g}-{hi:g}) "
+        f"for {rec.train_size:,} training examples"
+        + (f", task type {rec.task_type}" if rec.task_type else ""),
+        *rec.summary,
+        f"evidence: {SOURCE_WORDS.get(rec.source, rec.source)}; together as informative as "
+        f"about {rec.effective_points:.1f} tasks counted equally",
         f"method: {rec.method}",
-        *rec.notes,
+        *(n for n in rec.notes if n not in rec.summary),
         "",
-        f"{'task':<12} {'train size':>10} {'best w':>6} {'located':>7} {'sd':>5} {'seeds':>5} "
-        f"{'say':>6}  {'regime':<46} study",
     ]
-    for e in rec.evidence[:shown]:
-        regime = f"{e['encoder']} {e.get('encoder_size', '')}/{e['stage']}" + \
-            (f"/{e['variant']}" if e.get("variant") else "") + \
-            (f"/{e['clipping']}" if e.get("clipping", "unknown") != "unknown" else "") + \
-            (" (disc.)" if e["discounted"] else "")
-        located = (f">={e['at_least']:g}" if e.get("at_least") is not None else
+    table = rec.evidence[:shown]
+    regimes = [_regime_cell(e) for e in table]
+    width = max([12, *(len(str(e["task"])) for e in table)])
+    wide = max([46, *map(len, regimes)])
+    lines.append(f"{'task':<{width}} {'train size':>10} {'best measured':>13} {'best at':>7} "
+                 f"{'+- sd':>5} {'seeds':>5} {'influence':>9}  {'regime':<{wide}} study")
+    for e, regime in zip(table, regimes, strict=True):
+        best_at = (f">={e['at_least']:g}" if e.get("at_least") is not None else
                    f"<={e['at_most']:g}" if e.get("at_most") is not None else
                    f"{e['location']:.2f}")
-        lines.append(f"{e['task']:<12} {e['train_size']:>10} {e['best_weight']:>6g} "
-                     f"{located:>7} {e['sd']:>5.1f} {e['n_seeds']:>5} {e['say']:>6.3f}"
-                     f"  {regime:<46} {e['study']}")
+        lines.append(f"{e['task']:<{width}} {e['train_size']:>10} {e['best_weight']:>13g} "
+                     f"{best_at:>7} {e['sd']:>5.1f} {e['n_seeds']:>5} {e['say']:>9.3f}"
+                     f"  {regime:<{wide}} {e['study']}")
     if len(rec.evidence) > shown:
-        lines.append(f"... {len(rec.evidence) - shown} more with less say")
+        lines.append(f"... {len(rec.evidence) - shown} more tasks with less influence "
+                     "(--format json lists them all)")
+    lines.append(TABLE_KEY)
     return "\n".join(lines)
+
+
+def _regime_cell(e: dict) -> str:
+    return f"{e['encoder']} {e.get('encoder_size', '')}/{e['stage']}" + \
+        (f"/{e['variant']}" if e.get("variant") else "") + \
+        (f"/{e['clipping']}" if e.get("clipping", "unknown") != "unknown" else "") + \
+        (" (discounted)" if e["discounted"] else "")
 
 
 def evaluation_text(rows: list[dict], rate: float | None, over: str) -> str:
@@ -77,7 +107,32 @@ def evaluation_text(rows: list[dict], rate: float | None, over: str) -> str:
     lines.append(f"mean |error| against the simple rules ({len(rows)} tasks): recommender "
                  f"{summary['mean_abs_error']:.2f}; " + "; ".join(
                      f"{BASELINE_LABELS[b]} {v:.2f}" for b, v in summary["baselines"].items()))
+    if summary.get("against_best_rule"):
+        lines.append(against_rule_text(summary["against_best_rule"]))
     return "\n".join(lines)
+
+
+def against_rule_text(c: dict) -> str:
+    """The recommender against the best simple rule, in plain words (`against_best_rule`)."""
+    rule = BASELINE_LABELS.get(c["rule"], c["rule"])
+    head = f"the recommender is {c['verdict']} than the best simple rule, {rule}"
+    errors = (f"mean |error| {c['recommender_error']:.2f} against {c['rule_error']:.2f} "
+              "weight units")
+    doubled = c["se"] is not None and 2 * c["se"] >= CLEAR_GAIN
+    why = (f"twice the standard error of the per-task differences, {c['se']:.2f}" if doubled
+           else f"the smallest gain counted as clear, {CLEAR_GAIN:g} weight units")
+    edge = abs(c["edge"])
+    if c["verdict"] == "better":
+        return (f"{head}: {errors}, {edge:.2f} closer per task on average, a clear gain "
+                f"(at least {c['clear_at']:.2f}: {why})")
+    if c["verdict"] == "barely better":
+        return (f"{head}: {errors}, only {edge:.2f} closer per task on average; a clear gain "
+                f"would be {c['clear_at']:.2f} or more ({why})")
+    if c["verdict"] == "no better":
+        return (f"{head}: {errors}, a difference of {edge:.2f} per task on average, within "
+                f"{c['clear_at']:.2f} ({why})")
+    return (f"{head}: {errors}, {edge:.2f} farther per task on average (at least "
+            f"{c['clear_at']:.2f}: {why})")
 
 
 def _number(value: float | None) -> str:
@@ -134,7 +189,7 @@ def recommendation_figure(evidence: list[EvidencePoint], rec: Recommendation | N
         ax.errorbar([p.train_size for p in pts], [p.location for p in pts], yerr=bars,
                     fmt=marker, capsize=2, markersize=4, zorder=3,
                     **({"mfc": "none"} if other else {}),
-                    label=f"a task's located best weight {spread}, {label}"
+                    label=f"a task's estimated best weight {spread}, {label}"
                     + (" (another regime: discounted)" if other else ""))
     if rec is not None:
         ax.errorbar([rec.train_size], [rec.central_weight], color="red", capsize=4,

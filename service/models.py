@@ -97,6 +97,10 @@ class Recommendation(BaseModel):
                                    "weighting variant and the gradient clipping the answer "
                                    "is built for")
     notes: list[str] = Field(description="which evidence was used and which was discounted")
+    summary: list[str] = Field(
+        default_factory=list, description="what decides the answer, in plain sentences: the "
+        "nearest evidence in the asked regime, and whether the weights near the asked size "
+        "are within seed noise of each other")
     evidence: list[dict[str, Any]]
     effective_points: float
     method: str

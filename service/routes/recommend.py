@@ -29,7 +29,9 @@ def make_router() -> APIRouter:
                       "default, the reference's), uclip1 or noclip")) -> dict:
         from weightsearch.recommender.recommend import recommend_from
 
+        # The notes' hints name this route's query parameters, not the command's flags; they
+        # begin with what decides the answer (the nearest evidence in the asked regime).
         return recommend_from(database.evidence(), train_size, task_type, encoder,
-                              stage, clipping=clipping).to_dict()
+                              stage, clipping=clipping, audience="http").to_dict()
 
     return router
