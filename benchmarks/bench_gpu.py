@@ -14,7 +14,11 @@ side by side, each with sequences/s, MFU and peak GPU memory (None off CUDA):
   minutes);
 - packed N: N trainer processes at once on one device, as Ray packs fractional trials, for N in
   --packing (1,2,4; 1,2 with --quick on a CPU); sequences/s is all processes' sequences over
-  the span from the first one's training start to the last one's end.
+  the span from the first one's training start to the last one's end;
+- fused K: `weightsearch.trainer.train_fused` training K runs that differ only in their loss
+  weight as one stacked model, for K in --fused (1,3,6,15; 1,3 with --quick); sequences/s is
+  the K members' sequences together, with the peak GPU memory per member and, on any device,
+  the process CPU time per member (`cpu_s_per_member`) beside the eager trainer's `cpu_s`.
 Then one realistic trial, with examples/s: SST-2 central at SIWLM weight 9 with RTE, MRPC,
 STS-B and CoLA auxiliary, MiniLM, 1 epoch, from --data-dir. A row that cannot run here is
 printed as "not run: <reason>".
@@ -58,7 +62,9 @@ TINY = {"bert-base": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_
         "minilm": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                    "intermediate_size": 128}}
 PACKINGS = (1, 2, 4)
-ROWS = ("plain loop", "trainer eager", "trainer compiled", *(f"packed {n}" for n in PACKINGS))
+FUSED = (1, 3, 6, 15)
+ROWS = ("plain loop", "trainer eager", "trainer compiled", *(f"packed {n}" for n in PACKINGS),
+        *(f"fused {k}" for k in FUSED))
 GLUE_TASKS = ("sst2", "rte", "mrpc", "stsb", "cola")  # the central task first
 LR = 5e-5  # both loops: AdamW at BERT's rate
 
@@ -87,6 +93,8 @@ def parse_args() -> argparse.Namespace:
                                                  "batches with --quick)")
     p.add_argument("--packing", help="processes to pack, e.g. 1,2,4 (default; 1,2 with "
                                      "--quick on a CPU)")
+    p.add_argument("--fused", help="members per fused unit, e.g. 1,3,6,15 (default; 1,3 with "
+                                   "--quick)")
     p.add_argument("--threads", type=int, help="torch threads per process: torch's default "
                                                "(1 with --quick on a CPU)")
     p.add_argument("--compile", action="store_true", help="also time `compile: true`")
@@ -107,6 +115,7 @@ def parse_args() -> argparse.Namespace:
         args.threads = 1
     if args.packing is None:
         args.packing = "1,2" if args.quick and args.device == "cpu" else "1,2,4"
+    args.fused = args.fused or ("1,3" if args.quick else ",".join(map(str, FUSED)))
     return args
 
 
@@ -259,27 +268,62 @@ def plain_loop(encoder: str, data: dict, syn: Synthetic, dtype: Any) -> dict:
     return row
 
 
-def trainer_row(encoder: str, syn: Synthetic, out: str, compile_model: bool) -> dict:
-    """One epoch of `weightsearch.trainer.train` over the synthetic rows."""
-    from weightsearch.trainer import load_config, train
+def synthetic_config(encoder: str, syn: Synthetic, out: str, compile_model: bool = False,
+                     weight: float = 1.0):
+    """One epoch of the trainer over the synthetic rows; `weight` is its static loss weight."""
+    from weightsearch.trainer import load_config
 
-    cfg = load_config({
+    return load_config({
         "encoder": encoder, "data_dir": syn.data_dir,
         "tasks": [{"name": "synthetic", "type": "classification", "train_file": "syn/train.tsv",
                    "dev_files": {"dev": "syn/dev.tsv"}, "text_a": "sentence1",
                    "text_b": "sentence2", "label": "label", "labels": ["0", "1"]}],
-        "weighting": {"scheme": "equal"}, "epochs": 1, "batch_size": syn.batch,
-        "max_seq_len": syn.seq_len, "overlong": "drop", "max_train_examples": syn.rows,
-        "subsample": "head", "optimizer": "adamw", "lr": LR, "device": syn.device,
-        "output_dir": out, "cache_dir": syn.cache_dir, "compile": compile_model,
-        "checkpoints": "none", "log_every": 200, "num_threads": syn.threads,
+        "weighting": {"scheme": "static", "weights": {"synthetic": weight}}, "epochs": 1,
+        "batch_size": syn.batch, "max_seq_len": syn.seq_len, "overlong": "drop",
+        "max_train_examples": syn.rows, "subsample": "head", "optimizer": "adamw", "lr": LR,
+        "device": syn.device, "output_dir": out, "cache_dir": syn.cache_dir,
+        "compile": compile_model, "checkpoints": "none", "log_every": 200,
+        "num_threads": syn.threads,
     })
-    result = train(cfg, quiet=True)
+
+
+def trainer_row(encoder: str, syn: Synthetic, out: str, compile_model: bool) -> dict:
+    """One epoch of `weightsearch.trainer.train` over the synthetic rows."""
+    from weightsearch.trainer import train
+
+    cpu = time.process_time()
+    result = train(synthetic_config(encoder, syn, out, compile_model), quiet=True)
+    cpu = time.process_time() - cpu
     trained = sum(result.train_sizes.values())
     if trained != syn.rows:  # the figures claim full batches of every row
         raise RuntimeError(f"the trainer kept {trained} of {syn.rows} synthetic rows")
     return {"sequences_per_s": result.train_examples_per_s, "train_time_s": result.train_time_s,
-            "sequences": trained, "peak_gpu_mib": result.extra.get("peak_gpu_mib")}
+            "sequences": trained, "peak_gpu_mib": result.extra.get("peak_gpu_mib"),
+            "cpu_s": cpu}
+
+
+def fused_row(encoder: str, syn: Synthetic, out: Path, members: int) -> dict:
+    """One epoch of `members` runs at loss weights 1..members, trained as one fused unit."""
+    from weightsearch.trainer import train_fused
+
+    configs = [synthetic_config(encoder, syn, str(out / f"w{k}"), weight=k)
+               for k in range(1, members + 1)]
+    cpu = time.process_time()
+    results = train_fused(configs, quiet=True)
+    cpu = time.process_time() - cpu
+    failed = [r for r in results if isinstance(r, BaseException)]
+    if failed:
+        raise RuntimeError(f"a fused member failed: {failed[0]!r}")
+    first = results[0]
+    trained = sum(first.train_sizes.values())
+    if trained != syn.rows:
+        raise RuntimeError(f"the trainer kept {trained} of {syn.rows} synthetic rows")
+    peak = first.extra.get("peak_gpu_mib")
+    return {"sequences_per_s": members * first.train_examples_per_s,
+            "train_time_s": first.train_time_s, "sequences": members * trained,
+            "members": members, "peak_gpu_mib": peak,
+            "peak_gpu_mib_per_member": None if peak is None else peak / members,
+            "cpu_s": cpu, "cpu_s_per_member": cpu / members}
 
 
 def wait_until(ready: Any, what: str, procs: list[subprocess.Popen] | None = None,
@@ -429,9 +473,11 @@ def show(kind: str, name: str, row: dict) -> None:
     if "not_run" in row:
         print(f"{kind:<10} {name:<17} not run: {row['not_run']}", flush=True)
         return
-    gpu = row["peak_gpu_mib"]
+    gpu = row.get("peak_gpu_mib_per_member", row["peak_gpu_mib"])
+    cpu = row.get("cpu_s_per_member", row.get("cpu_s"))
     print(f"{kind:<10} {name:<17} {row['sequences_per_s']:>10.1f} {row['mfu']:>8.2%} "
-          f"{'None' if gpu is None else f'{gpu:,.0f}':>12}", flush=True)
+          f"{'None' if gpu is None else f'{gpu:,.0f}':>12} "
+          f"{'' if cpu is None else f'{cpu:.1f}':>10}", flush=True)
 
 
 def not_packed(n: int, args: argparse.Namespace) -> dict:
@@ -479,7 +525,9 @@ def measure_rows(args: argparse.Namespace, runtime: Any, tmp: Path, report: dict
                  procs: list[subprocess.Popen]) -> dict[str, str]:
     """Every row of both encoders, printed as each is measured; the encoders' folders."""
     data, syn, encoders = prepare(args, tmp, report)
-    print(f"{'encoder':<10} {'row':<17} {'seq/s':>10} {'MFU':>8} {'peak GPU MiB':>12}")
+    # Fused rows: GPU memory and CPU seconds per member (per run trained).
+    print(f"{'encoder':<10} {'row':<17} {'seq/s':>10} {'MFU':>8} {'peak GPU MiB':>12} "
+          f"{'CPU s':>10}")
 
     def record(kind: str, name: str, row: dict) -> None:
         entry = report["encoders"][kind]
@@ -499,6 +547,11 @@ def measure_rows(args: argparse.Namespace, runtime: Any, tmp: Path, report: dict
     for n in sorted(set(packing) | set(PACKINGS)):
         for kind in KINDS:
             record(kind, f"packed {n}", packed[n][kind] if n in packed else not_packed(n, args))
+    fused = sorted({int(k) for k in args.fused.split(",")})
+    for k in sorted(set(fused) | set(FUSED)):
+        for kind, path in encoders.items():
+            record(kind, f"fused {k}", fused_row(path, syn, tmp / f"fused-{kind}-{k}", k)
+                   if k in fused else {"not_run": f"--fused {args.fused} leaves it out"})
     return encoders
 
 

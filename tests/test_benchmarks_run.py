@@ -15,9 +15,10 @@ from tests.helpers import ROOT, SAMPLE
 
 ENCODERS = ("bert-base", "minilm")
 # Rows a CPU runs with --quick, and rows it names as not run (with the reason).
-RUN_ON_CPU = ("plain loop", "trainer eager", "packed 1", "packed 2")
+RUN_ON_CPU = ("plain loop", "trainer eager", "packed 1", "packed 2", "fused 1", "fused 3")
 NOT_RUN_ON_CPU = {"trainer compiled": "pass --compile",
-                  "packed 4": "--quick on a CPU packs 1 and 2 processes only"}
+                  "packed 4": "--quick on a CPU packs 1 and 2 processes only",
+                  "fused 6": "--fused 1,3 leaves it out", "fused 15": "--fused 1,3 leaves it out"}
 
 
 @pytest.mark.slow  # three processes import torch: about 30 s of CPU, 50 s on a busy 2-core VM
@@ -42,6 +43,10 @@ def test_bench_gpu_quick_runs_every_row_on_the_cpu(tmp_path: Path):
             row = encoder["rows"][name]
             assert row["sequences_per_s"] > 0 and row["mfu"] > 0, (kind, name, row)
             assert row["peak_gpu_mib"] is None  # no GPU
+        for members in (1, 3):
+            row = encoder["rows"][f"fused {members}"]
+            assert row["members"] == members and row["sequences"] == members * report["rows"]
+            assert 0 < row["cpu_s_per_member"] * members == pytest.approx(row["cpu_s"])
         for name, reason in NOT_RUN_ON_CPU.items():
             assert reason in encoder["rows"][name]["not_run"]
             assert f"{kind:<10} {name:<17} not run: " in proc.stdout

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 
 from weightsearch.core.errors import ConfigError, DiskFull, causes
 from weightsearch.core.files import file_digest
@@ -100,6 +100,30 @@ def restore_rng(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _holds_slices(model: torch.nn.Module) -> bool:
+    """Whether some parameter is a slice of a bigger tensor (a fused run's member:
+    `weightsearch.trainer.fused`), which safetensors' model functions refuse."""
+    return any(p.untyped_storage().nbytes() != p.numel() * p.element_size()
+               for p in model.parameters())
+
+
+def save_weights(model: torch.nn.Module, file: Path) -> None:
+    """The model's weights as safetensors; a fused member's slices saved as their own copies."""
+    if not _holds_slices(model):
+        save_model(model, str(file))
+        return
+    state = {name: t.detach().clone() for name, t in model.state_dict().items()}
+    save_file(state, str(file), metadata={"format": "pt"})
+
+
+def load_weights(model: torch.nn.Module, file: Path, device: torch.device) -> None:
+    """Read what `save_weights` wrote into the model (into a fused member's slices in place)."""
+    if not _holds_slices(model):
+        load_model(model, str(file), device=str(device))
+        return
+    model.load_state_dict(load_file(str(file), device=str(device)))
+
+
 def save_checkpoint(
     output_dir: Path,
     epoch: int,
@@ -119,7 +143,7 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir()
-        save_model(model, str(tmp / WEIGHTS))
+        save_weights(model, tmp / WEIGHTS)
         torch.save(
             {
                 "optimizer": optimizer.state_dict(),
@@ -316,7 +340,7 @@ def load_checkpoint(
 ) -> dict[str, Any]:
     """Restore the model, optimizer, scheduler and RNGs; the checkpoint's state (its `scheme`
     entry, where the weighting scheme saved one, is the loop's to restore)."""
-    load_model(model, str(ckpt.weights), device=str(device))
+    load_weights(model, ckpt.weights, device)
     if not ckpt.state:  # read with_state=False: read (and check) it now
         try:
             ckpt = _read(ckpt.path, with_state=True)

@@ -271,39 +271,61 @@ def _train_epoch(run: StageRun, epoch: int, progress: Progress, tracker: Tracker
     run.model.train()
     plan = run.plans[epoch]
     started = time.perf_counter()
-    pending: list[tuple[dict[str, Any], torch.Tensor]] = []
-    losses: list[torch.Tensor] = []
-    logged: list[dict[str, Any]] = []
-    skipped = 0
     with (run.out / STEPS).open("a") as steps_log:
+        log = EpochLog(run, progress, tracker, steps_log)
         for step, (task, indices) in enumerate(plan):
-            record, readings = _train_step(run, epoch, step, task, indices)
-            skipped += record["skipped"]
-            record["global_step"] = progress.global_step
-            # Keep losses and gradient norms on the device and read them in one go every
-            # `log_every` updates: a `.item()` per step would stall a GPU pipeline.
-            pending.append((record, readings))
-            losses.append(readings[0])
-            progress.global_step += 1
-            progress.examples_seen += len(indices)
+            log.add(*_train_step(run, epoch, step, task, indices))
             bar.update(1)
-            if len(pending) >= run.cfg.log_every or step == len(plan) - 1:
-                rows = _flush_steps(pending, steps_log, tracker,
-                                    weighted_task_gradient=not run.cfg.adversarial.enabled)
-                logged.extend(rows)
-                if run.cfg.stop_on_divergence:
-                    _check_losses(rows)
-                bar.set_postfix(epoch=epoch, loss=f"{rows[-1]['loss']:.4f}")
-                pending = []
+            if len(log.pending) >= run.cfg.log_every or step == len(plan) - 1:
+                bar.set_postfix(epoch=epoch, loss=f"{log.flush()[-1]['loss']:.4f}")
     if run.runtime.device.type == "cuda":
         torch.cuda.synchronize()
     progress.train_time += time.perf_counter() - started
-    if skipped and not quiet:
-        tqdm.write(f"epoch {epoch}: {skipped} batches with weight 0 skipped (no update)")
-    run.scheme.end_epoch(epoch, _task_means(plan, losses))
-    clipping = clip_summary(logged, run.cfg.grad_clip, run.cfg.grad_clip_mode,
-                            nominal_weights(run.scheme))
-    return float(torch.stack(losses).mean()) if losses else float("nan"), clipping
+    return log.finish(epoch, quiet)
+
+
+@dataclass
+class EpochLog:
+    """One run's step log over an epoch. Losses and gradient norms stay on the device and are
+    read in one go every `log_every` updates: a `.item()` per step would stall a GPU pipeline."""
+
+    run: StageRun
+    progress: Progress
+    tracker: Tracker
+    file: Any
+    pending: list[tuple[dict[str, Any], torch.Tensor]] = field(default_factory=list)
+    losses: list[torch.Tensor] = field(default_factory=list)
+    logged: list[dict[str, Any]] = field(default_factory=list)
+    skipped: int = 0
+
+    def add(self, record: dict[str, Any], readings: torch.Tensor) -> None:
+        self.skipped += record["skipped"]
+        record["global_step"] = self.progress.global_step
+        self.pending.append((record, readings))
+        self.losses.append(readings[0])
+        self.progress.global_step += 1
+        self.progress.examples_seen += record["batch_size"]
+
+    def flush(self) -> list[dict[str, Any]]:
+        """Write the pending steps; raises TrainingDiverged on a loss that is not finite."""
+        rows = _flush_steps(self.pending, self.file, self.tracker,
+                            weighted_task_gradient=not self.run.cfg.adversarial.enabled)
+        self.pending = []
+        self.logged.extend(rows)
+        if self.run.cfg.stop_on_divergence:
+            _check_losses(rows)
+        return rows
+
+    def finish(self, epoch: int, quiet: bool) -> tuple[float, dict[str, dict[str, Any]]]:
+        """The epoch's mean training loss and each task's clipping; tells the scheme."""
+        run = self.run
+        if self.skipped and not quiet:
+            tqdm.write(f"epoch {epoch}: {self.skipped} batches with weight 0 skipped (no update)")
+        run.scheme.end_epoch(epoch, _task_means(run.plans[epoch], self.losses))
+        clipping = clip_summary(self.logged, run.cfg.grad_clip, run.cfg.grad_clip_mode,
+                                nominal_weights(run.scheme))
+        mean = float(torch.stack(self.losses).mean()) if self.losses else float("nan")
+        return mean, clipping
 
 
 def _task_means(plan: list[tuple[str, np.ndarray]], losses: list[torch.Tensor]
@@ -321,10 +343,7 @@ def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.nda
     """One batch: its weighted loss, and an update unless its weight is 0. The step's log
     record (without its global step) and its readings, still on the device: the unweighted
     loss, the gradient's pre-clip norm and the clip's factor (`weightsearch.trainer.clipping`)."""
-    cfg, model, data = run.cfg, run.model, run.data[task]
-    batch = _to_device(data.collate(data.train, indices, run.pad_id), run.runtime)
-    if task in run.soft:
-        batch["soft_targets"] = run.soft[task][torch.as_tensor(indices)].to(run.runtime.device)
+    batch = step_batch(run, task, indices)
     weight = run.scheme.weight(task, epoch, step)
     lr = run.scheduler.get_last_lr()[0]
     # A weight-0 batch contributes nothing: no optimizer step, which would still
@@ -333,30 +352,71 @@ def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.nda
     norm = scale = None
     with torch.set_grad_enabled(not skip):
         with run.runtime.autocast():
-            logits = model(task, batch)
-        loss = model.head(task).loss(logits.float(), batch)
-        if task in run.soft:  # MT-DNN-KD: the mean of the hard and soft losses
-            soft_loss = model.head(task).soft_loss(logits.float(), batch["soft_targets"])
-            loss = (loss + soft_loss) / 2
+            logits = run.model(task, batch)
+        loss = task_loss(run, task, logits, batch)
     if not skip:
         run.optimizer.zero_grad(set_to_none=True)
-        total = run.scheme.weighted_loss(task, loss, weight)  # default: loss * weight
-        if cfg.adversarial.enabled:  # unweighted, as the reference adds it after the task weight
-            total = total + cfg.adversarial.weight * smart_loss(
-                model, task, batch, logits, cfg.adversarial)
+        total = weighted_total(run, task, batch, logits, loss, weight)
         with run.runtime.backward():
             total.backward()
-        norm, scale = clip_gradient(model.parameters(), cfg.grad_clip, cfg.grad_clip_mode, weight)
-        run.optimizer.step()
+        norm, scale = clip_and_step(run, weight)
+    step_scheduler(run)
+    return (step_record(run, epoch, step, task, len(indices), weight, lr, skip),
+            step_readings(norm, scale, loss))
+
+
+def step_batch(run: StageRun, task: str, indices: np.ndarray) -> dict[str, torch.Tensor]:
+    """The training batch of `indices`, on the run's device, with its soft targets if any."""
+    data = run.data[task]
+    batch = _to_device(data.collate(data.train, indices, run.pad_id), run.runtime)
+    if task in run.soft:
+        batch["soft_targets"] = run.soft[task][torch.as_tensor(indices)].to(run.runtime.device)
+    return batch
+
+
+def task_loss(run: StageRun, task: str, logits: torch.Tensor,
+              batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The batch's unweighted loss."""
+    head = run.model.head(task)
+    loss = head.loss(logits.float(), batch)
+    if task in run.soft:  # MT-DNN-KD: the mean of the hard and soft losses
+        loss = (loss + head.soft_loss(logits.float(), batch["soft_targets"])) / 2
+    return loss
+
+
+def weighted_total(run: StageRun, task: str, batch: dict[str, torch.Tensor],
+                   logits: torch.Tensor, loss: torch.Tensor, weight: float) -> torch.Tensor:
+    """What the update minimises: the scheme's weighted loss, plus SMART's term."""
+    total = run.scheme.weighted_loss(task, loss, weight)  # default: loss * weight
+    if run.cfg.adversarial.enabled:  # unweighted, as the reference adds it after the task weight
+        total = total + run.cfg.adversarial.weight * smart_loss(
+            run.model, task, batch, logits, run.cfg.adversarial)
+    return total
+
+
+def clip_and_step(run: StageRun, weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Clip the model's gradients and take the optimizer's step; the pre-clip norm and the
+    clip's factor."""
+    norm, scale = clip_gradient(run.model.parameters(), run.cfg.grad_clip,
+                                run.cfg.grad_clip_mode, weight)
+    run.optimizer.step()
+    return norm, scale
+
+
+def step_scheduler(run: StageRun) -> None:
     # The schedule counts every batch of the plan, skipped ones too; torch flags
     # a scheduler step before the first optimizer step, which is intended here.
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler")
         run.scheduler.step()
-    record = {"epoch": epoch, "step": step, "global_step": None, "task": task,
-              "stage": run.scheme.stage(epoch), "focus": run.scheme.focus(epoch, step),
-              "weight": weight, "lr": lr, "batch_size": len(indices), "skipped": skip}
-    return record, step_readings(norm, scale, loss)
+
+
+def step_record(run: StageRun, epoch: int, step: int, task: str, size: int, weight: float,
+                lr: float, skipped: bool) -> dict[str, Any]:
+    """The step's steps.jsonl record, without its global step and readings."""
+    return {"epoch": epoch, "step": step, "global_step": None, "task": task,
+            "stage": run.scheme.stage(epoch), "focus": run.scheme.focus(epoch, step),
+            "weight": weight, "lr": lr, "batch_size": size, "skipped": skipped}
 
 
 def _end_epoch(run: StageRun, epoch: int, train_loss: float,

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -27,7 +28,16 @@ from weightsearch.trainer.config import RunConfig, load_config
 from weightsearch.trainer.config.finetune_settings import FINETUNE_DIR
 from weightsearch.trainer.distill import soft_targets
 from weightsearch.trainer.finetune import read_result, stage_config
-from weightsearch.trainer.loop import METRICS, RESULT, Report, holds_run, set_up, train_stage
+from weightsearch.trainer.fused import train_fused_stage
+from weightsearch.trainer.loop import (
+    METRICS,
+    RESULT,
+    Report,
+    StageRun,
+    holds_run,
+    set_up,
+    train_stage,
+)
 from weightsearch.trainer.memory import reset_peak
 from weightsearch.trainer.results import RunResult
 
@@ -59,20 +69,74 @@ def train(
             torch.cuda.empty_cache()  # a reused worker does not hold this run's GPU reservation
 
 
+def train_fused(
+    configs: Sequence[RunConfig | str | os.PathLike | dict],
+    reports: Sequence[Report | None] | None = None,
+    resume: bool = False,
+    quiet: bool = False,
+) -> list[RunResult | BaseException]:
+    """Train runs that differ only in their loss weighting as one fused unit
+    (`weightsearch.trainer.fused`): each run's result, or the exception that stopped it alone
+    (its report's, a diverged loss). The multi-task stage trains fused; each run's fine-tuning
+    stage, if any, then trains on its own. Raises `CannotFuse` (a ConfigError) before anything
+    is written when the runs cannot be fused: train them one by one with `train`."""
+    cfgs = [c if isinstance(c, RunConfig) else load_config(c) for c in configs]
+    for cfg in cfgs:
+        _check_finetune_folder(cfg)
+    if quiet:
+        _silence_libraries()
+    threads = torch.get_num_threads()
+    reset_peak()
+    reports = list(reports) if reports is not None else [None] * len(cfgs)
+    try:
+        trained = train_fused_stage(cfgs, reports, resume, quiet, "multitask", soft_targets,
+                                    prepare=_drop_stale_finetuning)
+        outcomes: list[RunResult | BaseException] = []
+        for (cfg, outcome), report in zip(trained, reports, strict=True):
+            if isinstance(outcome, BaseException):
+                outcomes.append(outcome)
+                continue
+            try:
+                outcomes.append(_finish_run(cfg, outcome, report, quiet))
+            except Exception as exc:  # this run's own failure (its report stopped it)
+                outcomes.append(exc)
+        return outcomes
+    finally:
+        torch.set_num_threads(threads)
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+
 def _train(cfg: RunConfig, report: Report | None, resume: bool, stage: str,
            quiet: bool) -> RunResult:
+    _check_finetune_folder(cfg)
+    run = set_up(cfg, resume, stage, soft_targets)
+    cfg = run.cfg  # as a resumed run trained it, for the fine-tuning that follows
+    _drop_stale_finetuning(run)
+    result = train_stage(run, report, quiet)
+    del run  # the fine-tuning runs load their own copies of the model
+    return _finish_run(cfg, result, report, quiet)
+
+
+def _check_finetune_folder(cfg: RunConfig) -> None:
     out = Path(cfg.output_dir)
     if cfg.finetune is not None and not holds_run(out) and (out / FINETUNE_DIR).exists():
         raise ConfigError([f"output_dir: {out / FINETUNE_DIR} exists, but {out} holds no run; "
                            "the fine-tuning stage writes there: move it or choose another "
                            "output_dir"])
-    run = set_up(cfg, resume, stage, soft_targets)
-    cfg = run.cfg  # as a resumed run trained it, for the fine-tuning that follows
+
+
+def _drop_stale_finetuning(run: StageRun) -> None:
+    """Fine-tuning starts from the last multi-task epoch; an earlier attempt's is stale."""
+    cfg = run.cfg
     if cfg.finetune is not None and run.held and (run.ckpt is None or run.ckpt.epoch < cfg.epochs):
-        # Fine-tuning starts from the last multi-task epoch; an earlier attempt's is stale.
-        shutil.rmtree(out / FINETUNE_DIR, ignore_errors=True)
-    result = train_stage(run, report, quiet)
-    del run  # the fine-tuning runs load their own copies of the model
+        shutil.rmtree(run.out / FINETUNE_DIR, ignore_errors=True)
+
+
+def _finish_run(cfg: RunConfig, result: RunResult, report: Report | None,
+                quiet: bool) -> RunResult:
+    """After the multi-task stage: the fine-tuning stage if any, then `result.json`."""
+    out = Path(cfg.output_dir)
     if cfg.finetune is not None:
         finetuned = _finetune(cfg, out / CHECKPOINTS / f"epoch-{cfg.epochs:03d}", report, quiet)
         with (out / METRICS).open("a") as metrics_log:
@@ -118,4 +182,4 @@ def _silence_libraries() -> None:
     datasets.disable_progress_bars()
 
 
-__all__ = ["train"]
+__all__ = ["train", "train_fused"]

@@ -75,7 +75,10 @@ class StochasticAnswerNetwork(nn.Module):
         """Variational dropout: one mask per sequence and feature, shared by its tokens."""
         if not self.training or self.p == 0:
             return x
-        keep = torch.bernoulli(x.new_full((x.shape[0], 1, x.shape[2]), 1 - self.p))
+        # A fresh tensor, not x.new_full: under a fused unit's vmap x is batched over the
+        # members, and the members share one mask as their stand-alone runs draw the same.
+        keep = torch.bernoulli(torch.full((x.shape[0], 1, x.shape[2]), 1 - self.p,
+                                          dtype=x.dtype, device=x.device))
         return x * keep / (1 - self.p)
 
     def _step_weights(self, stacked: Tensor) -> Tensor:

@@ -1,0 +1,332 @@
+"""Fused runs: one process trains K runs that differ only in their loss weighting, as one
+stacked model on the shared batches.
+
+The runs of a weight search's cells differ in one scalar on the loss; everything else (central
+task, seed, data, batch plan, every other setting) is the same. Trained one by one, each costs
+a step's host work per batch, and a small encoder leaves a GPU mostly idle. Fused, each
+parameter of the K models lives in one [K, ...] tensor, and a training step is one
+`torch.func.vmap` call over `functional_call` of the K slices on the shared batch: the K weighted
+losses are summed (their parameters are disjoint, so each member's gradient is its own), and
+each member then clips its own gradient and steps its own optimizer and schedule.
+
+Each member stays its own run. Its model's parameters are views of its slices, so evaluation,
+checkpoints, resume and the result are the stand-alone code's, in the member's own
+`output_dir`. Dropout draws one mask per call for all members (`randomness="same"`), which is
+the mask a stand-alone run with the same seed draws: its random stream does not depend on the
+weights. So each member trains as its stand-alone run does, to float tolerance, and a member
+that stops (a report that stops it, a diverged loss) or skips a batch (weight 0) simply takes no
+step; the others go on. On resume, members whose checkpoints are behind the others train alone
+first until all are at the same epoch (the random state is the same for all of them at every
+epoch's end).
+
+What cannot be fused raises `CannotFuse` (a `ConfigError`) before anything is written:
+members that differ in more than their weighting, a compiled encoder, SMART (its perturbation
+is a forward pass of its own), activation recomputation, and heads whose forward pass does not
+vectorise (probed on a batch of each task). The caller trains those runs one by one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.func import functional_call, vmap
+from tqdm.auto import tqdm
+
+from weightsearch.core.errors import TrainingDiverged
+from weightsearch.trainer.checkpoint import restore_rng, rng_state
+from weightsearch.trainer.config import RunConfig
+from weightsearch.trainer.fusable import MEMBER_SETTINGS, CannotFuse, fusion_problems
+from weightsearch.trainer.loop import (
+    STEPS,
+    EpochLog,
+    Progress,
+    Report,
+    SoftTargets,
+    StageRun,
+    _end_epoch,
+    _open_output,
+    _result,
+    clip_and_step,
+    no_soft_targets,
+    nominal_weights,
+    set_up,
+    step_batch,
+    step_record,
+    step_scheduler,
+    task_loss,
+    weighted_total,
+)
+from weightsearch.trainer.model import MTDNN
+from weightsearch.trainer.results import RunResult
+from weightsearch.trainer.tracking import Tracker, open_tracker, run_params
+
+
+class StackedModels:
+    """K models of one architecture whose parameters live in stacked [K, ...] tensors: each
+    model's parameter is a view of its slice (same Parameter object, so the model's optimizer
+    and checkpoints work unchanged), while `forward` runs all K in one vectorised call."""
+
+    def __init__(self, models: Sequence[MTDNN]) -> None:
+        self.models = list(models)
+        self.lead = self.models[0]  # its structure and buffers serve every member
+        self.lead_device = next(self.lead.parameters()).device
+        members = [dict(m.named_parameters()) for m in self.models]
+        self.stacked: dict[str, torch.Tensor] = {}
+        self.views: list[list[tuple[torch.nn.Parameter, str]]] = [[] for _ in self.models]
+        for name, lead in members[0].items():
+            params = [m[name] for m in members]
+            stacked = torch.stack([p.detach() for p in params]).requires_grad_(lead.requires_grad)
+            for k, p in enumerate(params):
+                p.data = stacked.data[k]  # the member's parameter now lives in its slice
+                self.views[k].append((p, name))
+            self.stacked[name] = stacked
+
+    def __len__(self) -> int:
+        return len(self.models)
+
+    def forward(self, task: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Every member's head outputs for the shared batch, stacked: [K, ...]."""
+        def one(params: dict[str, torch.Tensor], shared: dict[str, torch.Tensor]) -> Any:
+            return functional_call(self.lead, params, (task, shared))
+
+        return vmap(one, in_dims=(0, None), randomness="same")(self.stacked, batch)
+
+    def clear_gradients(self) -> None:
+        for stacked in self.stacked.values():
+            stacked.grad = None
+        for views in self.views:
+            for p, _ in views:
+                p.grad = None
+
+    def share_gradients(self, members: Sequence[int]) -> None:
+        """Give each of `members` its slice of the stacked gradients."""
+        for k in members:
+            for p, name in self.views[k]:
+                grad = self.stacked[name].grad
+                p.grad = None if grad is None else grad[k]
+
+
+@dataclasses.dataclass
+class Member:
+    """One run of a fused unit and how far it has got."""
+
+    run: StageRun
+    report: Report | None
+    slot: int  # its place in the stacked tensors
+    progress: Progress | None = None
+    tracker: Tracker | None = None
+    done_epochs: int = 0  # epochs trained before this attempt (its checkpoint's)
+    outcome: BaseException | None = None  # why it stopped early, if it did
+
+    @property
+    def training(self) -> bool:
+        return self.outcome is None
+
+
+def train_fused_stage(configs: Sequence[RunConfig],
+                      reports: Sequence[Report | None] | None = None, resume: bool = False,
+                      quiet: bool = False, stage: str = "multitask",
+                      soft_targets: SoftTargets = no_soft_targets,
+                      prepare: Callable[[StageRun], None] | None = None,
+                      ) -> list[tuple[RunConfig, RunResult | BaseException]]:
+    """Train one stage of each run in `configs` as one fused unit. Per run: its config as it
+    trained (a resumed run's recorded defaults) and its result, or the exception that stopped
+    it (its report's, a diverged loss). Raises CannotFuse before anything is written when the
+    runs cannot be fused; `prepare` sees each set-up run once that is settled."""
+    problems = fusion_problems(configs)
+    if problems:
+        raise CannotFuse(problems)
+    reports = list(reports) if reports is not None else [None] * len(configs)
+    if len(reports) != len(configs):
+        raise ValueError(f"{len(configs)} runs but {len(reports)} reports")
+    runs = [set_up(cfg, resume, stage, soft_targets) for cfg in configs]
+    problems = fusion_problems([r.cfg for r in runs])  # as resumed runs trained them
+    if problems:
+        raise CannotFuse(problems)
+    fresh_rng = rng_state()  # every member's at its first update (each set-up seeds the same)
+    members = [Member(run, report, slot)
+               for slot, (run, report) in enumerate(zip(runs, reports, strict=True))]
+    with warnings.catch_warnings():
+        # An op without a batching rule runs once per member: slower, not different.
+        warnings.filterwarnings("ignore", message=".*not yet implemented the batching rule")
+        stack = StackedModels([r.model for r in runs])
+        _probe(stack, runs[0])
+        for run in runs if prepare is not None else ():
+            prepare(run)
+        outcomes = _train_unit(stack, members, fresh_rng, quiet)
+    return [(run.cfg, outcome) for run, outcome in zip(runs, outcomes, strict=True)]
+
+
+def _probe(stack: StackedModels, run: StageRun) -> None:
+    """Refuse before anything is written when a task's forward pass does not vectorise: one
+    batch of two rows per task, in training mode (dropout's draws must vectorise too) on a
+    forked random state, so the run's own draws are not moved."""
+    devices = [stack.lead_device] if stack.lead_device.type == "cuda" else []
+    failed = []
+    stack.lead.train()
+    with torch.random.fork_rng(devices=devices):
+        for name, data in run.data.items():
+            batch = step_batch(run, name, np.arange(min(2, len(data.train))))
+            try:
+                with run.runtime.autocast():
+                    outputs = stack.forward(name, batch)
+                total = sum(task_loss(run, name, outputs[k], batch) for k in range(len(stack)))
+                total.backward()  # type: ignore[union-attr]
+            except RuntimeError as exc:
+                failed.append(f"tasks: {name}'s {data.spec.type} head does not run "
+                              f"vectorised over stacked models ({str(exc).splitlines()[0]}); "
+                              "train these runs one by one")
+            finally:
+                stack.clear_gradients()
+    if failed:
+        raise CannotFuse(failed)
+
+
+def _train_unit(stack: StackedModels, members: list[Member], fresh_rng: dict[str, Any],
+                quiet: bool) -> list[RunResult | BaseException]:
+    # Open the furthest runs first: the last random state restored is then the one of the run
+    # furthest behind, where training starts (all are equal at every epoch's end).
+    for member in sorted(members, key=lambda m: -(m.run.ckpt.epoch if m.run.ckpt else 0)):
+        member.progress = _open_output(member.run, quiet)
+        member.done_epochs = member.run.ckpt.epoch if member.run.ckpt else 0
+    if min(m.done_epochs for m in members) == 0:
+        restore_rng(fresh_rng)
+    lead = members[0].run
+    epochs = lead.cfg.epochs
+    total = sum(len(lead.plans[e]) for e in range(min(m.done_epochs for m in members) + 1,
+                                                   epochs + 1))
+    bar = tqdm(total=total, disable=quiet, unit="step", dynamic_ncols=True,
+               desc=f"train x{len(members)}")
+    try:
+        for member in members:
+            run = member.run
+            member.tracker = open_tracker(
+                run.cfg.tracking, run.out, run.stage, run_params(run.cfg),
+                resumed_at=member.progress.global_step if run.ckpt is not None else None)
+        for epoch in range(min(m.done_epochs for m in members) + 1, epochs + 1):
+            active = [m for m in members if m.training and m.done_epochs < epoch]
+            if not active:
+                break
+            for member, (train_loss, clipping) in _train_epoch(stack, active, epoch, bar, quiet):
+                _finish_epoch(member, epoch, train_loss, clipping, quiet)
+    finally:
+        bar.close()
+        for member in members:
+            if member.tracker is not None:
+                member.tracker.close()
+    return [_member_result(m, len(members)) for m in members]
+
+
+def _finish_epoch(member: Member, epoch: int, train_loss: float,
+                  clipping: dict[str, dict[str, Any]], quiet: bool) -> None:
+    """Evaluate, log, checkpoint and report the member's epoch; a report that stops the run
+    (or any failure of this member's alone) ends this member only."""
+    try:
+        _end_epoch(member.run, epoch, train_loss, clipping, member.progress, member.tracker,
+                   member.report, quiet)
+    except Exception as exc:  # the member's own outcome, returned to the caller
+        member.outcome = exc
+
+
+def _train_epoch(stack: StackedModels, active: list[Member], epoch: int, bar: Any, quiet: bool
+                 ) -> list[tuple[Member, tuple[float, dict[str, dict[str, Any]]]]]:
+    """One pass over the epoch's plan for the active members; each member that finished the
+    epoch, with its mean training loss and clipping."""
+    lead = active[0].run
+    for member in active:
+        member.run.model.train()
+    stack.lead.train()
+    plan = lead.plans[epoch]
+    started = time.perf_counter()
+    finished = []
+    with contextlib.ExitStack() as files:
+        logs = {id(m): EpochLog(m.run, m.progress, m.tracker,
+                                files.enter_context((m.run.out / STEPS).open("a")))
+                for m in active}
+        for step, (task, indices) in enumerate(plan):
+            training = [m for m in active if m.training]
+            if not training:
+                break
+            for member, (record, readings) in zip(
+                    training, _fused_step(stack, training, epoch, step, task, indices),
+                    strict=True):
+                logs[id(member)].add(record, readings)
+            bar.update(1)
+            if len(logs[id(training[0])].pending) >= lead.cfg.log_every or \
+                    step == len(plan) - 1:
+                for member in training:
+                    try:
+                        logs[id(member)].flush()
+                    except TrainingDiverged as exc:
+                        member.outcome = exc
+        if lead.runtime.device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - started
+        for member in active:
+            if member.training:
+                member.progress.train_time += elapsed
+                finished.append((member, logs[id(member)].finish(epoch, quiet)))
+    return finished
+
+
+def _fused_step(stack: StackedModels, training: list[Member], epoch: int, step: int, task: str,
+                indices: Any) -> list[tuple[dict[str, Any], torch.Tensor]]:
+    """One batch for every training member: each member's weighted loss and its own update
+    unless its weight is 0. Each member's log record and readings, as `loop._train_step`."""
+    from weightsearch.trainer.clipping import step_readings
+
+    lead = training[0].run
+    batch = step_batch(lead, task, indices)
+    weights = [m.run.scheme.weight(task, epoch, step) for m in training]
+    rates = [m.run.scheduler.get_last_lr()[0] for m in training]
+    updating = [k for k, w in enumerate(weights) if w != 0]
+    slots = [m.slot for m in training]
+    with torch.set_grad_enabled(bool(updating)):
+        with lead.runtime.autocast():
+            outputs = stack.forward(task, batch)
+        losses = [task_loss(m.run, task, outputs[slot], batch)
+                  for m, slot in zip(training, slots, strict=True)]
+    readings: list[tuple[torch.Tensor | None, torch.Tensor | None]] = [(None, None)] * len(training)
+    if updating:
+        for k in updating:
+            training[k].run.optimizer.zero_grad(set_to_none=True)
+        stack.clear_gradients()
+        total = sum(weighted_total(training[k].run, task, batch, outputs[slots[k]], losses[k],
+                                   weights[k]) for k in updating)
+        with lead.runtime.backward():
+            total.backward()  # type: ignore[union-attr]
+        stack.share_gradients([slots[k] for k in updating])
+        for k in updating:
+            readings[k] = clip_and_step(training[k].run, weights[k])
+        stack.clear_gradients()  # no member keeps the step's stacked gradients alive
+    for member in training:
+        step_scheduler(member.run)
+    return [(step_record(m.run, epoch, step, task, len(indices), weights[k], rates[k],
+                         k not in updating),
+             step_readings(*readings[k], losses[k]))
+            for k, m in enumerate(training)]
+
+
+def _member_result(member: Member, size: int) -> RunResult | BaseException:
+    if member.outcome is not None:
+        return member.outcome
+    run, progress = member.run, member.progress
+    assert progress is not None
+    result = _result(run.cfg, progress.history, run.out,
+                     {n: d.train_size for n, d in run.data.items()},
+                     {n: d.truncated for n, d in run.data.items()}, progress.train_time,
+                     progress.examples_seen,
+                     progress.elapsed_before + (time.perf_counter() - run.started),
+                     run.model.pooling, run.stage, nominal_weights(run.scheme))
+    return dataclasses.replace(result, extra={**result.extra, "fused_members": size})
+
+
+__all__ = ["MEMBER_SETTINGS", "CannotFuse", "StackedModels", "fusion_problems",
+           "train_fused_stage"]
