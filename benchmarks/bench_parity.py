@@ -103,7 +103,7 @@ def _l2_adamax(model, cfg, device):
     decay, no_decay = decay_groups(model)
     return torch.optim.Adamax([{"params": decay, "weight_decay": cfg.weight_decay},
                                {"params": no_decay, "weight_decay": 0.0}],
-                              lr=cfg.lr, foreach=True)
+                              lr=cfg.learning_rate, foreach=True)
 
 
 def run_one(args: tuple[str, list[str], int, str, str]) -> dict[str, Any]:

@@ -48,6 +48,7 @@ def overview(studies: list[CentralStudy]) -> list[dict]:
 
 def cell_rows(studies: list[CentralStudy]) -> list[dict]:
     rows = []
+    fused = any(c.fused for s in studies for c in s.cells)
     for s in studies:
         for c in sorted(s.cells, key=lambda c: (c.weight is None, c.weight or 0,
                                                 _point_text(c.point), c.seed or 0)):
@@ -55,8 +56,16 @@ def cell_rows(studies: list[CentralStudy]) -> list[dict]:
                      if k != schema.T_CENTRAL_WEIGHT_PATH}
             rows.append({"central_task": s.central_task, "central_weight": c.weight, **shown,
                          "seed": c.seed, "state": c.state, "value": c.value,
+                         # the points it trained with as one stacked model (`fuse_cells`)
+                         **({"fused_with": _fused_text(c.fused)} if fused else {}),
                          **_stage_metrics(s, c)})
     return rows
+
+
+def _fused_text(cells: tuple[str, ...]) -> str:
+    """A fused unit's points from its cell keys (`<point>|<seed>`, one seed per unit), e.g.
+    `1,5,9`; empty for a cell trained alone."""
+    return ",".join(key.rpartition("|")[0] for key in cells)
 
 
 def _stage_metrics(s: CentralStudy, c) -> dict[str, float]:

@@ -14,6 +14,7 @@ import math
 import os
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 from weightsearch.core.errors import StorageError
 from weightsearch.studies import schema
@@ -57,6 +58,9 @@ class Cell:
     # The run's gradient clipping (schema.T_CLIPPING): {grad_clip, grad_clip_mode, tasks:
     # {task: {clip_share, median_norm, acts_below, ...}}}; empty: not recorded.
     clipping: dict = field(default_factory=dict)
+    # The cells (schema.cell_key) it trained with as one stacked model (`fuse_cells`), itself
+    # included; empty: it trained alone.
+    fused: tuple[str, ...] = ()
 
     def task_clipping(self, task: str | None = None) -> dict:
         """One task's clipping record (default the central task); empty when not recorded."""
@@ -389,6 +393,13 @@ def build_central(name: str, attrs: dict, directions, trials) -> CentralStudy:
     )
 
 
+def _fused(value: Any) -> tuple[str, ...]:
+    """A trial's fused unit as its cell keys; anything else (absent, another tool's) is none."""
+    if isinstance(value, list) and all(isinstance(v, str) for v in value) and len(value) > 1:
+        return tuple(value)
+    return ()
+
+
 def _cells(name: str, central: str, foreign: bool, trials, notes: list[str]) -> list[Cell]:
     """The study's cells; a stored value no reader can use (`usable`) is left out of its cell,
     and `notes` says which."""
@@ -411,6 +422,7 @@ def _cells(name: str, central: str, foreign: bool, trials, notes: list[str]) -> 
             epochs=_as_count(t.user_attrs.get(schema.T_EPOCHS)),
             wall_s=_as_float(t.user_attrs.get(schema.T_WALL_TIME)),
             clipping=_clipping(t.user_attrs.get(schema.T_CLIPPING)),
+            fused=_fused(t.user_attrs.get(schema.T_FUSED)),
         ))
         bad_metrics += [f"trial {t.number}: {m}" for m in dropped]
     limit = f"not finite, or beyond +-{USABLE_LIMIT:g}"
@@ -549,7 +561,7 @@ def _grid_cells(attrs: dict) -> int | None:
 # What `build_central` reads of a trial (`weightsearch.studies.bulk` reads nothing else).
 CELL_PARAMS = (schema.PARAM,)
 CELL_ATTRS = (schema.T_SEED, schema.T_METRICS, schema.T_POINT, schema.T_FINETUNED_METRICS,
-              schema.T_EPOCHS, schema.T_WALL_TIME, schema.T_CLIPPING)
+              schema.T_EPOCHS, schema.T_WALL_TIME, schema.T_CLIPPING, schema.T_FUSED)
 
 
 def cell_trials(storage, study_id: int) -> list:

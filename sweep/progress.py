@@ -78,6 +78,10 @@ class Progress:
         self.running[trial_id] = run
         self._event(f"start {central} {run.label}")
 
+    def fused(self, central: str, labels: list[str], seed: int) -> None:
+        """The trials just started train together, as one stacked model (`fuse_cells`)."""
+        self._event(f"fused {central} {', '.join(labels)} seed {seed}: one trial trains them")
+
     def epoch(self, trial_id: str, epoch: int, value: float) -> None:
         run = self.running.get(trial_id)
         if run is None:

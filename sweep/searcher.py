@@ -40,7 +40,7 @@ from weightsearch.studies import schema as S
 from weightsearch.studies.storage import check_same_file, file_identity, storage_failure
 from weightsearch.sweep import lookup, study_db
 from weightsearch.sweep.claims import Claims
-from weightsearch.sweep.progress import Progress, trial_label
+from weightsearch.sweep.progress import Progress, say, trial_label
 from weightsearch.sweep.space import Point, Space
 from weightsearch.sweep.spec import StudySpec
 from weightsearch.sweep.strategies import Record, Strategy, Unit
@@ -50,6 +50,10 @@ from weightsearch.sweep.trainable import (
     FINETUNE_EPOCH,
     FINETUNE_TASK,
     FINETUNE_VALUE,
+    MEMBER,
+    MEMBER_END,
+    MEMBER_ERROR,
+    MEMBERS,
     METRICS_JSON,
     OBJECTIVE,
     RUN_CONFIG,
@@ -60,6 +64,7 @@ from weightsearch.sweep.trainable import (
     epoch_objective,
 )
 from weightsearch.sweep.trial_end import finish_trial
+from weightsearch.trainer.fusable import fusion_problems
 
 _PROPOSALS = 20  # guided search: proposals tried when other drivers keep winning the cells
 _REFRESH_S = 5.0  # an idle plan re-reads its study at most this often (other drivers' results)
@@ -94,6 +99,10 @@ class CentralPlan:
         return lookup.unit_records(self.study, self.strategy.space, unit.key, cell)
 
 
+# A unit this driver claimed, ready to start: (unit, its point, its claim keys, its records).
+Picked = tuple[Unit, Point, list[str], list[Record]]
+
+
 @dataclass
 class _Live:
     plan: CentralPlan
@@ -108,6 +117,8 @@ class _Live:
     summary: dict[str, Any] | None = None
     stint_end: bool = False
     lost: bool = False
+    slot: int = 0  # its place in a fused unit (0 alone)
+    shown_as: str = ""  # its id in the progress display (the Tune trial's, or one per member)
 
 
 class CellSearcher(Searcher):
@@ -129,7 +140,10 @@ class CellSearcher(Searcher):
         # nothing more, has the scheduler stop its trials, and `run_round` raises it.
         self.storage_failed: Exception | None = None
         self.ran = 0
-        self._live: dict[str, _Live] = {}
+        self._told_unfusable = False
+        # Tune trial id -> the cells it trains that have not ended: one, or a fused unit's
+        # members in their order in the unit (each ends on its own).
+        self._live: dict[str, list[_Live]] = {}
         self._turn = 0
 
     # --- Tune hooks -------------------------------------------------------------------
@@ -141,7 +155,8 @@ class CellSearcher(Searcher):
             self._turn += 1
             picked = self._take(plan)
             if picked is not None:
-                return self._start(trial_id, plan, *picked)
+                partners = self._take_partners(plan, picked) if self.spec.fuse_cells > 1 else []
+                return self._start(trial_id, plan, [picked, *partners])
         if self._live:
             # A trial of ours that ends may open new units (the next halving rung, the next
             # forward-selection round): ask again later.
@@ -151,15 +166,18 @@ class CellSearcher(Searcher):
         return Searcher.FINISHED
 
     def should_stop(self, trial_id: str) -> bool:
-        """Whether the trial lost its claim (the scheduler stops it at its next report)."""
-        live = self._live.get(trial_id)
-        if live is None:
+        """Whether the trial lost a claim of a cell it trains (the scheduler stops it at its
+        next report; a fused unit's other members are then recorded as interrupted, and their
+        checkpoints continue in the next attempt)."""
+        members = self._live.get(trial_id)
+        if not members:
             return False
         if self.storage_failed is not None:
             return True
-        if not live.lost and self.claims.lost(live.plan.name, live.unit.key):
-            live.lost = True
-        return live.lost
+        for live in members:
+            if not live.lost and self.claims.lost(live.plan.name, live.unit.key):
+                live.lost = True
+        return any(live.lost for live in members)
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         self._guarded(self._on_result, trial_id, result)
@@ -190,11 +208,15 @@ class CellSearcher(Searcher):
             self.storage_failed = failure
 
     def _on_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        live = self._live.get(trial_id)
-        if live is None or self.should_stop(trial_id):
+        members = self._live.get(trial_id)
+        if not members or self.should_stop(trial_id):
+            return
+        slot = result.get(MEMBER)
+        live = next((m for m in members if m.slot == (slot or 0)), None)
+        if live is None:  # a member that ended already (a retried trial reports it again)
             return
         if FINETUNE_EPOCH in result:
-            self.progress.finetune(trial_id, str(result[FINETUNE_TASK]),
+            self.progress.finetune(live.shown_as, str(result[FINETUNE_TASK]),
                                    int(result[FINETUNE_EPOCH]), result.get(FINETUNE_VALUE))
             return
         try:
@@ -202,13 +224,28 @@ class CellSearcher(Searcher):
         except UpdateFinishedTrialError:  # another driver took the unit over and failed it
             live.lost = True
             return
+        if MEMBER_END in result:  # a fused unit's member ended: record it now, on its own
+            members.remove(live)
+            error = result[MEMBER_END] == "error"
+            self._end(trial_id, live, error, None, str(result.get(MEMBER_ERROR) or "") or None)
+            return
         if EPOCH in result and OBJECTIVE in result and SUMMARY_JSON not in result:
-            self.progress.epoch(trial_id, int(result[EPOCH]), float(result[OBJECTIVE]))
+            self.progress.epoch(live.shown_as, int(result[EPOCH]), float(result[OBJECTIVE]))
 
     def _on_complete(self, trial_id: str, result: dict[str, Any] | None, error: bool) -> None:
-        live = self._live.pop(trial_id, None)
-        if live is None:
-            return
+        members = self._live.pop(trial_id, None) or []
+        for live in members:
+            # A cell alone: the trial's last result is its own. A fused unit's members that
+            # had not ended when the trial did (an error, a stop) end with the trial.
+            own = result if result and result.get(MEMBER, 0) == live.slot else None
+            ended = (own or {}).get(MEMBER_END)
+            reason = str(own.get(MEMBER_ERROR) or "") or None if own and ended == "error" \
+                else None
+            self._end(trial_id, live, error or ended == "error", own, reason)
+
+    def _end(self, trial_id: str, live: _Live, error: bool, result: dict[str, Any] | None,
+             reason: str | None = None) -> None:
+        """Record the end of one cell of the trial and release its claims."""
         live.plan.dirty = True
         elapsed = time.time() - live.started
         if not live.lost and result:
@@ -216,17 +253,17 @@ class CellSearcher(Searcher):
         if live.lost or not self.claims.holds(live.plan.name, live.unit.key):
             # Our lease ran out (a stalled driver) and another driver took the unit over:
             # its attempt is the one that counts, and this trial is not ours to write.
-            self.progress.finished(trial_id, "LOST", elapsed, None,
+            self.progress.finished(live.shown_as, "LOST", elapsed, None,
                                    "claim lost; another driver took the cell over")
             self._release(live)
             live.plan.deferred.add(live.unit.key)  # wait for the new holder, then report
             return
         try:
-            state, value, reason = self._record(trial_id, live, error, elapsed)
+            state, value, reason = self._record(trial_id, live, error, elapsed, reason)
         except UpdateFinishedTrialError:  # taken over between the check and the write
             state, value, reason = "LOST", None, "claim lost; another driver took the cell over"
             live.plan.deferred.add(live.unit.key)
-        self.progress.finished(trial_id, state, elapsed, value, reason)
+        self.progress.finished(live.shown_as, state, elapsed, value, reason)
         best = study_best(live.plan.study, live.plan.strategy.space)
         if best is not None:
             self.progress.study_best(live.plan.central, *best)
@@ -240,12 +277,12 @@ class CellSearcher(Searcher):
             self._live.clear()
             return 0
         for trial_id in list(self._live):
-            live = self._live.pop(trial_id)
-            if not live.lost:
-                with contextlib.suppress(UpdateFinishedTrialError):  # finished meanwhile
-                    finish_trial(live.plan.study, live.trial._trial_id, TrialState.FAIL,
-                                 attrs={"error": "driver stopped before it ended"})
-            self._release(live)
+            for live in self._live.pop(trial_id):
+                if not live.lost:
+                    with contextlib.suppress(UpdateFinishedTrialError):  # finished meanwhile
+                        finish_trial(live.plan.study, live.trial._trial_id, TrialState.FAIL,
+                                     attrs={"error": "driver stopped before it ended"})
+                self._release(live)
         return left
 
     def save(self, checkpoint_path: str) -> None:
@@ -307,37 +344,100 @@ class CellSearcher(Searcher):
             taken.add(cell)  # another driver trains (or just proposed) it: ask again
         return None, ""
 
-    def _start(self, trial_id: str, plan: CentralPlan, unit: Unit, point: Point,
-               keys: list[str], records: list[Record]) -> dict[str, Any]:
+    def _take_partners(self, plan: CentralPlan, first: Picked) -> list[Picked]:
+        """Up to `fuse_cells - 1` more units of `plan` this driver claimed that can train
+        fused with `first`: fixed points (not a guided slot) of the same seed and stint that
+        differ from it only in the loss weighting."""
+        unit, point = first[0], first[1]
+        if unit.point is None:
+            return []
+        partners: list[Picked] = []
+        for other in list(plan.queue):
+            if len(partners) >= self.spec.fuse_cells - 1:
+                break
+            if not _fusable_units(unit, point, other):
+                continue
+            plan.queue.remove(other)
+            plan.tried.add(other.key)
+            if not self.claims.claim(plan.name, other.key):
+                plan.deferred.add(other.key)
+                continue
+            plan.deferred.discard(other.key)
+            records = plan.unit_records(other)
+            if other.key in done_units(records):
+                self.claims.release(plan.name, other.key)
+                continue
+            partners.append((other, other.point, [other.key], records))
+        return partners
+
+    def _start(self, trial_id: str, plan: CentralPlan, picked: list[Picked]) -> dict[str, Any]:
+        """Create the Optuna trial of each picked unit and the Tune trial's config: one cell's,
+        or a fused unit's (`MEMBERS`) when several units train together."""
         check_same_file(self.url, self.identity)
+        space = plan.strategy.space
+        cells = [self._cell_config(plan, *one) for one in picked]
+        if len(cells) > 1:
+            problems = fusion_problems([c[RUN_CONFIG].cfg for c in cells])
+            if problems:  # they train one by one: give the partners back
+                self._unfusable(plan, picked[1:], problems[0])
+                picked, cells = picked[:1], cells[:1]
+        members = []
+        for slot, ((unit, point, keys, _), cell) in enumerate(zip(picked, cells, strict=True)):
+            trial = _create_trial(plan, unit, point, cell["cell"], cell["attempt"],
+                                  fused=[c["cell"] for c in cells] if len(cells) > 1 else None)
+            cell["trial_number"] = trial.number
+            shown_as = trial_id if len(cells) == 1 else f"{trial_id}#{slot}"
+            members.append(_Live(plan, unit, trial, point, unit.seed, keys, time.time(),
+                                 slot=slot, shown_as=shown_as))
+            self.ran += 1
+            self.progress.started(shown_as, plan.central, space.label(point), unit.seed,
+                                  self.spec.epochs if unit.budget is None else unit.budget)
+        self._live[trial_id] = members
+        if len(cells) == 1:
+            return cells[0]
+        self.progress.fused(plan.central, [space.label(m.point) for m in members],
+                            picked[0][0].seed)
+        return {"central_task": plan.central, "seed": picked[0][0].seed,
+                "cell": " + ".join(c["cell"] for c in cells), MEMBERS: cells}
+
+    def _cell_config(self, plan: CentralPlan, unit: Unit, point: Point, keys: list[str],
+                     records: list[Record]) -> dict[str, Any]:
+        """One cell's trial config, with its RunConfig built (once, here) for its attempt."""
         space = plan.strategy.space
         cell = space.cell_key(point, unit.seed)
         _fail_stale(plan.study, unit, records)
         attempt = sum(1 for r in records if r.cell == cell)
         base = self.spec.trial_dir(plan.central, point, unit.seed)
         cfg = self.spec.for_cell(plan.central, point, unit.seed, attempt_folder(base, attempt))
-        trial = _create_trial(plan, unit, point, cell, attempt)
-        self._live[trial_id] = _Live(plan, unit, trial, point, unit.seed, keys, time.time())
-        self.ran += 1
-        self.progress.started(trial_id, plan.central, space.label(point), unit.seed,
-                              self.spec.epochs if unit.budget is None else unit.budget)
         return {
             # the point's settings as their own config keys too, as Tune users read them
             # (`config/weighting.central_weight`), beside the JSON the searcher reads back
             **{path: list(v) if isinstance(v, tuple) else v for path, v in point.items()},
             "central_task": plan.central, "seed": unit.seed, "cell": cell,
             "point": json.dumps(point, default=list), "attempt": attempt,
-            "trial_number": trial.number, "budget": unit.budget, "base_dir": base,
+            "budget": unit.budget, "base_dir": base,
             "metric": plan.primary_metric, "stage": plan.stage, RUN_CONFIG: Carried(cfg),
         }
+
+    def _unfusable(self, plan: CentralPlan, partners: list[Picked], why: str) -> None:
+        """Partners that cannot train fused after all: released, and queued to train alone."""
+        for unit, *_, keys, _records in partners:
+            for key in keys:
+                self.claims.release(plan.name, key)
+            plan.tried.discard(unit.key)
+            plan.queue.appendleft(unit)
+        if not self._told_unfusable:
+            self._told_unfusable = True
+            say(f"note: fuse_cells: these cells train one per trial ({why})",
+                self.progress.enabled)
 
     def _release(self, live: _Live) -> None:
         for key in live.claims:
             self.claims.release(live.plan.name, key)
 
     # --- results ----------------------------------------------------------------------
-    def _record(self, trial_id: str, live: _Live, error: bool, elapsed: float
-                ) -> tuple[str, float | None, str | None]:
+    def _record(self, trial_id: str, live: _Live, error: bool, elapsed: float,
+                reason: str | None = None) -> tuple[str, float | None, str | None]:
         """Write the trial's end, all of it in one transaction (`weightsearch.sweep.trial_end`)."""
         check_same_file(self.url, self.identity)
         trial, plan = live.trial, live.plan
@@ -352,7 +452,8 @@ class CellSearcher(Searcher):
             attrs = {**self._history_attrs(live), S.T_WALL_TIME: elapsed}
             finish_trial(plan.study, trial._trial_id, TrialState.PRUNED, attrs=attrs)
             return "PRUNED", live.values[max(live.values)], None
-        reason = self._error_text(trial_id) if error else "interrupted before it finished"
+        reason = reason or (self._error_text(trial_id) if error else
+                            "interrupted before it finished")
         attrs = {"error": reason, **self._history_attrs(live)}
         finish_trial(plan.study, trial._trial_id, TrialState.FAIL, attrs=attrs)
         return "FAIL", None, reason
@@ -459,8 +560,18 @@ def _end_attrs(summary: dict[str, Any], at_best: dict[str, Any],
         **({S.T_CLIPPING: summary["clipping"]} if summary.get("clipping") else {}),
     }
 
+def _fusable_units(unit: Unit, point: Point, other: Unit) -> bool:
+    """Whether `other` may train fused with `unit` (at `point`): a fixed point of the same seed
+    and stint, differing from `point` only in the loss weighting (the trainer checks the rest
+    of the two cells' configs, `fusion_problems`)."""
+    if other.point is None or other.seed != unit.seed or other.budget != unit.budget:
+        return False
+    differing = {k for k in set(point) | set(other.point) if point.get(k) != other.point.get(k)}
+    return bool(differing) and all(k.startswith("weighting.") for k in differing)
+
+
 def _create_trial(plan: CentralPlan, unit: Unit, point: Point, cell: str,
-                  attempt: int) -> optuna.Trial:
+                  attempt: int, fused: list[str] | None = None) -> optuna.Trial:
     """A RUNNING trial at `point`, labelled in the same insert. Not enqueue + ask: another
     driver's ask could pop the enqueued trial and train it under its own cell."""
     space = plan.strategy.space
@@ -476,6 +587,8 @@ def _create_trial(plan: CentralPlan, unit: Unit, point: Point, cell: str,
         attrs[S.T_GROUP] = list(point[grouped.path])
     if unit.budget is not None:
         attrs[S.T_BUDGET] = unit.budget
+    if fused:  # the cells it trained with, as one stacked model (itself included)
+        attrs[S.T_FUSED] = fused
     params = space.params(point, plan.central)
     # Only the params the point sets (a conditional central weight may be absent).
     dists = {k: v for k, v in space.distributions(plan.central, guided=guided).items()

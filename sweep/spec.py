@@ -68,16 +68,23 @@ __all__ = ["DEFAULT_WORKDIR", "KEYS", "MAX_CELLS", "SCHEDULERS", "SPEC_VERSION",
 def as_launched(stored: Mapping[str, Any]) -> dict[str, Any]:
     """A study file stored by an earlier release, with what that release's trainer did by
     default written out, so that its remaining cells train as its first ones did: before
-    format 4, over-long training examples were truncated. (A stored file without `version` is
-    format 1.)"""
+    format 4, over-long training examples were truncated; before format 5, every encoder
+    trained at MT-DNN's lr 5e-5. (A stored file without `version` is format 1.)"""
+    from weightsearch.trainer.config import MT_DNN_LR
     from weightsearch.trainer.config.presets import expand_preset
 
     out = dict(stored)
     train = out.get("train")
-    if out.get("version", 1) >= 4 or not isinstance(train, Mapping):
+    version = out.get("version", 1)
+    if version >= 5 or not isinstance(train, Mapping):
         return out
-    if "overlong" not in expand_preset(train, []):  # a preset may set it
-        out["train"] = {**train, "overlong": "truncate"}
+    expanded = expand_preset(train, [])  # a preset may set them
+    train = dict(train)
+    if version < 4 and "overlong" not in expanded:
+        train["overlong"] = "truncate"
+    if "lr" not in expanded:
+        train["lr"] = MT_DNN_LR
+    out["train"] = train
     return out
 
 

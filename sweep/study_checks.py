@@ -52,6 +52,7 @@ from weightsearch.sweep.study_file import (
     DEFAULT_WORKDIR,
     KEYS,
     MAX_CELLS,
+    MAX_FUSED,
     SCHEDULERS,
     Objective,
     Resources,
@@ -126,6 +127,7 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
     max_concurrent = plain.get("max_concurrent")
     max_failures = plain.get("max_failures", 1)
     reuse_workers = plain.get("reuse_workers", True)
+    fuse_cells = _parse_fuse_cells(raw.get("fuse_cells"), scheduler, problems)
     workdir = _absolute(plain.get("workdir", DEFAULT_WORKDIR), where("workdir"))
     if (problem := writable_folder_problem(workdir, "workdir")) is not None:
         problems.append(problem)
@@ -142,7 +144,7 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
         search=search, seeds=seeds, resources=resources, max_concurrent=max_concurrent,
         scheduler=scheduler, max_failures=max_failures, workdir=workdir, epochs=epochs,
         warm_start=warm, warm_recommend=warm_recommend, objective=objective, aux_tasks=aux,
-        reuse_workers=reuse_workers,
+        reuse_workers=reuse_workers, fuse_cells=fuse_cells,
     )
 
 
@@ -543,6 +545,21 @@ def _parse_resources(raw: Any, problems: list[str]) -> Resources:
     if gpu > 1 and gpu != int(gpu):
         problems.append(f"resources.gpu: {gpu!r}: above 1, ask for whole GPUs")
     return Resources(**values)
+
+
+def _parse_fuse_cells(raw: Any, scheduler: Scheduler, problems: list[str]) -> int:
+    """`fuse_cells`: cells per trial, trained together (1 for false or absent)."""
+    if raw is None or raw is False:
+        return 1
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_FUSED:
+        problems.append(f"fuse_cells: {raw!r}: give how many cells one trial trains together, "
+                        f"a number from 1 to {MAX_FUSED} (e.g. 6 on one GPU), or false")
+        return 1
+    if raw > 1 and scheduler.name == "asha":
+        problems.append("fuse_cells: ASHA stops whole trials, and a fused trial trains several "
+                        "cells; use scheduler: fifo (successive halving fuses the cells of a "
+                        "rung), or leave fuse_cells out")
+    return raw
 
 
 def _parse_scheduler(raw: Any, problems: list[str]) -> Scheduler:

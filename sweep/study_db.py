@@ -188,7 +188,7 @@ def _mismatch(spec: StudySpec, study: Any, url: str) -> str | None:
         return (f"study {name!r} in {shown_url(url)} was imported, not launched; choose "
                 "another study name")
     old, new = _stored_and_new(spec, attrs)
-    if old == new:
+    if _what_it_learns(old) == _what_it_learns(new):
         return None
     changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     why = _why_not_extended(old, spec, attrs.get(S.A_CENTRAL) or S.split_study_name(name)[1])
@@ -198,6 +198,15 @@ def _mismatch(spec: StudySpec, study: Any, url: str) -> str | None:
             f"(changed: {', '.join(changed) or 'unknown'}) that does not extend it: {why}; "
             f"choose another study name, or `weightsearch resume {spec.study} --storage "
             f"{shown_url(url)}` to continue it as it was")
+
+
+# Study-file keys that decide how cells train, not what they learn: any launch or driver of a
+# study may set them its own way.
+HOW_KEYS = ("fuse_cells",)
+
+
+def _what_it_learns(spec: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in spec.items() if k not in HOW_KEYS}
 
 
 def _stored_and_new(spec: StudySpec, attrs: dict[str, Any]) -> tuple[dict, dict]:
@@ -222,7 +231,7 @@ def _record_extension(spec: StudySpec, study: Any) -> None:
     """An existing study this launch extends stores the grown configuration, so that resume
     and inspect see every cell."""
     old, new = _stored_and_new(spec, S.study_attrs(study))
-    if old == new:
+    if _what_it_learns(old) == _what_it_learns(new):
         return
     changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     S.set_study_attr(study, S.A_SPEC, new)  # a study launched before: now read from here

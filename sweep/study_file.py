@@ -38,6 +38,7 @@ from weightsearch.sweep.strategies import (
     Strategy,
 )
 
+MAX_FUSED = 64  # cells one trial may train together (`fuse_cells`)
 MAX_CELLS = 50_000  # per study: every cell is a trial the drivers and readers go through
 TRIAL_CHECKPOINTS = "none"  # a trial's checkpoint policy unless train.checkpoints says otherwise
 
@@ -47,7 +48,9 @@ TRIAL_CHECKPOINTS = "none"  # a trial's checkpoint policy unless train.checkpoin
 # 1: up to 0.1.0, which left out a default `objective` and halving's default `start`.
 # 2: up to 0.2.x, before `aux_tasks`.
 # 3: before the trainer dropped over-long training examples by default (`overlong: drop`).
-SPEC_VERSION = 4
+# 4: before a config without `lr` trained the default encoder at its own 2e-4 (MT-DNN's 5e-5
+#    for every encoder before).
+SPEC_VERSION = 5
 
 SCHEDULERS = ("fifo", "asha")
 DEFAULT_WORKDIR = "./weightsearch_runs"
@@ -129,6 +132,10 @@ class StudyFile:
     scheduler: Any = setting(None, doc="fifo, asha or {name, grace_period, reduction_factor}")
     max_failures: int = setting(1, Number(integer=True, low=0),
                                 doc="retries of a failed trial")
+    fuse_cells: Any = setting(
+        None, doc="cells one trial trains together as one stacked model: cells of the same "
+                  "central task, seed and stint that differ only in the loss weighting; a "
+                  "number from 1 to 64, or false (one cell per trial, the default)")
     reuse_workers: bool = setting(True, Flag(),
                                   doc="a Ray worker trains one trial after another (imports "
                                       "once); false: a fresh process per trial")
@@ -168,6 +175,8 @@ def study_file_schema() -> dict[str, Any]:
         "warm_start": {"anyOf": [{"type": "string", "enum": ["recommend"]},
                                  {"type": "array"}]},
         "objective": json_schema(Objective),
+        "fuse_cells": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_FUSED},
+                                 {"type": "boolean", "enum": [False]}, {"type": "null"}]},
     })
 
 
@@ -192,6 +201,7 @@ class StudySpec:
     objective: Objective = Objective()
     aux_tasks: tuple[str, ...] | None = None  # None: every task but the central one
     reuse_workers: bool = True  # Ray workers train trial after trial (results are the same)
+    fuse_cells: int = 1  # cells per trial, trained as one stacked model (results are the same)
     _strategies: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -230,6 +240,8 @@ class StudySpec:
         })
         if not self.reuse_workers:  # written only when off: stored studies keep their digest
             out["reuse_workers"] = False
+        if self.fuse_cells > 1:  # likewise; how cells train, not what they learn
+            out["fuse_cells"] = self.fuse_cells
         return out
 
     def _warm_plain(self) -> list[Any]:

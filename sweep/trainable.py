@@ -27,6 +27,7 @@ import math
 import os
 import shutil
 import statistics
+from pathlib import Path
 from typing import Any
 
 from weightsearch.studies.schema import GROUP_MEAN
@@ -42,8 +43,12 @@ FINETUNE_TASK = "finetune_task"  # a fine-tuning epoch's report: the task it fin
 FINETUNE_EPOCH = "finetune_epoch"  # its epoch of fine-tuning,
 FINETUNE_VALUE = "finetune_value"  # and that task's primary metric
 DONE = "done"  # Tune's own key: true in a trial's last report, as its result files expect
+MEMBER = "member"  # a fused unit's report: the member's place in the unit
+MEMBER_END = "member_end"  # a member's last report: complete | stint | error
+MEMBER_ERROR = "member_error"  # an ended member's error, one line
 # Keys of the trial config the searcher hands over.
 RUN_CONFIG = "run_config"
+MEMBERS = "members"  # a fused unit: each member cell's own trial config
 
 
 class Carried:
@@ -63,22 +68,34 @@ class _BudgetReached(Exception):
     """Raised from the report callback once a stint's last epoch is checkpointed."""
 
 
-def run_cell(config: dict[str, Any]) -> None:
-    """Train the cell `config[RUN_CONFIG]`; report every multi-task epoch."""
-    from ray import tune
+def run_trial(config: dict[str, Any]) -> None:
+    """The Tune trainable: one cell (`run_cell`), or the cells of a fused unit (`run_fused`)."""
+    if MEMBERS in config:
+        run_fused(config)
+    else:
+        run_cell(config)
 
-    from weightsearch import trainer
 
-    cfg = config[RUN_CONFIG].cfg
-    prepare_attempt(config["base_dir"], int(config.get("attempt", 0)))
-    central, stage = cfg.central_task, config["stage"]
-    metric = config["metric"]
-    budget = config.get("budget")
+class CellReporter:
+    """What one cell reports to Tune: every multi-task epoch, fine-tuning progress, and its end.
+    A member of a fused unit (`member` set) tags its rows with its place in the unit and
+    reports its end as a row of its own (`MEMBER_END`); a cell alone ends the trial (`DONE`)."""
 
-    held: dict[str, Any] = {}  # the last epoch's report, sent with the run's summary
-    last: dict[str, float] = {OBJECTIVE: math.nan}  # the latest objective reported
+    def __init__(self, config: dict[str, Any], member: int | None = None) -> None:
+        self.cfg = config[RUN_CONFIG].cfg
+        self.config = config
+        self.member = member
+        self.held: dict[str, Any] = {}  # the last epoch's report, sent with the run's summary
+        self.last: dict[str, float] = {OBJECTIVE: math.nan}  # the latest objective reported
 
-    def report(epoch_report: Any) -> None:
+    def _send(self, row: dict[str, Any]) -> None:
+        from ray import tune
+
+        tune.report(row if self.member is None else {**row, MEMBER: self.member})
+
+    def report(self, epoch_report: Any) -> None:
+        cfg, metric = self.cfg, self.config["metric"]
+        central, budget = cfg.central_task, self.config.get("budget")
         if epoch_report.stage != "multitask":
             # Fine-tuning epochs count from 1 again and their scores arrive in the summary;
             # this report only tells the driver's progress lines that the trial lives on.
@@ -87,16 +104,16 @@ def run_cell(config: dict[str, Any]) -> None:
             # the last multi-task one while another task fine-tunes.
             task, value = next(iter(epoch_report.primary.items()))
             if task == central:
-                last[OBJECTIVE] = float(epoch_report.metrics[central][metric])
-            tune.report({EPOCH: int(cfg.epochs), **last, FINETUNE_TASK: task,
-                         FINETUNE_EPOCH: int(epoch_report.epoch), FINETUNE_VALUE: _finite(value)})
+                self.last[OBJECTIVE] = float(epoch_report.metrics[central][metric])
+            self._send({EPOCH: int(cfg.epochs), **self.last, FINETUNE_TASK: task,
+                        FINETUNE_EPOCH: int(epoch_report.epoch), FINETUNE_VALUE: _finite(value)})
             return
         end = budget is not None and epoch_report.epoch >= budget
-        last[OBJECTIVE] = epoch_objective(epoch_report.metrics, epoch_report.primary, central,
-                                          metric)
+        self.last[OBJECTIVE] = epoch_objective(epoch_report.metrics, epoch_report.primary,
+                                               central, metric)
         row = {
             EPOCH: int(epoch_report.epoch),
-            OBJECTIVE: last[OBJECTIVE],
+            OBJECTIVE: self.last[OBJECTIVE],
             METRICS_JSON: json.dumps(epoch_report.metrics),
             **flat_metrics(epoch_report.metrics),
             "train_loss": _finite(epoch_report.train_loss),
@@ -105,33 +122,103 @@ def run_cell(config: dict[str, Any]) -> None:
         }
         if end:
             # Before the report: Tune stops a trial at `done` and need not run what follows.
-            drop_earlier_checkpoints(config["base_dir"], int(config.get("attempt", 0)))
-            tune.report({**row, DONE: True})
+            drop_earlier_checkpoints(self.config["base_dir"], int(self.config.get("attempt", 0)))
+            self._send({**row, DONE: True} if self.member is None else row)
             raise _BudgetReached
         if epoch_report.epoch == cfg.epochs and cfg.finetune is None:
-            held.update(row)  # one Tune iteration per epoch: the summary rides on the last
+            self.held.update(row)  # one Tune iteration per epoch: the summary rides on the last
             return
-        tune.report(row)
+        self._send(row)
 
+    def failed(self, exc: BaseException) -> None:
+        """The run raised: the last epoch's scores belong to the failed trial's history."""
+        if self.held:
+            self._send(self.held)
+        if self.member is not None:
+            text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+            self._send({**self.last, MEMBER_END: "error",
+                        MEMBER_ERROR: (text[0] if text else type(exc).__name__)[:500]})
+
+    def stint_ended(self) -> None:
+        if self.member is not None:
+            self._send({**self.last, MEMBER_END: "stint"})
+
+    def finished(self, result: Any) -> None:
+        """The run's summary and its value in the study: the trial's (or member's) last row."""
+        drop_earlier_checkpoints(self.config["base_dir"], int(self.config.get("attempt", 0)))
+        central, metric = self.cfg.central_task, self.config["metric"]
+        last = max((h["epoch"] for h in result.history), default=0)
+        if metric == GROUP_MEAN:  # one network, one epoch: the one where its tasks do best
+            value = max(epoch_objective(h["metrics"], h["primary"], central, metric)
+                        for h in result.history)
+        else:
+            value = float(result.stage_best(self.config["stage"])[central][metric])
+        row = {EPOCH: int(last), OBJECTIVE: value, **self.held, VALUE: value,
+               SUMMARY_JSON: json.dumps(result.to_dict(), default=str)}
+        self._send({**row, DONE: True} if self.member is None else
+                   {**row, MEMBER_END: "complete"})
+
+
+def run_cell(config: dict[str, Any]) -> None:
+    """Train the cell `config[RUN_CONFIG]`; report every multi-task epoch."""
+    from weightsearch import trainer
+
+    cfg = config[RUN_CONFIG].cfg
+    prepare_attempt(config["base_dir"], int(config.get("attempt", 0)))
+    reporter = CellReporter(config)
     try:
-        result = trainer.train(cfg, report=report, resume=True, quiet=True)
+        result = trainer.train(cfg, report=reporter.report, resume=True, quiet=True)
     except _BudgetReached:
         return
-    except Exception:
-        if held:  # the last epoch trained: its scores belong to the failed trial's history
-            tune.report(held)
+    except Exception as exc:
+        reporter.failed(exc)
         raise
-    drop_earlier_checkpoints(config["base_dir"], int(config.get("attempt", 0)))
-    last = max((h["epoch"] for h in result.history), default=0)
-    if metric == GROUP_MEAN:  # one network, one epoch: the one where its tasks do best
-        value = max(epoch_objective(h["metrics"], h["primary"], central, metric)
-                    for h in result.history)
-    else:
-        value = float(result.stage_best(stage)[central][metric])
-    tune.report({
-        EPOCH: int(last), OBJECTIVE: value, **held,
-        VALUE: value, SUMMARY_JSON: json.dumps(result.to_dict(), default=str), DONE: True,
-    })
+    reporter.finished(result)
+
+
+def run_fused(config: dict[str, Any]) -> None:
+    """Train the cells of a fused unit (`config[MEMBERS]`, each a cell's trial config) as one
+    stacked model (`weightsearch.trainer.fused`), each reporting as its own cell. A member that
+    finished in an earlier try of this trial reports its result again and is not retrained; if
+    the unit cannot be fused after all (a head that does not vectorise), its cells train one
+    after another here."""
+    from weightsearch import trainer
+    from weightsearch.trainer.finetune import read_result
+    from weightsearch.trainer.fused import CannotFuse
+
+    members = config[MEMBERS]
+    reporters = [CellReporter(m, member=k) for k, m in enumerate(members)]
+    outcomes: dict[int, Any] = {}
+    for k, m in enumerate(members):
+        out = prepare_attempt(m["base_dir"], int(m.get("attempt", 0)))
+        if os.path.isfile(os.path.join(out, "result.json")):
+            outcomes[k] = read_result(Path(out) / "result.json")
+    todo = [k for k in range(len(members)) if k not in outcomes]
+    cfgs = [members[k][RUN_CONFIG].cfg for k in todo]
+    try:
+        trained = trainer.train_fused(cfgs, [reporters[k].report for k in todo], resume=True,
+                                      quiet=True)
+    except CannotFuse:
+        trained = [_train_alone(cfg, reporters[k].report) for cfg, k in zip(cfgs, todo,
+                                                                             strict=True)]
+    outcomes.update(zip(todo, trained, strict=True))
+    for k, reporter in enumerate(reporters):
+        outcome = outcomes[k]
+        if isinstance(outcome, _BudgetReached):
+            reporter.stint_ended()
+        elif isinstance(outcome, BaseException):
+            reporter.failed(outcome)
+        else:
+            reporter.finished(outcome)
+
+
+def _train_alone(cfg: Any, report: Any) -> Any:
+    from weightsearch import trainer
+
+    try:
+        return trainer.train(cfg, report=report, resume=True, quiet=True)
+    except Exception as exc:  # this cell's own outcome, reported as its end
+        return exc
 
 
 def epoch_objective(metrics: dict[str, dict[str, float]], primary: dict[str, float],

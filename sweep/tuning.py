@@ -116,7 +116,7 @@ def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, clai
     from ray import tune
 
     from weightsearch.sweep.searcher import CellSearcher
-    from weightsearch.sweep.trainable import run_cell
+    from weightsearch.sweep.trainable import run_trial
 
     before = dict(meter.counts)
     # Tune's own experiment state (for Tune's restore, which the sweep never uses: the study
@@ -131,7 +131,7 @@ def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, clai
     driver = claims.holder.rsplit(":", 1)[-1]
     _tensorboardx_without_torch()
     tuner = tune.Tuner(
-        tune.with_resources(run_cell, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}),
+        tune.with_resources(run_trial, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}),
         tune_config=tune.TuneConfig(
             search_alg=searcher,
             scheduler=_scheduler(spec, stopped, searcher),

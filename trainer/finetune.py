@@ -34,7 +34,7 @@ def stage_config(cfg: RunConfig, task: str, init_from: Path) -> RunConfig:
         central_task=task,
         weighting=EqualSettings(),
         epochs=ft.epochs,
-        lr=ft.lr if ft.lr is not None else cfg.lr,
+        lr=ft.lr if ft.lr is not None else cfg.learning_rate,
         batch_size=ft.batch_size or cfg.batch_size,
         optimizer=ft.optimizer or cfg.optimizer,
         warmup=ft.warmup if ft.warmup is not None else cfg.warmup,

@@ -36,7 +36,7 @@ from weightsearch.trainer.checkpoint import (
     save_checkpoint,
 )
 from weightsearch.trainer.clipping import clip_gradient, clip_summary, reading_fields, step_readings
-from weightsearch.trainer.config import DEFAULT_ENCODER, RunConfig
+from weightsearch.trainer.config import DEFAULT_ENCODER, RunConfig, default_lr
 from weightsearch.trainer.config.paths import writable_folder_problem
 from weightsearch.trainer.device import Runtime, select_runtime
 from weightsearch.trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
@@ -254,6 +254,9 @@ def _open_output(run: StageRun, quiet: bool) -> Progress:
         for name in (STEPS, METRICS, RESULT):
             (out / name).unlink(missing_ok=True)
     (out / CONFIG).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    if not quiet:
+        source = "set in the config" if cfg.lr is not None else default_lr(cfg.encoder)[1]
+        tqdm.write(f"lr {cfg.learning_rate:g} ({source})")
     notes = {name: d.notes for name, d in run.data.items() if d.notes}
     (out / DATA_REPORT).write_text(json.dumps(
         {"train_sizes": {name: d.train_size for name, d in run.data.items()},

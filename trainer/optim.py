@@ -182,18 +182,18 @@ def build_optimizer(
                   *({**g, "weight_decay": 0.0} for g in extra)]
         # foreach kernels batch the per-parameter updates; fused AdamW is faster still on CUDA.
         if device.type == "cuda":
-            return torch.optim.AdamW(groups, lr=cfg.lr, eps=cfg.adam_eps, fused=True)
-        return torch.optim.AdamW(groups, lr=cfg.lr, eps=cfg.adam_eps, foreach=True)
+            return torch.optim.AdamW(groups, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
+        return torch.optim.AdamW(groups, lr=cfg.learning_rate, eps=cfg.adam_eps, foreach=True)
     if cfg.optimizer == "radam":  # rectified Adam; weight decay decoupled, as in AdamW
         groups = [{"params": decay, "weight_decay": cfg.weight_decay},
                   {"params": no_decay, "weight_decay": 0.0},
                   *({**g, "weight_decay": 0.0} for g in extra)]
-        return torch.optim.RAdam(groups, lr=cfg.lr, eps=cfg.adam_eps,
+        return torch.optim.RAdam(groups, lr=cfg.learning_rate, eps=cfg.adam_eps,
                                  decoupled_weight_decay=True, foreach=True)
     groups = [{"params": decay, "decoupled_weight_decay": cfg.weight_decay},
               {"params": no_decay, "decoupled_weight_decay": 0.0},
               *({**g, "decoupled_weight_decay": 0.0} for g in extra)]
-    return AdamaxW(groups, lr=cfg.lr, eps=cfg.adamax.eps,
+    return AdamaxW(groups, lr=cfg.learning_rate, eps=cfg.adamax.eps,
                    bias_correction=cfg.adamax.bias_correction, foreach=True)
 
 

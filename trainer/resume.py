@@ -116,12 +116,17 @@ def resume_record(cfg: RunConfig, precision: str,
 
 
 def trained_defaults(meta: dict[str, Any], cfg: RunConfig) -> RunConfig:
-    """`cfg` with the checkpointed run's own `overlong` where `cfg` leaves it unset: a run
-    continues as it trained (releases before the default became drop truncated)."""
+    """`cfg` with the checkpointed run's own `overlong` and `lr` where `cfg` leaves them unset:
+    a run continues as it trained (releases before the default became drop truncated, and
+    trained every encoder at MT-DNN's 5e-5 by default)."""
     old = meta.get("resume_settings")
-    trained = old.get("overlong") if isinstance(old, dict) else None
+    old = old if isinstance(old, dict) else {}
+    trained, rate = old.get("overlong"), old.get("lr")
     if cfg.overlong is None and trained in OVERLONG:
-        return dataclasses.replace(cfg, overlong=trained)
+        cfg = dataclasses.replace(cfg, overlong=trained)
+    if cfg.lr is None and isinstance(rate, int | float) and not isinstance(rate, bool) \
+            and rate > 0:
+        cfg = dataclasses.replace(cfg, lr=float(rate))
     return cfg
 
 

@@ -360,7 +360,7 @@ def run_params(cfg: Any) -> dict[str, Any]:
     weighting = cfg.weighting
     out = {"tasks": ",".join(cfg.task_names), "central_task": cfg.central_task,
            "encoder": cfg.encoder, "epochs": cfg.epochs, "batch_size": cfg.batch_size,
-           "lr": cfg.lr, "optimizer": cfg.optimizer, "seed": cfg.seed}
+           "lr": cfg.learning_rate, "optimizer": cfg.optimizer, "seed": cfg.seed}
     if dataclasses.is_dataclass(weighting):
         out.update({f"weighting.{k}": v for k, v in dataclasses.asdict(weighting).items()})
     return out

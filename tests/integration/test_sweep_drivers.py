@@ -126,15 +126,20 @@ def test_two_launches_and_a_resume_postgres(tiny_encoder: str, sample_data_dir: 
     _three_drivers(postgres_url, tmp_path, tiny_encoder, sample_data_dir)
 
 
+@pytest.mark.parametrize("fuse_cells", [1, 2])
 def test_killed_driver_cells_taken_over(tiny_encoder: str, sample_data_dir: Path,
-                                        tmp_path: Path) -> None:
+                                        tmp_path: Path, fuse_cells: int) -> None:
     """A driver SIGKILLed mid-cell: a second driver, started while the first still held its
-    claim, waits for the lease to expire and continues the cell from its checkpoint."""
+    claim, waits for the lease to expire and continues the cell from its checkpoint. With
+    `fuse_cells: 2` the killed trial trained both weights of its central task as one model:
+    each of its cells continues from its own checkpoint, and each is trained exactly once."""
     import optuna
     from optuna.trial import TrialState
 
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     study = two_cell_study_file(tmp_path, "takeover", tiny_encoder, sample_data_dir)
+    study.write_text(yaml.safe_dump({**yaml.safe_load(study.read_text()),
+                                     "fuse_cells": fuse_cells}))
     ray_tmp = ray_temp_dir()
     env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT), **NO_OOM_KILLS,
            "WEIGHTSEARCH_CLAIM_TTL": "8"}
@@ -173,7 +178,11 @@ def test_killed_driver_cells_taken_over(tiny_encoder: str, sample_data_dir: Path
                 continued += 1
                 assert t.user_attrs["output_dir"].endswith(f"-attempt{t.user_attrs[S.T_ATTEMPT]}")
                 assert sorted(t.intermediate_values) == [1, 2]
-    assert continued >= 1
+            if fuse_cells > 1:
+                assert sorted(t.user_attrs[S.T_FUSED]) == [S.cell_key(1, 1), S.cell_key(9, 1)]
+            check = check_siwlm_steps(t.user_attrs["output_dir"])
+            assert check.returncode == 0, check.stdout + check.stderr
+    assert continued >= fuse_cells  # the killed trial's cells: both members when fused
 
 
 def test_stalled_driver_loses_its_cell_quietly(tiny_encoder: str, sample_data_dir: Path,

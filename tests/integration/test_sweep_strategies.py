@@ -161,3 +161,64 @@ def test_a_sampling_weight_study_runs(ray_session, tiny_encoder: str, tmp_path: 
         row = by_weight[t.params["sampling.weights.squad2"]]
         assert float(row["value"]) == pytest.approx(t.value)
         assert row["state"] == "complete" and "squad2.f1" in row, row
+
+
+def test_fused_cells_score_as_cells_trained_alone_in_a_grid_and_in_halving(
+        ray_session, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
+    """`fuse_cells`: one Ray trial trains a grid's weights (a halving rung's stints) as one
+    stacked model; each cell is still its own Optuna trial, with the score it gets alone."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from weightsearch.studies.inspection import cell_rows
+    from weightsearch.studies.reading import read_all
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.sweep.launch import launch
+    from weightsearch.sweep.spec import load_study_spec
+
+    space = {CENTRAL_WEIGHT: [1, 3, 6, 9]}
+    specs = {
+        name: load_study_spec({**_study(name, tiny_encoder, sample_data_dir, tmp_path, search),
+                               **({"fuse_cells": 4} if fused else {})})
+        for name, search, fused in (
+            ("alone", {"strategy": "grid", "space": space}, False),
+            ("fused", {"strategy": "grid", "space": space}, True),
+            ("fhalving", {"strategy": "halving", "space": space, "min_epochs": 1,
+                          "reduction_factor": 2}, True))}
+    for spec in specs.values():
+        summary = launch(spec, progress=False)
+        assert summary.finished and summary.failed == 0, summary.lines()
+    workdir, url = Path(specs["alone"].workdir), specs["alone"].storage
+
+    def trials(name: str) -> list:
+        return optuna.load_study(study_name=f"{name}/rte", storage=url).get_trials()
+
+    alone = {t.params[S.PARAM]: t for t in trials("alone")}
+    fused = {t.params[S.PARAM]: t for t in trials("fused")}
+    assert sorted(fused) == sorted(alone) == [1, 3, 6, 9]
+    cells = sorted(S.cell_key(w, 1) for w in (1, 3, 6, 9))
+    for weight, t in fused.items():
+        assert t.state == TrialState.COMPLETE and sorted(t.user_attrs[S.T_FUSED]) == cells
+        assert t.value == pytest.approx(alone[weight].value, abs=1e-6)
+        for epoch, value in alone[weight].intermediate_values.items():
+            assert t.intermediate_values[epoch] == pytest.approx(value, abs=1e-6)
+        assert S.T_FUSED not in alone[weight].user_attrs
+    # One Ray trial for the grid's four cells; halving's rungs: one trial of 4, one of 2.
+    assert len(list((workdir / "ray").glob("fused-*/*/result.json"))) == 1
+    assert len(list((workdir / "ray").glob("fhalving-*/*/result.json"))) == 2
+    assert _trial_epochs(workdir, "fhalving") == 4 * 1 + 2 * 1
+
+    halved = trials("fhalving")
+    pruned = [t for t in halved if t.state == TrialState.PRUNED]
+    complete = [t for t in halved if t.state == TrialState.COMPLETE]
+    assert len(pruned) == 4 and len(complete) == 2
+    # The survivors are the best at epoch 1, by the scores the cells get alone.
+    assert min(alone[t.params[S.PARAM]].intermediate_values[1] for t in complete) >= \
+        max(alone[t.params[S.PARAM]].intermediate_values[1] for t in pruned
+            if t.params[S.PARAM] not in {c.params[S.PARAM] for c in complete})
+    for t in complete:
+        assert t.value == pytest.approx(alone[t.params[S.PARAM]].value, abs=1e-6)
+        assert len(t.user_attrs[S.T_FUSED]) == 2 and t.user_attrs[S.T_ATTEMPT] == 1
+    # inspect says which cells trained together.
+    [study] = [s for s in read_all(open_storage(url)) if s.name == "fused/rte"]
+    assert {row["fused_with"] for row in cell_rows([study])} == {"1,3,6,9"}

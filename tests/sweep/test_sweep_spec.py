@@ -410,3 +410,48 @@ def test_a_new_study_over_another_databases_runs_is_refused_before_ray(
     assert f"workdir: {old_run.parent} already holds 1 run folder(s) (e.g. w9_s1)" in err
     assert "Traceback" not in err and "ray" not in err.lower()
     assert not db.exists() or optuna.get_all_study_names(f"sqlite:///{db}") == []
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (0, "fuse_cells: 0: give how many cells one trial trains together"),
+    (65, "fuse_cells: 65: give how many cells one trial trains together, a number from 1 to 64"),
+    (True, "fuse_cells: True: give how many cells"),
+    ("auto", "fuse_cells: 'auto': give how many cells"),
+    (2.5, "fuse_cells: 2.5: give how many cells"),
+])
+def test_fuse_cells_is_a_count_of_cells(base: dict, value, expected: str) -> None:
+    assert any(p.startswith(expected) for p in problems_of({**base, "fuse_cells": value}))
+
+
+def test_fuse_cells_with_asha_is_refused(base: dict) -> None:
+    [problem] = problems_of({**base, "fuse_cells": 3, "scheduler": "asha"})
+    assert problem.startswith("fuse_cells: ASHA stops whole trials")
+
+
+def test_fuse_cells_is_how_a_study_trains_not_what_it_learns(base: dict) -> None:
+    alone = load_study_spec({**base, "fuse_cells": False})
+    fused = load_study_spec({**base, "fuse_cells": 6})
+    assert alone.fuse_cells == 1 and fused.fuse_cells == 6
+    # A study launched before fuse_cells existed keeps its digest; a fused launch records it.
+    assert alone.digest() == load_study_spec(base).digest()
+    assert "fuse_cells" not in alone.to_dict() and fused.to_dict()["fuse_cells"] == 6
+    assert load_study_spec(fused.to_dict()).fuse_cells == 6
+
+
+def test_a_fused_launch_joins_a_study_launched_without(base: dict, tmp_path: Path) -> None:
+    """A guided study (which cannot be grown) launched one cell per trial is the same study
+    to a launch with fuse_cells: the cells learn the same either way."""
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.sweep import study_db
+
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    guided = {**base, "central_tasks": ["rte"], "workdir": str(tmp_path / "runs"),
+              "weights": {"low": 1, "high": 15, "n_trials": 4, "sampler": "tpe", "step": 1}}
+    first = load_study_spec(guided)
+    centrals = [study_db.describe(first, "rte")]
+    study_db.create_studies(first, open_storage(url), url, centrals, {})
+    fused = load_study_spec({**guided, "fuse_cells": 4})
+    assert list(study_db.existing_studies(fused, open_storage(url), url, centrals)) == ["rte"]
+    with pytest.raises(ConfigError, match="different configuration"):  # not any change
+        study_db.existing_studies(load_study_spec({**guided, "seeds": [1, 2]}),
+                                  open_storage(url), url, centrals)

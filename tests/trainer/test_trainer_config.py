@@ -29,7 +29,7 @@ def test_valid_config_orders_central_task_first(sample_data_dir):
     cfg = load_config(base(sample_data_dir, tasks=["mrpc", "stsb", "rte"]))
     assert cfg.task_names == ("rte", "mrpc", "stsb")
     assert cfg.weighting.central_weight == 9.0
-    assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.optimizer) == (5, 32, 5e-5, "adamax")
+    assert (cfg.epochs, cfg.batch_size, cfg.learning_rate, cfg.optimizer) == (5, 32, 2e-4, "adamax")
     assert (cfg.warmup, cfg.grad_clip, cfg.pooling) == (0.1, 1.0, "auto")
 
 

@@ -65,6 +65,10 @@ DEFAULT_ENCODER = "all-MiniLM-L6-v2"  # resolved to the copy shipped by gt-all-m
 DEVICES = ("auto", "cpu", "cuda", "mps")
 PRECISIONS = ("auto", "fp32", "bf16")
 POOLINGS = ("auto", "pooler", "cls", "mean", "task-pooler")
+# The peak learning rate when a config gives none: measured for the encoder where it was
+# (BENCHMARKS.md, "The default encoder's learning rate"), else MT-DNN's, tuned for BERT-base.
+MT_DNN_LR = 5e-5
+ENCODER_LRS = {DEFAULT_ENCODER: 2e-4}
 OVERLONG = ("truncate", "drop")
 DEFAULT_OVERLONG = "drop"
 SUBSAMPLES = ("random", "nested", "head")
@@ -108,9 +112,11 @@ class RunConfig:
                           doc="epochs of the multi-task stage")
     batch_size: int = setting(32, Number(integer=True, low=1),
                               doc="training examples per batch, all of one task")
-    lr: float = setting(5e-5, Number(integer=False, low=0, low_open=True),
-                        doc="the peak learning rate, reached after the warm-up and then "
-                            "decayed linearly to 0")
+    lr: float | None = setting(
+        None, Number(integer=False, low=0, low_open=True, optional=True),
+        doc="the peak learning rate, reached after the warm-up and then decayed linearly to 0; "
+            "null: the encoder's (2e-4, measured, for the default all-MiniLM-L6-v2; MT-DNN's "
+            "5e-5 for any other encoder)")
     # MT-DNN's choice; adamw for the usual BERT recipe
     optimizer: str = setting(
         "adamax", Choice(OPTIMIZERS),
@@ -282,6 +288,11 @@ class RunConfig:
     def overlong_policy(self) -> str:
         return self.overlong or DEFAULT_OVERLONG
 
+    @property
+    def learning_rate(self) -> float:
+        """The peak learning rate the run trains with: `lr`, or the encoder's default."""
+        return self.lr if self.lr is not None else default_lr(self.encoder)[0]
+
     def task(self, name: str) -> TaskSpec:
         return next(t for t in self.tasks if t.name == name)
 
@@ -297,6 +308,7 @@ class RunConfig:
         drop_unrecorded(self, out)
         out["sampling"] = self.sampling.to_dict()  # the YAML that parses back to it
         out["overlong"] = self.overlong_policy
+        out["lr"] = self.learning_rate  # what it trains with, whoever chose it
         if self.distill is not None:
             out["distill"] = {"teachers": {t: list(p) for t, p in self.distill.teachers}}
         if self.finetune is not None and isinstance(self.finetune.tasks, tuple):
@@ -315,6 +327,15 @@ def _task_dict(task: TaskSpec) -> dict[str, Any]:
     as before tasks could have them (the caps' `omit_when`)."""
     out = {**dataclasses.asdict(task), "dev_files": dict(task.dev_files)}
     return drop_unrecorded(task, out)
+
+
+def default_lr(encoder: str) -> tuple[float, str]:
+    """The learning rate of a config that gives none, and where it comes from."""
+    from weightsearch.trainer.encoders import DEFAULT_ENCODER_ALIASES
+
+    if encoder in DEFAULT_ENCODER_ALIASES:
+        return ENCODER_LRS[DEFAULT_ENCODER], f"measured for {DEFAULT_ENCODER}, the default encoder"
+    return MT_DNN_LR, "MT-DNN's, tuned for BERT-base; set lr for a smaller encoder"
 
 
 def _plain(value: Any) -> Any:
