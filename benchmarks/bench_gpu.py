@@ -16,9 +16,10 @@ side by side, each with sequences/s, MFU and peak GPU memory (None off CUDA):
   --packing (1,2,4; 1,2 with --quick on a CPU); sequences/s is all processes' sequences over
   the span from the first one's training start to the last one's end;
 - fused K: `weightsearch.trainer.train_fused` training K runs that differ only in their loss
-  weight as one stacked model, for K in --fused (1,3,6,15; 1,3 with --quick); sequences/s is
-  the K members' sequences together, with the peak GPU memory per member and, on any device,
-  the process CPU time per member (`cpu_s_per_member`) beside the eager trainer's `cpu_s`.
+  weight as one stacked model, for K in --fused (1,3,6,15; 1,3 with --quick), in fp32 (TF32
+  matmuls on CUDA: fusing refuses bf16 autocast); sequences/s is the K members' sequences
+  together, with the peak GPU memory per member and, on any device, the process CPU time per
+  member (`cpu_s_per_member`) beside the eager trainer's `cpu_s`.
 Then one realistic trial, with examples/s: SST-2 central at SIWLM weight 9 with RTE, MRPC,
 STS-B and CoLA auxiliary, MiniLM, 1 epoch, from --data-dir. A row that cannot run here is
 printed as "not run: <reason>".
@@ -306,8 +307,10 @@ def fused_row(encoder: str, syn: Synthetic, out: Path, members: int) -> dict:
     """One epoch of `members` runs at loss weights 1..members, trained as one fused unit."""
     from weightsearch.trainer import train_fused
 
-    configs = [synthetic_config(encoder, syn, str(out / f"w{k}"), weight=k)
-               for k in range(1, members + 1)]
+    # fp32 (TF32 matmuls on a GPU): bf16 autocast does not carry through the stacked forward
+    # pass, and fusing refuses it (weightsearch.trainer.fusable).
+    configs = [synthetic_config(encoder, syn, str(out / f"w{k}"), weight=k).replace(
+        precision="fp32") for k in range(1, members + 1)]
     cpu = time.process_time()
     results = train_fused(configs, quiet=True)
     cpu = time.process_time() - cpu

@@ -50,6 +50,7 @@ from weightsearch.sweep.trainable import (
     FINETUNE_EPOCH,
     FINETUNE_TASK,
     FINETUNE_VALUE,
+    FUSE_NOTE,
     MEMBER,
     MEMBER_END,
     MEMBER_ERROR,
@@ -211,6 +212,8 @@ class CellSearcher(Searcher):
         members = self._live.get(trial_id)
         if not members or self.should_stop(trial_id):
             return
+        if FUSE_NOTE in result:
+            self._tell_unfusable(str(result[FUSE_NOTE]), "one after another in their trial")
         slot = result.get(MEMBER)
         live = next((m for m in members if m.slot == (slot or 0)), None)
         if live is None:  # a member that ended already (a retried trial reports it again)
@@ -426,9 +429,12 @@ class CellSearcher(Searcher):
                 self.claims.release(plan.name, key)
             plan.tried.discard(unit.key)
             plan.queue.appendleft(unit)
+        self._tell_unfusable(why, "one per trial")
+
+    def _tell_unfusable(self, why: str, how: str) -> None:
         if not self._told_unfusable:
             self._told_unfusable = True
-            say(f"note: fuse_cells: these cells train one per trial ({why})",
+            say(f"note: fuse_cells: cells that could not be fused trained {how} ({why})",
                 self.progress.enabled)
 
     def _release(self, live: _Live) -> None:

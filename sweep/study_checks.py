@@ -62,6 +62,7 @@ from weightsearch.sweep.study_file import (
     StudySpec,
 )
 from weightsearch.trainer.config.paths import anchor_paths, writable_folder_problem
+from weightsearch.trainer.fusable import BF16_PROBLEM
 from weightsearch.trainer.weighting import has_central_weight
 
 
@@ -128,6 +129,8 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
     max_failures = plain.get("max_failures", 1)
     reuse_workers = plain.get("reuse_workers", True)
     fuse_cells = _parse_fuse_cells(raw.get("fuse_cells"), scheduler, problems)
+    if fuse_cells > 1 and isinstance(train, Mapping) and train.get("precision") == "bf16":
+        problems.append(f"fuse_cells: {BF16_PROBLEM}")
     workdir = _absolute(plain.get("workdir", DEFAULT_WORKDIR), where("workdir"))
     if (problem := writable_folder_problem(workdir, "workdir")) is not None:
         problems.append(problem)

@@ -46,6 +46,7 @@ DONE = "done"  # Tune's own key: true in a trial's last report, as its result fi
 MEMBER = "member"  # a fused unit's report: the member's place in the unit
 MEMBER_END = "member_end"  # a member's last report: complete | stint | error
 MEMBER_ERROR = "member_error"  # an ended member's error, one line
+FUSE_NOTE = "fuse_note"  # why a fused unit's cells trained one after another after all
 # Keys of the trial config the searcher hands over.
 RUN_CONFIG = "run_config"
 MEMBERS = "members"  # a fused unit: each member cell's own trial config
@@ -85,12 +86,15 @@ class CellReporter:
         self.cfg = config[RUN_CONFIG].cfg
         self.config = config
         self.member = member
+        self.note: str | None = None  # sent once, with the next row (`FUSE_NOTE`)
         self.held: dict[str, Any] = {}  # the last epoch's report, sent with the run's summary
         self.last: dict[str, float] = {OBJECTIVE: math.nan}  # the latest objective reported
 
     def _send(self, row: dict[str, Any]) -> None:
         from ray import tune
 
+        if self.note is not None:
+            row, self.note = {**row, FUSE_NOTE: self.note}, None
         tune.report(row if self.member is None else {**row, MEMBER: self.member})
 
     def report(self, epoch_report: Any) -> None:
@@ -198,7 +202,8 @@ def run_fused(config: dict[str, Any]) -> None:
     try:
         trained = trainer.train_fused(cfgs, [reporters[k].report for k in todo], resume=True,
                                       quiet=True)
-    except CannotFuse:
+    except CannotFuse as exc:  # one after another here; the driver says why, once
+        reporters[todo[0]].note = exc.problems[0]
         trained = [_train_alone(cfg, reporters[k].report) for cfg, k in zip(cfgs, todo,
                                                                              strict=True)]
     outcomes.update(zip(todo, trained, strict=True))

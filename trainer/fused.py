@@ -42,7 +42,12 @@ from tqdm.auto import tqdm
 from weightsearch.core.errors import TrainingDiverged
 from weightsearch.trainer.checkpoint import restore_rng, rng_state
 from weightsearch.trainer.config import RunConfig
-from weightsearch.trainer.fusable import MEMBER_SETTINGS, CannotFuse, fusion_problems
+from weightsearch.trainer.fusable import (
+    BF16_PROBLEM,
+    MEMBER_SETTINGS,
+    CannotFuse,
+    fusion_problems,
+)
 from weightsearch.trainer.loop import (
     STEPS,
     EpochLog,
@@ -96,7 +101,15 @@ class StackedModels:
         def one(params: dict[str, torch.Tensor], shared: dict[str, torch.Tensor]) -> Any:
             return functional_call(self.lead, params, (task, shared))
 
-        return vmap(one, in_dims=(0, None), randomness="same")(self.stacked, batch)
+        fused = vmap(one, in_dims=(0, None), randomness="same")
+        if self.lead_device.type == "cuda" and self.lead.training:
+            # The flash and memory-efficient kernels refuse shared random numbers under vmap:
+            # attention dropout needs the math kernel there.
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            with sdpa_kernel(SDPBackend.MATH):
+                return fused(self.stacked, batch)
+        return fused(self.stacked, batch)
 
     def clear_gradients(self) -> None:
         for stacked in self.stacked.values():
@@ -148,6 +161,8 @@ def train_fused_stage(configs: Sequence[RunConfig],
         raise ValueError(f"{len(configs)} runs but {len(reports)} reports")
     runs = [set_up(cfg, resume, stage, soft_targets) for cfg in configs]
     problems = fusion_problems([r.cfg for r in runs])  # as resumed runs trained them
+    if runs[0].runtime.precision == "bf16" and BF16_PROBLEM not in problems:
+        problems.append(BF16_PROBLEM.replace("precision: bf16", "precision: auto (bf16 here)"))
     if problems:
         raise CannotFuse(problems)
     fresh_rng = rng_state()  # every member's at its first update (each set-up seeds the same)
@@ -179,10 +194,11 @@ def _probe(stack: StackedModels, run: StageRun) -> None:
                     outputs = stack.forward(name, batch)
                 total = sum(task_loss(run, name, outputs[k], batch) for k in range(len(stack)))
                 total.backward()  # type: ignore[union-attr]
-            except RuntimeError as exc:
-                failed.append(f"tasks: {name}'s {data.spec.type} head does not run "
-                              f"vectorised over stacked models ({str(exc).splitlines()[0]}); "
-                              "train these runs one by one")
+            except Exception as exc:  # whatever vmap or a module raises: refuse, do not crash
+                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+                failed.append(f"tasks: {name}'s forward pass (the encoder and its "
+                              f"{data.spec.type} head) does not run vectorised over stacked "
+                              f"models ({why}); train these runs one by one")
             finally:
                 stack.clear_gradients()
     if failed:
@@ -232,7 +248,7 @@ def _finish_epoch(member: Member, epoch: int, train_loss: float,
         _end_epoch(member.run, epoch, train_loss, clipping, member.progress, member.tracker,
                    member.report, quiet)
     except Exception as exc:  # the member's own outcome, returned to the caller
-        member.outcome = exc
+        member.outcome = detached(exc)
 
 
 def _train_epoch(stack: StackedModels, active: list[Member], epoch: int, bar: Any, quiet: bool
@@ -265,7 +281,7 @@ def _train_epoch(stack: StackedModels, active: list[Member], epoch: int, bar: An
                     try:
                         logs[id(member)].flush()
                     except TrainingDiverged as exc:
-                        member.outcome = exc
+                        member.outcome = detached(exc)
         if lead.runtime.device.type == "cuda":
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - started
@@ -314,6 +330,17 @@ def _fused_step(stack: StackedModels, training: list[Member], epoch: int, step: 
             for k, m in enumerate(training)]
 
 
+def detached(exc: BaseException) -> BaseException:
+    """`exc` without its traceback, whose frames would keep every member's model alive for as
+    long as the caller keeps the outcome; the traceback's text stays in its notes."""
+    import traceback
+
+    text = "".join(traceback.format_tb(exc.__traceback__))
+    if text and hasattr(exc, "add_note"):  # Python 3.11+
+        exc.add_note(f"raised in a fused unit's member:\n{text.rstrip()}")
+    return exc.with_traceback(None)
+
+
 def _member_result(member: Member, size: int) -> RunResult | BaseException:
     if member.outcome is not None:
         return member.outcome
@@ -328,5 +355,5 @@ def _member_result(member: Member, size: int) -> RunResult | BaseException:
     return dataclasses.replace(result, extra={**result.extra, "fused_members": size})
 
 
-__all__ = ["MEMBER_SETTINGS", "CannotFuse", "StackedModels", "fusion_problems",
+__all__ = ["MEMBER_SETTINGS", "CannotFuse", "StackedModels", "detached", "fusion_problems",
            "train_fused_stage"]

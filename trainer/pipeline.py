@@ -28,7 +28,7 @@ from weightsearch.trainer.config import RunConfig, load_config
 from weightsearch.trainer.config.finetune_settings import FINETUNE_DIR
 from weightsearch.trainer.distill import soft_targets
 from weightsearch.trainer.finetune import read_result, stage_config
-from weightsearch.trainer.fused import train_fused_stage
+from weightsearch.trainer.fused import detached, train_fused_stage
 from weightsearch.trainer.loop import (
     METRICS,
     RESULT,
@@ -99,7 +99,7 @@ def train_fused(
             try:
                 outcomes.append(_finish_run(cfg, outcome, report, quiet))
             except Exception as exc:  # this run's own failure (its report stopped it)
-                outcomes.append(exc)
+                outcomes.append(detached(exc))
         return outcomes
     finally:
         torch.set_num_threads(threads)

@@ -428,6 +428,13 @@ def test_fuse_cells_with_asha_is_refused(base: dict) -> None:
     assert problem.startswith("fuse_cells: ASHA stops whole trials")
 
 
+def test_fuse_cells_with_bf16_is_refused(base: dict) -> None:
+    bf16 = {**base, "train": {**base["train"], "precision": "bf16"}}
+    [problem] = problems_of({**bf16, "fuse_cells": 3})
+    assert problem.startswith("fuse_cells: precision: bf16 autocast does not carry through")
+    assert load_study_spec(bf16).fuse_cells == 1  # alone, bf16 is fine
+
+
 def test_fuse_cells_is_how_a_study_trains_not_what_it_learns(base: dict) -> None:
     alone = load_study_spec({**base, "fuse_cells": False})
     fused = load_study_spec({**base, "fuse_cells": 6})

@@ -89,10 +89,10 @@ class RunConfig:
     """One MT-DNN training run. The optimisation defaults are MT-DNN's (Liu et al. 2019), which
     SIWLM reused: Adamax, lr 5e-5, batch 32, 5 epochs, 10% warm-up, gradient clipping at 1.0.
     Other defaults depart from the reference code, each with the option that restores it
-    (docs/departures.md): the encoder, 128 tokens, the pooling, PyTorch's head
-    initialisation, torch's Adamax and Adam eps, no weight decay, the linear schedule of the
-    current MT-DNN code, bf16 where the hardware has it, and length-bucketed, reshuffled
-    batches. The `siwlm-paper` preset restores all but the encoder."""
+    (docs/departures.md): the encoder and its learning rate (2e-4 for MiniLM), 128 tokens,
+    the pooling, PyTorch's head initialisation, torch's Adamax and Adam eps, no weight decay,
+    the linear schedule of the current MT-DNN code, bf16 where the hardware has it, and
+    length-bucketed, reshuffled batches. The `siwlm-paper` preset restores all but the encoder."""
 
     # Central task first, then the auxiliaries in config order.
     tasks: tuple[TaskSpec, ...] = setting(
