@@ -119,6 +119,7 @@ class _Live:
     stint_end: bool = False
     lost: bool = False
     slot: int = 0  # its place in a fused unit (0 alone)
+    fused: bool = False  # handed out in a fused unit
     shown_as: str = ""  # its id in the progress display (the Tune trial's, or one per member)
 
 
@@ -391,7 +392,7 @@ class CellSearcher(Searcher):
             cell["trial_number"] = trial.number
             shown_as = trial_id if len(cells) == 1 else f"{trial_id}#{slot}"
             members.append(_Live(plan, unit, trial, point, unit.seed, keys, time.time(),
-                                 slot=slot, shown_as=shown_as))
+                                 slot=slot, fused=len(cells) > 1, shown_as=shown_as))
             self.ran += 1
             self.progress.started(shown_as, plan.central, space.label(point), unit.seed,
                                   self.spec.epochs if unit.budget is None else unit.budget)
@@ -509,6 +510,8 @@ class CellSearcher(Searcher):
                 if isinstance(score, int | float) and math.isfinite(score):
                     steps[h["epoch"]] = float(score)
         attrs.update(_end_attrs(summary, at_best, best_epoch))
+        if live.fused and summary.get("fused_members", 1) <= 1:
+            attrs[S.T_FUSED] = []  # created fused, it trained alone after all: say so
         return value, attrs, steps
 
     def _complete_group(self, live: _Live, summary: dict[str, Any],

@@ -162,7 +162,8 @@ def train_fused_stage(configs: Sequence[RunConfig],
     runs = [set_up(cfg, resume, stage, soft_targets) for cfg in configs]
     problems = fusion_problems([r.cfg for r in runs])  # as resumed runs trained them
     if runs[0].runtime.precision == "bf16" and BF16_PROBLEM not in problems:
-        problems.append(BF16_PROBLEM.replace("precision: bf16", "precision: auto (bf16 here)"))
+        problems.append(BF16_PROBLEM.replace(
+            "precision: bf16", "precision: auto resolves to bf16 here, and bf16"))
     if problems:
         raise CannotFuse(problems)
     fresh_rng = rng_state()  # every member's at its first update (each set-up seeds the same)
