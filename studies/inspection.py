@@ -64,8 +64,8 @@ def cell_rows(studies: list[CentralStudy]) -> list[dict]:
 
 def _fused_text(cells: tuple[str, ...]) -> str:
     """A fused unit's points from its cell keys (`<point>|<seed>`, one seed per unit), e.g.
-    `1,5,9`; empty for a cell trained alone."""
-    return ",".join(key.rpartition("|")[0] for key in cells)
+    `1; 5; 9`; empty for a cell trained alone."""
+    return "; ".join(key.rpartition("|")[0] for key in cells)
 
 
 def _stage_metrics(s: CentralStudy, c) -> dict[str, float]:

@@ -136,7 +136,7 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
                     capsize=3, markersize=4, zorder=3, label=_mean_label(seeds))
         # Seeds a little to the right of their weight, beside the error bar, not under it.
         shift = 0.02 * (max(w) - min(w) or 1.0)
-        fused = {(c.weight, c.seed) for c in s.cells if c.fused}
+        fused = {(c.weight, c.seed) for c in s.cells if c.fused and c.state == "complete"}
         alone = [(weight, score) for weight, seed, score in seed_scores(s.cells)
                  if (weight, seed) not in fused]
         together = [(weight, score) for weight, seed, score in seed_scores(s.cells)
@@ -144,7 +144,7 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
         if alone or not together:
             ax.scatter([weight + shift for weight, _ in alone], [score for _, score in alone],
                        s=8, color="0.45", zorder=2, label="one seed")
-        if together:  # the same scores as alone (to float tolerance): only how it trained
+        if together:  # how it trained; on the CPU the same scores as alone (training.md)
             ax.scatter([weight + shift for weight, _ in together],
                        [score for _, score in together], s=12, facecolors="none",
                        edgecolors="0.3", zorder=2,

@@ -66,7 +66,9 @@ def launch(
         plans = [CentralPlan(c.name, studies[c.name], spec.strategy(c.name, first[c.name]),
                              c.attrs[S.A_PRIMARY], c.attrs[S.A_STAGE]) for c in centrals]
         metrics = {c.name: c.attrs[S.A_PRIMARY] for c in centrals}
-        meter = Progress(spec.study, pending, parallel, enabled=progress, metric=metrics)
+        # A fused trial trains up to fuse_cells cells at once.
+        meter = Progress(spec.study, pending, parallel * spec.fuse_cells, enabled=progress,
+                         metric=metrics)
         try:
             ran, failed = _rounds(spec, plans, parallel, meter, Claims(storage.engine))
         finally:

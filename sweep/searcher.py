@@ -85,6 +85,9 @@ class CentralPlan:
     deferred: set[str] = field(default_factory=set)  # held by another driver's live claim
     dirty: bool = True  # something finished since the last read: re-read before giving up
     refreshed: float = 0.0
+    # The queued units by what they may be fused with (`_fuse_group`), built with the queue.
+    groups: dict[tuple, list[Unit]] = field(default_factory=dict)
+    cannot_fuse: bool = False  # its cells' configs cannot be fused: stop trying
 
     @property
     def name(self) -> str:
@@ -120,6 +123,7 @@ class _Live:
     lost: bool = False
     slot: int = 0  # its place in a fused unit (0 alone)
     fused: bool = False  # handed out in a fused unit
+    alone_after_all: bool = False  # ... whose trial could not fuse it
     shown_as: str = ""  # its id in the progress display (the Tune trial's, or one per member)
 
 
@@ -211,13 +215,18 @@ class CellSearcher(Searcher):
 
     def _on_result(self, trial_id: str, result: dict[str, Any]) -> None:
         members = self._live.get(trial_id)
-        if not members or self.should_stop(trial_id):
+        if not members:
+            return
+        self.should_stop(trial_id)  # marks lost members; the others' rows still count
+        if self.storage_failed is not None:
             return
         if FUSE_NOTE in result:
             self._tell_unfusable(str(result[FUSE_NOTE]), "one after another in their trial")
+            for member in members:  # they train alone after all: recorded so
+                member.alone_after_all = True
         slot = result.get(MEMBER)
         live = next((m for m in members if m.slot == (slot or 0)), None)
-        if live is None:  # a member that ended already (a retried trial reports it again)
+        if live is None or live.lost:  # ended already (a retry reports it again), or lost
             return
         if FINETUNE_EPOCH in result:
             self.progress.finetune(live.shown_as, str(result[FINETUNE_TASK]),
@@ -302,9 +311,16 @@ class CellSearcher(Searcher):
             plan.dirty, plan.refreshed = False, time.monotonic()
             plan.queue = deque(u for u in plan.strategy.units(plan.records())
                                if u.key not in plan.tried)
+            plan.groups = {}
+            if self.spec.fuse_cells > 1:
+                for u in plan.queue:
+                    if u.point is not None:
+                        plan.groups.setdefault(_fuse_group(u, u.point), []).append(u)
         name = plan.name
         while plan.queue:
             unit = plan.queue.popleft()
+            if unit.key in plan.tried:  # taken meanwhile as another unit's fused partner
+                continue
             plan.tried.add(unit.key)
             if not self.claims.claim(name, unit.key):
                 plan.deferred.add(unit.key)
@@ -353,16 +369,15 @@ class CellSearcher(Searcher):
         fused with `first`: fixed points (not a guided slot) of the same seed and stint that
         differ from it only in the loss weighting."""
         unit, point = first[0], first[1]
-        if unit.point is None:
+        if unit.point is None or plan.cannot_fuse:
             return []
         partners: list[Picked] = []
-        for other in list(plan.queue):
+        for other in plan.groups.get(_fuse_group(unit, point), []):
             if len(partners) >= self.spec.fuse_cells - 1:
                 break
-            if not _fusable_units(unit, point, other):
+            if other.key in plan.tried or not _fusable_units(unit, point, other):
                 continue
-            plan.queue.remove(other)
-            plan.tried.add(other.key)
+            plan.tried.add(other.key)  # left in the queue, skipped there
             if not self.claims.claim(plan.name, other.key):
                 plan.deferred.add(other.key)
                 continue
@@ -424,7 +439,9 @@ class CellSearcher(Searcher):
         }
 
     def _unfusable(self, plan: CentralPlan, partners: list[Picked], why: str) -> None:
-        """Partners that cannot train fused after all: released, and queued to train alone."""
+        """Partners that cannot train fused after all: released, and queued to train alone;
+        the plan's other cells share their configs' settings, so it stops trying."""
+        plan.cannot_fuse = True
         for unit, *_, keys, _records in partners:
             for key in keys:
                 self.claims.release(plan.name, key)
@@ -455,13 +472,14 @@ class CellSearcher(Searcher):
             if state != TrialState.COMPLETE:  # a NaN value: failed, as tell fails it
                 return "FAIL", None, "its value is not a number"
             return "COMPLETE", value, None
+        alone = {S.T_FUSED: []} if live.fused and live.alone_after_all else {}
         if not error and (trial_id in self.stopped or live.stint_end) and live.values:
-            attrs = {**self._history_attrs(live), S.T_WALL_TIME: elapsed}
+            attrs = {**self._history_attrs(live), S.T_WALL_TIME: elapsed, **alone}
             finish_trial(plan.study, trial._trial_id, TrialState.PRUNED, attrs=attrs)
             return "PRUNED", live.values[max(live.values)], None
         reason = reason or (self._error_text(trial_id) if error else
                             "interrupted before it finished")
-        attrs = {"error": reason, **self._history_attrs(live)}
+        attrs = {"error": reason, **self._history_attrs(live), **alone}
         finish_trial(plan.study, trial._trial_id, TrialState.FAIL, attrs=attrs)
         return "FAIL", None, reason
 
@@ -510,7 +528,7 @@ class CellSearcher(Searcher):
                 if isinstance(score, int | float) and math.isfinite(score):
                     steps[h["epoch"]] = float(score)
         attrs.update(_end_attrs(summary, at_best, best_epoch))
-        if live.fused and summary.get("fused_members", 1) <= 1:
+        if live.fused and (live.alone_after_all or summary.get("fused_members", 1) <= 1):
             attrs[S.T_FUSED] = []  # created fused, it trained alone after all: say so
         return value, attrs, steps
 
@@ -568,6 +586,13 @@ def _end_attrs(summary: dict[str, Any], at_best: dict[str, Any],
         "output_dir": summary.get("output_dir"),
         **({S.T_CLIPPING: summary["clipping"]} if summary.get("clipping") else {}),
     }
+
+def _fuse_group(unit: Unit, point: Point) -> tuple:
+    """What units must share to be fused: the seed, the stint and every setting of the point
+    but the loss weighting's."""
+    rest = tuple(sorted((k, repr(v)) for k, v in point.items() if not k.startswith("weighting.")))
+    return unit.seed, unit.budget, rest
+
 
 def _fusable_units(unit: Unit, point: Point, other: Unit) -> bool:
     """Whether `other` may train fused with `unit` (at `point`): a fixed point of the same seed

@@ -69,8 +69,9 @@ def as_launched(stored: Mapping[str, Any]) -> dict[str, Any]:
     """A study file stored by an earlier release, with what that release's trainer did by
     default written out, so that its remaining cells train as its first ones did: before
     format 4, over-long training examples were truncated; before format 5, every encoder
-    trained at MT-DNN's lr 5e-5. (A stored file without `version` is format 1.)"""
-    from weightsearch.trainer.config import MT_DNN_LR
+    trained at MT-DNN's lr 5e-5 (written in only where today's default differs: the default
+    encoder, its lr not searched). (A stored file without `version` is format 1.)"""
+    from weightsearch.trainer.config import DEFAULT_ENCODER, MT_DNN_LR, default_lr
     from weightsearch.trainer.config.presets import expand_preset
 
     out = dict(stored)
@@ -82,7 +83,12 @@ def as_launched(stored: Mapping[str, Any]) -> dict[str, Any]:
     train = dict(train)
     if version < 4 and "overlong" not in expanded:
         train["overlong"] = "truncate"
-    if "lr" not in expanded:
+    search = out.get("search")
+    searched = search.get("space") if isinstance(search, Mapping) else None
+    searched = searched if isinstance(searched, Mapping) else {}
+    encoder = expanded.get("encoder", DEFAULT_ENCODER)
+    # Only where today's default differs (a searched lr is the point's, whatever the default).
+    if "lr" not in expanded and "lr" not in searched and default_lr(encoder)[0] != MT_DNN_LR:
         train["lr"] = MT_DNN_LR
     out["train"] = train
     return out

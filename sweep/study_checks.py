@@ -62,7 +62,6 @@ from weightsearch.sweep.study_file import (
     StudySpec,
 )
 from weightsearch.trainer.config.paths import anchor_paths, writable_folder_problem
-from weightsearch.trainer.fusable import BF16_PROBLEM
 from weightsearch.trainer.weighting import has_central_weight
 
 
@@ -129,8 +128,8 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
     max_failures = plain.get("max_failures", 1)
     reuse_workers = plain.get("reuse_workers", True)
     fuse_cells = _parse_fuse_cells(raw.get("fuse_cells"), scheduler, problems)
-    if fuse_cells > 1 and isinstance(train, Mapping) and train.get("precision") == "bf16":
-        problems.append(f"fuse_cells: {BF16_PROBLEM}")
+    if fuse_cells > 1 and isinstance(train, Mapping) and _precision(train) != "fp32":
+        problems.append(FP32_NEEDED)
     workdir = _absolute(plain.get("workdir", DEFAULT_WORKDIR), where("workdir"))
     if (problem := writable_folder_problem(workdir, "workdir")) is not None:
         problems.append(problem)
@@ -548,6 +547,21 @@ def _parse_resources(raw: Any, problems: list[str]) -> Resources:
     if gpu > 1 and gpu != int(gpu):
         problems.append(f"resources.gpu: {gpu!r}: above 1, ask for whole GPUs")
     return Resources(**values)
+
+
+# `auto` resolves where a trial runs (bf16 on GPUs and on CPUs with native bf16), which the
+# driver cannot know: a fused study says fp32 itself, rather than finding its cells trained
+# one after another on the workers.
+FP32_NEEDED = ("fuse_cells: fused cells train in fp32 (bf16 autocast does not carry through the "
+               "stacked models, and precision: auto picks bf16 on GPUs and on some CPUs); set "
+               "train.precision: fp32 (TF32 matmuls on a GPU), or leave fuse_cells out")
+
+
+def _precision(train: Mapping[str, Any]) -> Any:
+    """The template's precision, its preset's where the preset sets it."""
+    from weightsearch.trainer.config.presets import expand_preset
+
+    return expand_preset(train, []).get("precision", "auto")  # a bad preset: reported elsewhere
 
 
 def _parse_fuse_cells(raw: Any, scheduler: Scheduler, problems: list[str]) -> int:

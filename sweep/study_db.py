@@ -188,7 +188,8 @@ def _mismatch(spec: StudySpec, study: Any, url: str) -> str | None:
         return (f"study {name!r} in {shown_url(url)} was imported, not launched; choose "
                 "another study name")
     old, new = _stored_and_new(spec, attrs)
-    if _what_it_learns(old) == _what_it_learns(new):
+    old, new = _what_it_learns(old), _what_it_learns(new)
+    if old == new:
         return None
     changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
     why = _why_not_extended(old, spec, attrs.get(S.A_CENTRAL) or S.split_study_name(name)[1])

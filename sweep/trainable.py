@@ -139,9 +139,8 @@ class CellReporter:
         if self.held:
             self._send(self.held)
         if self.member is not None:
-            text = f"{type(exc).__name__}: {exc}".strip().splitlines()
-            self._send({**self.last, MEMBER_END: "error",
-                        MEMBER_ERROR: (text[0] if text else type(exc).__name__)[:500]})
+            text = str(exc) if isinstance(exc, _EarlierError) else _one_line(exc)
+            self._send({**self.last, MEMBER_END: "error", MEMBER_ERROR: text})
 
     def stint_ended(self) -> None:
         if self.member is not None:
@@ -183,38 +182,93 @@ def run_cell(config: dict[str, Any]) -> None:
 def run_fused(config: dict[str, Any]) -> None:
     """Train the cells of a fused unit (`config[MEMBERS]`, each a cell's trial config) as one
     stacked model (`weightsearch.trainer.fused`), each reporting as its own cell. A member that
-    finished in an earlier try of this trial reports its result again and is not retrained; if
-    the unit cannot be fused after all (a head that does not vectorise), its cells train one
-    after another here."""
+    ended in an earlier try of this trial (its result, its stint, its error: `MEMBER_END_FILE`)
+    reports that end again and is not retrained. If the unit cannot be fused after all (bf16
+    here, a forward pass that does not vectorise) or a member cannot start, its cells train one
+    after another here, each with its own outcome."""
     from weightsearch import trainer
-    from weightsearch.trainer.finetune import read_result
+    from weightsearch.core.errors import ConfigError
     from weightsearch.trainer.fused import CannotFuse
 
     members = config[MEMBERS]
     reporters = [CellReporter(m, member=k) for k, m in enumerate(members)]
     outcomes: dict[int, Any] = {}
     for k, m in enumerate(members):
-        out = prepare_attempt(m["base_dir"], int(m.get("attempt", 0)))
-        if os.path.isfile(os.path.join(out, "result.json")):
-            outcomes[k] = read_result(Path(out) / "result.json")
+        ended = _earlier_end(prepare_attempt(m["base_dir"], int(m.get("attempt", 0))), m)
+        if ended is not None:
+            outcomes[k] = ended
     todo = [k for k in range(len(members)) if k not in outcomes]
     cfgs = [members[k][RUN_CONFIG].cfg for k in todo]
-    try:
-        trained = trainer.train_fused(cfgs, [reporters[k].report for k in todo], resume=True,
-                                      quiet=True)
-    except CannotFuse as exc:  # one after another here; the driver says why, once
-        reporters[todo[0]].note = exc.problems[0]
-        trained = [_train_alone(cfg, reporters[k].report) for cfg, k in zip(cfgs, todo,
-                                                                             strict=True)]
+    trained: list[Any] = []
+    if todo:
+        try:
+            trained = trainer.train_fused(cfgs, [reporters[k].report for k in todo],
+                                          resume=True, quiet=True)
+        except ConfigError as exc:  # nothing written yet: one after another, each on its own
+            if isinstance(exc, CannotFuse):  # the driver says why, once
+                reporters[todo[0]].note = exc.problems[0]
+            trained = [_train_alone(cfg, reporters[k].report)
+                       for cfg, k in zip(cfgs, todo, strict=True)]
     outcomes.update(zip(todo, trained, strict=True))
     for k, reporter in enumerate(reporters):
         outcome = outcomes[k]
+        attempt = int(members[k].get("attempt", 0))
+        out = attempt_folder(members[k]["base_dir"], attempt)
         if isinstance(outcome, _BudgetReached):
+            _write_end(out, attempt, "stint")
             reporter.stint_ended()
+        elif isinstance(outcome, _EarlierError):
+            reporter.failed(outcome)
         elif isinstance(outcome, BaseException):
+            _write_end(out, attempt, "error", _one_line(outcome))
             reporter.failed(outcome)
         else:
             reporter.finished(outcome)
+
+
+class _EarlierError(Exception):
+    """A member's error in an earlier try of its fused trial, read back from its end file."""
+
+
+MEMBER_END_FILE = "member_end.json"  # in a fused member's attempt folder: how it ended
+
+
+def _earlier_end(out: str, member: dict[str, Any]) -> Any:
+    """How a member ended in an earlier try of its trial: its result, a stint at its budget
+    (`_BudgetReached`), its error (`_EarlierError`); None: it has not ended."""
+    from weightsearch.trainer.finetune import read_result
+
+    if os.path.isfile(os.path.join(out, "result.json")):
+        return read_result(Path(out) / "result.json")
+    try:
+        ended = json.loads(Path(out, MEMBER_END_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    # A later attempt starts as a copy of this folder: the file speaks for its own attempt only.
+    if not isinstance(ended, dict) or ended.get("attempt") != int(member.get("attempt", 0)):
+        return None
+    if ended.get("end") == "stint" and member.get("budget") is not None:
+        return _BudgetReached()
+    if ended.get("end") == "error":
+        return _EarlierError(str(ended.get("error") or "an earlier try failed"))
+    return None
+
+
+def _write_end(out: str, attempt: int, end: str, error: str | None = None) -> None:
+    """Record how a member ended before it says so, so that a retry of its trial reports the
+    same end and does not train it again (written whole or not at all)."""
+    target = Path(out) / MEMBER_END_FILE
+    if not target.parent.is_dir():
+        return
+    partial = target.with_name(f".{MEMBER_END_FILE}.{os.getpid()}")
+    partial.write_text(json.dumps({"end": end, "attempt": attempt,
+                                   **({"error": error} if error else {})}))
+    os.replace(partial, target)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:500]
 
 
 def _train_alone(cfg: Any, report: Any) -> Any:

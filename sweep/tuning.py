@@ -3,7 +3,8 @@ through Tune.
 
 Tune keeps its own result files for every trial (`result.json`, `progress.csv`, TensorBoard
 events, `params.json`) under `<workdir>/ray/<experiment>/`, one experiment folder per driver
-and round, so Ray's `ExperimentAnalysis` and TensorBoard read a study.
+and round, so Ray's `ExperimentAnalysis` and TensorBoard read a study (a fused trial's files
+hold its cells' rows one after another, each tagged with its `member`).
 """
 
 from __future__ import annotations

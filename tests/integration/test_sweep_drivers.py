@@ -138,8 +138,9 @@ def test_killed_driver_cells_taken_over(tiny_encoder: str, sample_data_dir: Path
 
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     study = two_cell_study_file(tmp_path, "takeover", tiny_encoder, sample_data_dir)
-    study.write_text(yaml.safe_dump({**yaml.safe_load(study.read_text()),
-                                     "fuse_cells": fuse_cells}))
+    raw = yaml.safe_load(study.read_text())
+    raw["train"]["precision"] = "fp32"  # fusing refuses bf16, which `auto` picks on some CPUs
+    study.write_text(yaml.safe_dump({**raw, "fuse_cells": fuse_cells}))
     ray_tmp = ray_temp_dir()
     env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT), **NO_OOM_KILLS,
            "WEIGHTSEARCH_CLAIM_TTL": "8"}
@@ -180,6 +181,9 @@ def test_killed_driver_cells_taken_over(tiny_encoder: str, sample_data_dir: Path
                 assert sorted(t.intermediate_values) == [1, 2]
             if fuse_cells > 1:
                 assert sorted(t.user_attrs[S.T_FUSED]) == [S.cell_key(1, 1), S.cell_key(9, 1)]
+                result = json.loads((Path(t.user_attrs["output_dir"]) / "result.json"
+                                     ).read_text())
+                assert result["fused_members"] == 2
             check = check_siwlm_steps(t.user_attrs["output_dir"])
             assert check.returncode == 0, check.stdout + check.stderr
     assert continued >= fuse_cells  # the killed trial's cells: both members when fused

@@ -177,9 +177,12 @@ def test_fused_cells_score_as_cells_trained_alone_in_a_grid_and_in_halving(
     from weightsearch.sweep.spec import load_study_spec
 
     space = {CENTRAL_WEIGHT: [1, 3, 6, 9]}
+    def fp32(raw: dict) -> dict:  # fusing refuses bf16, which `auto` picks on some CPUs
+        return {**raw, "train": {**raw["train"], "precision": "fp32"}}
+
     specs = {
-        name: load_study_spec({**_study(name, tiny_encoder, sample_data_dir, tmp_path, search),
-                               **({"fuse_cells": 4} if fused else {})})
+        name: load_study_spec({**fp32(_study(name, tiny_encoder, sample_data_dir, tmp_path,
+                                             search)), **({"fuse_cells": 4} if fused else {})})
         for name, search, fused in (
             ("alone", {"strategy": "grid", "space": space}, False),
             ("fused", {"strategy": "grid", "space": space}, True),
@@ -203,6 +206,9 @@ def test_fused_cells_score_as_cells_trained_alone_in_a_grid_and_in_halving(
         for epoch, value in alone[weight].intermediate_values.items():
             assert t.intermediate_values[epoch] == pytest.approx(value, abs=1e-6)
         assert S.T_FUSED not in alone[weight].user_attrs
+        # Trained fused indeed, not one after another in the trial.
+        result = json.loads((Path(t.user_attrs["output_dir"]) / "result.json").read_text())
+        assert result["fused_members"] == 4
     # One Ray trial for the grid's four cells; halving's rungs: one trial of 4, one of 2.
     assert len(list((workdir / "ray").glob("fused-*/*/result.json"))) == 1
     assert len(list((workdir / "ray").glob("fhalving-*/*/result.json"))) == 2
@@ -221,4 +227,49 @@ def test_fused_cells_score_as_cells_trained_alone_in_a_grid_and_in_halving(
         assert len(t.user_attrs[S.T_FUSED]) == 2 and t.user_attrs[S.T_ATTEMPT] == 1
     # inspect says which cells trained together.
     [study] = [s for s in read_all(open_storage(url)) if s.name == "fused/rte"]
-    assert {row["fused_with"] for row in cell_rows([study])} == {"1,3,6,9"}
+    assert {row["fused_with"] for row in cell_rows([study])} == {"1; 3; 6; 9"}
+
+
+def test_a_retried_fused_trial_reports_how_its_members_ended_without_training_them(
+        ray_session, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
+    """A Ray retry of a fused trial (or a next attempt copying a finished member's folder)
+    finds members that ended before: a result, an error, a stint at its budget. Each is
+    reported as it ended and none is trained again."""
+    from ray import tune
+
+    from weightsearch.sweep import trainable as T
+    from weightsearch.trainer import load_config, train
+
+    def member(name: str, budget: int | None = None) -> dict:
+        base = tmp_path / name
+        cfg = load_config({"encoder": tiny_encoder, "data_dir": str(sample_data_dir),
+                           "tasks": ["rte", "mrpc"], "central_task": "rte", "epochs": 1,
+                           "weighting": {"scheme": "siwlm", "central_weight": 9},
+                           "max_train_examples": 32, "max_eval_examples": 32,
+                           "precision": "fp32", "output_dir": str(base)})
+        return {"base_dir": str(base), "attempt": 0, "budget": budget, "metric": "accuracy",
+                "stage": "multitask", T.RUN_CONFIG: T.Carried(cfg)}
+
+    done, failed, stint = member("done"), member("failed"), member("stint", budget=1)
+    train(done[T.RUN_CONFIG].cfg, quiet=True)
+    steps = (tmp_path / "done" / "steps.jsonl").read_text()
+    for folder, ended in (("failed", {"end": "error", "attempt": 0, "error": "boom: diverged"}),
+                          ("stint", {"end": "stint", "attempt": 0})):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / T.MEMBER_END_FILE).write_text(json.dumps(ended))
+
+    results = tune.Tuner(T.run_trial, param_space={T.MEMBERS: [done, failed, stint]},
+                         run_config=tune.RunConfig(storage_path=str(tmp_path / "ray"),
+                                                   verbose=0)).fit()
+    assert not results.errors
+    rows = results[0].metrics_dataframe.to_dict("records")
+    ends = {int(r[T.MEMBER]): r for r in rows if isinstance(r.get(T.MEMBER_END), str)}
+    assert {k: r[T.MEMBER_END] for k, r in ends.items()} == {0: "complete", 1: "error",
+                                                             2: "stint"}
+    assert ends[1][T.MEMBER_ERROR] == "boom: diverged"
+    assert ends[0][T.VALUE] == json.loads((tmp_path / "done" / "result.json").read_text()
+                                          )["best"]["rte"]["accuracy"]
+    # Nothing trained again: the finished run's log is as it was, the others have none.
+    assert (tmp_path / "done" / "steps.jsonl").read_text() == steps
+    assert not (tmp_path / "failed" / "steps.jsonl").exists()
+    assert not (tmp_path / "stint" / "steps.jsonl").exists()

@@ -423,24 +423,33 @@ def test_fuse_cells_is_a_count_of_cells(base: dict, value, expected: str) -> Non
     assert any(p.startswith(expected) for p in problems_of({**base, "fuse_cells": value}))
 
 
+def fp32(raw: dict) -> dict:
+    return {**raw, "train": {**raw["train"], "precision": "fp32"}}
+
+
 def test_fuse_cells_with_asha_is_refused(base: dict) -> None:
-    [problem] = problems_of({**base, "fuse_cells": 3, "scheduler": "asha"})
+    [problem] = problems_of({**fp32(base), "fuse_cells": 3, "scheduler": "asha"})
     assert problem.startswith("fuse_cells: ASHA stops whole trials")
 
 
-def test_fuse_cells_with_bf16_is_refused(base: dict) -> None:
-    bf16 = {**base, "train": {**base["train"], "precision": "bf16"}}
-    [problem] = problems_of({**bf16, "fuse_cells": 3})
-    assert problem.startswith("fuse_cells: precision: bf16 autocast does not carry through")
-    assert load_study_spec(bf16).fuse_cells == 1  # alone, bf16 is fine
+@pytest.mark.parametrize("precision", ["bf16", "auto", None])
+def test_fuse_cells_needs_fp32_written(base: dict, precision) -> None:
+    """`auto` resolves where a trial runs (bf16 on GPUs), which the driver cannot know."""
+    train = {**base["train"], **({"precision": precision} if precision else {})}
+    [problem] = problems_of({**base, "train": train, "fuse_cells": 3})
+    assert problem.startswith("fuse_cells: fused cells train in fp32")
+    assert "set train.precision: fp32" in problem
+    assert load_study_spec({**base, "train": train}).fuse_cells == 1  # alone, any precision
+    # Written fp32, it fuses.
+    assert load_study_spec({**fp32(base), "fuse_cells": 3}).fuse_cells == 3
 
 
 def test_fuse_cells_is_how_a_study_trains_not_what_it_learns(base: dict) -> None:
-    alone = load_study_spec({**base, "fuse_cells": False})
-    fused = load_study_spec({**base, "fuse_cells": 6})
+    alone = load_study_spec({**fp32(base), "fuse_cells": False})
+    fused = load_study_spec({**fp32(base), "fuse_cells": 6})
     assert alone.fuse_cells == 1 and fused.fuse_cells == 6
     # A study launched before fuse_cells existed keeps its digest; a fused launch records it.
-    assert alone.digest() == load_study_spec(base).digest()
+    assert alone.digest() == load_study_spec(fp32(base)).digest()
     assert "fuse_cells" not in alone.to_dict() and fused.to_dict()["fuse_cells"] == 6
     assert load_study_spec(fused.to_dict()).fuse_cells == 6
 
@@ -452,7 +461,7 @@ def test_a_fused_launch_joins_a_study_launched_without(base: dict, tmp_path: Pat
     from weightsearch.sweep import study_db
 
     url = f"sqlite:///{tmp_path / 'studies.db'}"
-    guided = {**base, "central_tasks": ["rte"], "workdir": str(tmp_path / "runs"),
+    guided = {**fp32(base), "central_tasks": ["rte"], "workdir": str(tmp_path / "runs"),
               "weights": {"low": 1, "high": 15, "n_trials": 4, "sampler": "tpe", "step": 1}}
     first = load_study_spec(guided)
     centrals = [study_db.describe(first, "rte")]
@@ -462,3 +471,22 @@ def test_a_fused_launch_joins_a_study_launched_without(base: dict, tmp_path: Pat
     with pytest.raises(ConfigError, match="different configuration"):  # not any change
         study_db.existing_studies(load_study_spec({**guided, "seeds": [1, 2]}),
                                   open_storage(url), url, centrals)
+
+
+def test_a_fused_members_end_file_speaks_for_its_own_attempt(tmp_path: Path) -> None:
+    """A later attempt starts as a copy of the earlier one's folder: the copied end of a
+    failed or stopped member must not end the new attempt before it trains."""
+    import json
+
+    from weightsearch.sweep import trainable as T
+
+    (tmp_path / T.MEMBER_END_FILE).write_text(json.dumps({"end": "error", "attempt": 0,
+                                                          "error": "x"}))
+    assert isinstance(T._earlier_end(str(tmp_path), {"attempt": 0}), T._EarlierError)
+    assert T._earlier_end(str(tmp_path), {"attempt": 1}) is None
+    (tmp_path / T.MEMBER_END_FILE).write_text(json.dumps({"end": "stint", "attempt": 0}))
+    assert isinstance(T._earlier_end(str(tmp_path), {"attempt": 0, "budget": 1}),
+                      T._BudgetReached)
+    assert T._earlier_end(str(tmp_path), {"attempt": 1, "budget": 2}) is None
+    (tmp_path / T.MEMBER_END_FILE).write_text("{not json")
+    assert T._earlier_end(str(tmp_path), {"attempt": 0}) is None

@@ -63,6 +63,12 @@ def test_a_study_launched_before_keeps_its_cells_at_the_old_default(sample_data_
     # A preset that sets the rate keeps its own.
     preset = {**before, "train": {**before["train"], "preset": "siwlm-paper"}}
     assert "lr" not in as_launched(preset)["train"]
+    # Nothing is written where nothing changed, so the stored study stays the same study:
+    # another encoder (5e-5 then and now), or a searched lr (each cell's point sets it).
+    other = {**before, "train": {**before["train"], "encoder": "/some/bert-base"}}
+    assert as_launched(other)["train"] == other["train"]
+    searched = {**before, "search": {"space": {"lr": [1e-4, 2e-4]}}}
+    assert as_launched(searched)["train"] == before["train"]
 
 
 @pytest.mark.slow
