@@ -82,9 +82,14 @@ def _ray_head(ray_tmp: str, env: dict) -> str:
     return f"127.0.0.1:{port}"
 
 
-def _three_drivers(url: str, tmp_path: Path, tiny_encoder: str, data_dir: Path) -> None:
+def _three_drivers(url: str, tmp_path: Path, tiny_encoder: str, data_dir: Path,
+                   fuse_cells: int = 1) -> None:
     name = "shared"
     study = two_cell_study_file(tmp_path, name, tiny_encoder, data_dir)
+    if fuse_cells > 1:  # each central task's two weights in one trial, where one driver has both
+        raw = yaml.safe_load(study.read_text())
+        raw["train"]["precision"] = "fp32"
+        study.write_text(yaml.safe_dump({**raw, "fuse_cells": fuse_cells}))
     ray_tmp = ray_temp_dir()
     env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT), **NO_OOM_KILLS}
     drivers: list[subprocess.Popen] = []
@@ -114,10 +119,11 @@ def _three_drivers(url: str, tmp_path: Path, tiny_encoder: str, data_dir: Path) 
     _check_exactly_once(url, name)
 
 
+@pytest.mark.parametrize("fuse_cells", [1, 2])
 def test_two_launches_and_a_resume_sqlite(tiny_encoder: str, sample_data_dir: Path,
-                                           tmp_path: Path) -> None:
+                                           tmp_path: Path, fuse_cells: int) -> None:
     _three_drivers(f"sqlite:///{tmp_path / 'studies.db'}", tmp_path, tiny_encoder,
-                   sample_data_dir)
+                   sample_data_dir, fuse_cells)
 
 
 @pytest.mark.postgres

@@ -199,6 +199,7 @@ def read_only_db(request, tmp_path):
     folder.chmod(0o755)
 
 
+@pytest.mark.slow  # six CLI processes, each importing the commands: about 10 s
 def test_a_read_only_database_is_read_and_writing_it_is_refused(read_only_db, tmp_path):
     cli = ["-m", "weightsearch.cli"]
     shown = _reader([*cli, "inspect", "paper", "--storage", read_only_db])

@@ -523,7 +523,7 @@ def test_radam_is_liu_et_al_s_rectified_adam():
     class Cfg:
         optimizer, weight_decay, adam_eps = "radam", 0.0, 1e-8
 
-    Cfg.lr = lr
+    Cfg.learning_rate = lr
     opt = build_optimizer(model, Cfg, torch.device("cpu"))
     theta, m, v = 1.0, 0.0, 0.0
     rho_inf = 2 / (1 - b2) - 1

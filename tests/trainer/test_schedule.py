@@ -120,7 +120,7 @@ def _rate_factors(cfg, total: int) -> list[float]:
     sched = build_scheduler(opt, total, cfg)
     factors = []
     for _ in range(total):
-        factors.append(opt.param_groups[0]["lr"] / cfg.lr)
+        factors.append(opt.param_groups[0]["lr"] / cfg.learning_rate)
         opt.step()
         sched.step()
     return factors
