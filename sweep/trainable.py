@@ -21,6 +21,7 @@ dicts (`metrics/rte/accuracy`) before the searcher sees them.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import math
@@ -236,10 +237,15 @@ MEMBER_END_FILE = "member_end.json"  # in a fused member's attempt folder: how i
 def _earlier_end(out: str, member: dict[str, Any]) -> Any:
     """How a member ended in an earlier try of its trial: its result, a stint at its budget
     (`_BudgetReached`), its error (`_EarlierError`); None: it has not ended."""
+    from weightsearch.trainer.config.finetune_settings import FINETUNE_DIR
     from weightsearch.trainer.finetune import read_result
 
     if os.path.isfile(os.path.join(out, "result.json")):
-        return read_result(Path(out) / "result.json")
+        # A copy of an earlier attempt's finished folder: its result names this folder.
+        result = read_result(Path(out) / "result.json")
+        return dataclasses.replace(result, output_dir=Path(out), finetuned={
+            task: dataclasses.replace(run, output_dir=Path(out) / FINETUNE_DIR / task)
+            for task, run in result.finetuned.items()})
     try:
         ended = json.loads(Path(out, MEMBER_END_FILE).read_text())
     except (OSError, ValueError):

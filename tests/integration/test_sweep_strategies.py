@@ -240,17 +240,19 @@ def test_a_retried_fused_trial_reports_how_its_members_ended_without_training_th
     from weightsearch.sweep import trainable as T
     from weightsearch.trainer import load_config, train
 
-    def member(name: str, budget: int | None = None) -> dict:
+    def member(name: str, budget: int | None = None, attempt: int = 0) -> dict:
         base = tmp_path / name
         cfg = load_config({"encoder": tiny_encoder, "data_dir": str(sample_data_dir),
                            "tasks": ["rte", "mrpc"], "central_task": "rte", "epochs": 1,
                            "weighting": {"scheme": "siwlm", "central_weight": 9},
                            "max_train_examples": 32, "max_eval_examples": 32,
                            "precision": "fp32", "output_dir": str(base)})
-        return {"base_dir": str(base), "attempt": 0, "budget": budget, "metric": "accuracy",
+        return {"base_dir": str(base), "attempt": attempt, "budget": budget, "metric": "accuracy",
                 "stage": "multitask", T.RUN_CONFIG: T.Carried(cfg)}
 
-    done, failed, stint = member("done"), member("failed"), member("stint", budget=1)
+    # `done` finished in its first attempt, which a driver killed before it recorded it; this
+    # is its second attempt, which starts as a copy of the first's folder.
+    done, failed, stint = member("done", attempt=1), member("failed"), member("stint", budget=1)
     train(done[T.RUN_CONFIG].cfg, quiet=True)
     steps = (tmp_path / "done" / "steps.jsonl").read_text()
     for folder, ended in (("failed", {"end": "error", "attempt": 0, "error": "boom: diverged"}),
@@ -269,6 +271,8 @@ def test_a_retried_fused_trial_reports_how_its_members_ended_without_training_th
     assert ends[1][T.MEMBER_ERROR] == "boom: diverged"
     assert ends[0][T.VALUE] == json.loads((tmp_path / "done" / "result.json").read_text()
                                           )["best"]["rte"]["accuracy"]
+    # Its result names the attempt's own folder, not the first attempt's it was copied from.
+    assert json.loads(ends[0][T.SUMMARY_JSON])["output_dir"] == str(tmp_path / "done-attempt1")
     # Nothing trained again: the finished run's log is as it was, the others have none.
     assert (tmp_path / "done" / "steps.jsonl").read_text() == steps
     assert not (tmp_path / "failed" / "steps.jsonl").exists()
