@@ -57,11 +57,10 @@ from weightsearch.trainer.loop import (
     StageRun,
     _end_epoch,
     _open_output,
-    _result,
     clip_and_step,
     no_soft_targets,
-    nominal_weights,
     set_up,
+    stage_result,
     step_batch,
     step_record,
     step_scheduler,
@@ -345,14 +344,8 @@ def detached(exc: BaseException) -> BaseException:
 def _member_result(member: Member, size: int) -> RunResult | BaseException:
     if member.outcome is not None:
         return member.outcome
-    run, progress = member.run, member.progress
-    assert progress is not None
-    result = _result(run.cfg, progress.history, run.out,
-                     {n: d.train_size for n, d in run.data.items()},
-                     {n: d.truncated for n, d in run.data.items()}, progress.train_time,
-                     progress.examples_seen,
-                     progress.elapsed_before + (time.perf_counter() - run.started),
-                     run.model.pooling, run.stage, nominal_weights(run.scheme))
+    assert member.progress is not None
+    result = stage_result(member.run, member.progress)
     return dataclasses.replace(result, extra={**result.extra, "fused_members": size})
 
 

@@ -174,7 +174,13 @@ def train_stage(run: StageRun, report: Report | None = None, quiet: bool = False
     finally:  # also when a report stops the run (a halving stint, ASHA, divergence): a reused
         bar.close()  # worker must not keep a writer thread per stopped trial
         tracker.close()
-    return _result(cfg, progress.history, out, {n: d.train_size for n, d in run.data.items()},
+    return stage_result(run, progress)
+
+
+def stage_result(run: StageRun, progress: Progress) -> RunResult:
+    """The stage's result from what it has trained so far."""
+    return _result(run.cfg, progress.history, run.out,
+                   {n: d.train_size for n, d in run.data.items()},
                    {n: d.truncated for n, d in run.data.items()}, progress.train_time,
                    progress.examples_seen,
                    progress.elapsed_before + (time.perf_counter() - run.started),
