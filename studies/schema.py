@@ -105,6 +105,17 @@ T_BUDGET = "budget"  # successive halving: the epoch this trial's stint trains u
 # acts_below}}}: the run's gradient clipping (trainer.clipping.clip_summary); absent on trials
 # from before it was recorded and on imported ones that did not give it.
 T_CLIPPING = "clipping"
+# The GPU a trial had and used. T_GPU_SHARE: the fraction of a GPU Ray gave it (a number of
+# GPUs above 1), written when it starts; absent on CPU trials and on trials from before it was
+# recorded. The peaks, in MiB, written at its end where it ran on CUDA (trainer.memory
+# `gpu_peaks`; the most of its stages, a fused trial's are its process's): what tensors held,
+# what PyTorch's caching allocator reserved (what `resources.gpu: auto` packs trials by), and
+# the card's size.
+T_GPU_SHARE = "gpu_share"
+T_PEAK_GPU = "peak_gpu_mib"
+T_PEAK_GPU_RESERVED = "peak_gpu_reserved_mib"
+T_GPU_TOTAL = "gpu_total_mib"
+GPU_MEASURES = (T_PEAK_GPU, T_PEAK_GPU_RESERVED, T_GPU_TOTAL)
 
 
 # The gradient clipping a study's scores were trained with (trainer.clipping): the run

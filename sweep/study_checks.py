@@ -49,6 +49,7 @@ from weightsearch.sweep.strategies import (
     parse_settings,
 )
 from weightsearch.sweep.study_file import (
+    AUTO_GPU,
     DEFAULT_WORKDIR,
     KEYS,
     MAX_CELLS,
@@ -541,11 +542,11 @@ def _parse_seeds(raw: Any, problems: list[str]) -> tuple[int, ...]:
 def _parse_resources(raw: Any, problems: list[str]) -> Resources:
     if raw is None:
         return Resources()
-    values = check_section(raw, Resources, "resources", problems, "{cpu: 1, gpu: 0}",
+    values = check_section(raw, Resources, "resources", problems, "{cpu: 1, gpu: auto}",
                            noun="resource") or {}
     gpu = values.get("gpu", 0.0)
-    if gpu > 1 and gpu != int(gpu):
-        problems.append(f"resources.gpu: {gpu!r}: above 1, ask for whole GPUs")
+    if gpu != AUTO_GPU and gpu > 1 and gpu != int(gpu):
+        problems.append(f"resources.gpu: {gpu!r}: above 1, ask for whole GPUs (or auto)")
     return Resources(**values)
 
 

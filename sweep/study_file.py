@@ -19,6 +19,7 @@ from weightsearch.core.fields import (
     Flag,
     Number,
     Text,
+    is_number,
     json_schema,
     setting,
 )
@@ -79,12 +80,45 @@ class Search:
         return STRATEGIES[self.strategy].weights_plain(self.settings, self.space.dims[0])
 
 
+AUTO_GPU = "auto"  # resources.gpu: each trial's share from the GPU memory trials measured
+
+
+@dataclass(frozen=True)
+class GpuRule:
+    """`resources.gpu`: `auto`, or a number of GPUs (0: CPUs only)."""
+
+    number: Number = Number(integer=False, low=0)
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if isinstance(value, str) and value.strip().lower() == AUTO_GPU:
+            return AUTO_GPU, None
+        if not is_number(value):
+            return None, (f"{key}: {value!r} is not a number of GPUs; write auto (each trial's "
+                          "share of a GPU sized by the memory the study's trials measured), a "
+                          "number (0.5: two trials share a GPU; 2: two whole GPUs per trial) "
+                          "or 0 (CPUs only)")
+        return self.number.check(key, value)
+
+    def schema(self) -> dict[str, Any]:
+        return {"anyOf": [self.number.schema(), {"type": "string", "enum": [AUTO_GPU]}]}
+
+    def describe(self) -> str:
+        return f"{AUTO_GPU}, or a {self.number.describe()}"
+
+
 @dataclass(frozen=True)
 class Resources:
     cpu: float = setting(1.0, Number(integer=False, low=0, low_open=True),
-                         doc="CPUs per trial")
-    gpu: float = setting(0.0, Number(integer=False, low=0),
-                         doc="GPUs per trial; fractions share a GPU, above 1 whole GPUs")
+                         doc="CPUs per trial; with gpu: auto they also cap the trials that "
+                             "share a GPU")
+    gpu: float | str = setting(0.0, GpuRule(),
+                               doc="GPUs per trial: auto (a share sized by the GPU memory the "
+                                   "study's trials measured), fractions share a GPU, above 1 "
+                                   "whole GPUs, 0 CPUs only")
+
+    @property
+    def auto_gpu(self) -> bool:
+        return self.gpu == AUTO_GPU
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import optuna
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
@@ -102,3 +103,41 @@ def _piece_by_piece(study: optuna.Study, trial_id: int, state: TrialState,
         value = None if math.isnan(v) else v
     storage.set_trial_state_values(trial_id, state, None if value is None else [value])
     return state
+
+
+def add_running_attrs(study: optuna.Study, number: int, attrs: Mapping[str, Any]) -> bool:
+    """Set user `attrs` on trial `number` of `study` while it is RUNNING, all in one
+    transaction (what a trial was given or measured: its GPU share, its peak GPU memory).
+    Returns False, writing nothing, when the trial has finished already (another driver took
+    it over and failed it, or its end was written first)."""
+    attrs = dict(attrs)
+    backend = _rdb(study)
+    if backend is None:
+        storage = study._storage
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, number)
+        try:
+            for key, v in attrs.items():
+                storage.set_trial_user_attr(trial_id, key, v)
+        except UpdateFinishedTrialError:
+            return False
+        return True
+    return call_retrying("add trial attributes", _add_in_one_transaction, backend,
+                         study._study_id, number, attrs)
+
+
+def _add_in_one_transaction(backend: RDBStorage, study_id: int, number: int,
+                            attrs: dict[str, Any]) -> bool:
+    from optuna.storages._rdb import models
+    from optuna.storages._rdb.storage import _create_scoped_session
+
+    with _create_scoped_session(backend.scoped_session) as session:
+        trial = (session.query(models.TrialModel)
+                 .filter(models.TrialModel.study_id == study_id,
+                         models.TrialModel.number == number)
+                 .with_for_update().one_or_none())
+        if trial is None or trial.state != TrialState.RUNNING:
+            return False
+        for key, v in attrs.items():
+            backend._set_trial_attr_without_commit(session, models.TrialUserAttributeModel,
+                                                   trial.trial_id, key, v)
+    return True

@@ -47,6 +47,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from weightsearch.core.errors import ConfigError, DiskFull, causes
 from weightsearch.core.files import file_digest
+from weightsearch.trainer.optim import portable_state
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"
@@ -146,7 +147,7 @@ def save_checkpoint(
         save_weights(model, tmp / WEIGHTS)
         torch.save(
             {
-                "optimizer": optimizer.state_dict(),
+                "optimizer": portable_state(optimizer),
                 "scheduler": scheduler.state_dict(),
                 "rng": rng_state(),
                 **({"scheme": scheme_state} if scheme_state else {}),

@@ -48,6 +48,7 @@ from weightsearch.trainer.fusable import (
     CannotFuse,
     fusion_problems,
 )
+from weightsearch.trainer.graphs import GraphPlan
 from weightsearch.trainer.loop import (
     STEPS,
     EpochLog,
@@ -68,8 +69,11 @@ from weightsearch.trainer.loop import (
     weighted_total,
 )
 from weightsearch.trainer.model import MTDNN
+from weightsearch.trainer.optim import current_lr
 from weightsearch.trainer.results import RunResult
 from weightsearch.trainer.tracking import Tracker, open_tracker, run_params
+
+NO_GRAPHS = GraphPlan(False, why_not="fused runs train every member in one stacked step")
 
 
 class StackedModels:
@@ -158,7 +162,9 @@ def train_fused_stage(configs: Sequence[RunConfig],
     reports = list(reports) if reports is not None else [None] * len(configs)
     if len(reports) != len(configs):
         raise ValueError(f"{len(configs)} runs but {len(reports)} reports")
-    runs = [set_up(cfg, resume, stage, soft_targets) for cfg in configs]
+    # One stacked step for every member: no per-member CUDA graphs.
+    runs = [set_up(cfg, resume, stage, soft_targets, graphs=NO_GRAPHS)
+            for cfg in configs]
     problems = fusion_problems([r.cfg for r in runs])  # as resumed runs trained them
     if runs[0].runtime.precision == "bf16" and BF16_PROBLEM not in problems:
         problems.append(BF16_PROBLEM.replace(
@@ -301,7 +307,7 @@ def _fused_step(stack: StackedModels, training: list[Member], epoch: int, step: 
     lead = training[0].run
     batch = step_batch(lead, task, indices)
     weights = [m.run.scheme.weight(task, epoch, step) for m in training]
-    rates = [m.run.scheduler.get_last_lr()[0] for m in training]
+    rates = [current_lr(m.run.scheduler) for m in training]
     updating = [k for k, w in enumerate(weights) if w != 0]
     slots = [m.slot for m in training]
     with torch.set_grad_enabled(bool(updating)):

@@ -8,6 +8,8 @@ business of `weightsearch.trainer.pipeline`.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
 import os
@@ -40,11 +42,17 @@ from weightsearch.trainer.config import DEFAULT_ENCODER, RunConfig, default_lr
 from weightsearch.trainer.config.paths import writable_folder_problem
 from weightsearch.trainer.device import Runtime, select_runtime
 from weightsearch.trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
+from weightsearch.trainer.graphs import GraphedSteps, GraphPlan, plan_graphs, static_shapes
 from weightsearch.trainer.heads import EvalSplit, head_class
 from weightsearch.trainer.init_weights import init_head_weights
 from weightsearch.trainer.memory import give_back, peak_memory
 from weightsearch.trainer.model import MTDNN, load_encoder, recompute_activations
-from weightsearch.trainer.optim import build_optimizer, build_scheduler
+from weightsearch.trainer.optim import (
+    build_optimizer,
+    build_scheduler,
+    current_lr,
+    make_capturable,
+)
 from weightsearch.trainer.results import EpochReport, Metrics, RunResult
 from weightsearch.trainer.resume import (
     resume_problems,
@@ -109,6 +117,8 @@ class StageRun:
     optimizer: torch.optim.Optimizer
     scheduler: Any
     plans: dict[int, list[tuple[str, np.ndarray]]]
+    graph_plan: GraphPlan = field(default_factory=lambda: GraphPlan(False))
+    graphs: GraphedSteps | None = None  # the CUDA graphs of the steps, when they are on
 
     @property
     def total_steps(self) -> int:
@@ -116,9 +126,12 @@ class StageRun:
 
 
 def set_up(cfg: RunConfig, resume: bool = False, stage: str = "multitask",
-           soft_targets: SoftTargets = no_soft_targets) -> StageRun:
+           soft_targets: SoftTargets = no_soft_targets,
+           graphs: GraphPlan | None = None) -> StageRun:
     """Check every input and load what the stage trains; raises ConfigError before `output_dir`
-    is touched. `resume=True` picks up the newest epoch checkpoint there (none: a fresh run)."""
+    is touched. `resume=True` picks up the newest epoch checkpoint there (none: a fresh run).
+    `graphs` overrides what `cuda_graphs` resolves to (a fused stage: none; the CPU's check of
+    the graph steps: enabled without capture)."""
     started = time.perf_counter()
     folders = [writable_folder_problem(cfg.output_dir, "output_dir"),
                writable_folder_problem(cfg.cache_dir, "cache_dir")]
@@ -134,6 +147,10 @@ def set_up(cfg: RunConfig, resume: bool = False, stage: str = "multitask",
     _check_positions(cfg, encoder_path)
     tokenizer = load_tokenizer(encoder_path)
     data = load_data(cfg, tokenizer)
+    if static_shapes(cfg, runtime):
+        for task in data.values():
+            task.use_buckets(cfg.pad_buckets, cfg.max_seq_len, cfg.eval_max_seq_len)
+    graph_plan = plan_graphs(cfg, runtime) if graphs is None else graphs
     soft = soft_targets(cfg, data, tokenizer, runtime, note=tqdm.write)
     sources = source_digests(cfg, soft, warn=tqdm.write)
     if ckpt is not None and (problems := source_problems(ckpt.meta, sources, out)):
@@ -144,7 +161,8 @@ def set_up(cfg: RunConfig, resume: bool = False, stage: str = "multitask",
     model = _build_model(cfg, encoder_path, ckpt, runtime)
     # What the scheme learns with the model (uncertainty weighting's log-variances), if anything.
     learned = scheme.setup({t.name: t.type for t in cfg.tasks}, runtime.device)
-    optimizer = build_optimizer(model, cfg, runtime.device, learned)
+    optimizer = build_optimizer(model, cfg, runtime.device, learned,
+                                capturable=graph_plan.enabled)
     # Each epoch's batch order is a pure function of (seed, epoch): build it once, here, where
     # the schedule needs the total number of updates, and train from the same lists below.
     sampler = build_sampler(cfg.sampling, cfg.task_names)
@@ -154,8 +172,13 @@ def set_up(cfg: RunConfig, resume: bool = False, stage: str = "multitask",
         for e in range(1, cfg.epochs + 1)
     }
     scheduler = build_scheduler(optimizer, sum(len(p) for p in plans.values()), cfg)
-    return StageRun(cfg, stage, out, started, runtime, ckpt, held, tokenizer.pad_token_id or 0,
-                    data, soft, sources, scheme, model, optimizer, scheduler, plans)
+    run = StageRun(cfg, stage, out, started, runtime, ckpt, held, tokenizer.pad_token_id or 0,
+                   data, soft, sources, scheme, model, optimizer, scheduler, plans, graph_plan)
+    if graph_plan.enabled:
+        make_capturable(optimizer, runtime.device)
+        run.graphs = GraphedSteps(run, functools.partial(update, run), graph_plan.capture,
+                                  note=tqdm.write)
+    return run
 
 
 def train_stage(run: StageRun, report: Report | None = None, quiet: bool = False) -> RunResult:
@@ -171,6 +194,8 @@ def train_stage(run: StageRun, report: Report | None = None, quiet: bool = False
         for epoch in range(run.ckpt.epoch + 1 if run.ckpt else 1, cfg.epochs + 1):
             train_loss, clipping = _train_epoch(run, epoch, progress, tracker, bar, quiet)
             _end_epoch(run, epoch, train_loss, clipping, progress, tracker, report, quiet)
+        if run.graphs is not None and not quiet:
+            tqdm.write(run.graphs.summary())
     finally:  # also when a report stops the run (a halving stint, ASHA, divergence): a reused
         bar.close()  # worker must not keep a writer thread per stopped trial
         tracker.close()
@@ -247,6 +272,8 @@ def _open_output(run: StageRun, quiet: bool) -> Progress:
         if ckpt.kept == FULL:
             state = load_checkpoint(ckpt, run.model, run.optimizer, run.scheduler,
                                     run.runtime.device)
+            if run.graphs is not None:  # the checkpoint keeps plain learning rates
+                make_capturable(run.optimizer, run.runtime.device)
             run.scheme.load_state_dict(state.get("scheme") or {})
         meta = ckpt.meta
         progress = Progress(meta["history"], meta["global_step"], meta["examples_seen"],
@@ -263,6 +290,9 @@ def _open_output(run: StageRun, quiet: bool) -> Progress:
     if not quiet:
         source = "set in the config" if cfg.lr is not None else default_lr(cfg.encoder)[1]
         tqdm.write(f"lr {cfg.learning_rate:g} ({source})")
+        why_not = run.graph_plan.why_not
+        if run.runtime.device.type == "cuda" and why_not and cfg.cuda_graphs != "off":
+            tqdm.write(f"cuda graphs off: {why_not}")
     notes = {name: d.notes for name, d in run.data.items() if d.notes}
     (out / DATA_REPORT).write_text(json.dumps(
         {"train_sizes": {name: d.train_size for name, d in run.data.items()},
@@ -354,24 +384,47 @@ def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.nda
     loss, the gradient's pre-clip norm and the clip's factor (`weightsearch.trainer.clipping`)."""
     batch = step_batch(run, task, indices)
     weight = run.scheme.weight(task, epoch, step)
-    lr = run.scheduler.get_last_lr()[0]
+    lr = current_lr(run.scheduler)
     # A weight-0 batch contributes nothing: no optimizer step, which would still
     # move the weights through Adamax's momentum and the decoupled weight decay.
     skip = weight == 0
-    norm = scale = None
-    with torch.set_grad_enabled(not skip):
+    readings = None
+    if run.graphs is not None and not skip:
+        readings = run.graphs.step(task, batch, weight)
+    if readings is None:
+        with run.graphs.eager(task) if run.graphs is not None and not skip \
+                else contextlib.nullcontext():
+            readings = _eager_step(run, task, batch, weight, skip)
+    step_scheduler(run)
+    return step_record(run, epoch, step, task, len(indices), weight, lr, skip), readings
+
+
+def _eager_step(run: StageRun, task: str, batch: dict[str, torch.Tensor], weight: float,
+                skip: bool) -> torch.Tensor:
+    """The step's update, or where `skip` only its forward pass; its readings."""
+    if not skip:
+        run.optimizer.zero_grad(set_to_none=True)
+        return update(run, task, batch, weight)
+    with torch.no_grad():
         with run.runtime.autocast():
             logits = run.model(task, batch)
         loss = task_loss(run, task, logits, batch)
-    if not skip:
-        run.optimizer.zero_grad(set_to_none=True)
-        total = weighted_total(run, task, batch, logits, loss, weight)
-        with run.runtime.backward():
-            total.backward()
-        norm, scale = clip_and_step(run, weight)
-    step_scheduler(run)
-    return (step_record(run, epoch, step, task, len(indices), weight, lr, skip),
-            step_readings(norm, scale, loss))
+    return step_readings(None, None, loss)
+
+
+def update(run: StageRun, task: str, batch: dict[str, torch.Tensor],
+           weight: float | torch.Tensor) -> torch.Tensor:
+    """Forward, the weighted loss's backward into the gradients the parameters hold, the clip
+    and the optimizer's step; the readings (loss, pre-clip norm, clip factor) on the device.
+    An eager step and a CUDA graph run this same code."""
+    with run.runtime.autocast():
+        logits = run.model(task, batch)
+    loss = task_loss(run, task, logits, batch)
+    total = weighted_total(run, task, batch, logits, loss, weight)
+    with run.runtime.backward():
+        total.backward()
+    norm, scale = clip_and_step(run, weight)
+    return step_readings(norm, scale, loss)
 
 
 def step_batch(run: StageRun, task: str, indices: np.ndarray) -> dict[str, torch.Tensor]:
@@ -394,7 +447,8 @@ def task_loss(run: StageRun, task: str, logits: torch.Tensor,
 
 
 def weighted_total(run: StageRun, task: str, batch: dict[str, torch.Tensor],
-                   logits: torch.Tensor, loss: torch.Tensor, weight: float) -> torch.Tensor:
+                   logits: torch.Tensor, loss: torch.Tensor,
+                   weight: float | torch.Tensor) -> torch.Tensor:
     """What the update minimises: the scheme's weighted loss, plus SMART's term."""
     total = run.scheme.weighted_loss(task, loss, weight)  # default: loss * weight
     if run.cfg.adversarial.enabled:  # unweighted, as the reference adds it after the task weight
@@ -403,7 +457,8 @@ def weighted_total(run: StageRun, task: str, batch: dict[str, torch.Tensor],
     return total
 
 
-def clip_and_step(run: StageRun, weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+def clip_and_step(run: StageRun, weight: float | torch.Tensor
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Clip the model's gradients and take the optimizer's step; the pre-clip norm and the
     clip's factor."""
     norm, scale = clip_gradient(run.model.parameters(), run.cfg.grad_clip,

@@ -64,16 +64,29 @@ def reset_peak() -> None:
 
 
 def peak_memory() -> dict[str, float]:
-    """Peak host RSS in MiB since `reset_peak` (else of the process), and on CUDA the peak
-    GPU memory allocated."""
+    """Peak host RSS in MiB since `reset_peak` (else of the process), and on CUDA the GPU
+    figures of `gpu_peaks`."""
     hwm = _read_hwm_mib()
     if hwm is None:  # no /proc: the process's peak
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         hwm = rss / (1024 * 1024 if sys.platform == "darwin" else 1024)
     out = {"peak_rss_mib": hwm}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["peak_gpu_mib"] = torch.cuda.max_memory_allocated() / 2**20
+        out.update(gpu_peaks())
     return out
+
+
+def gpu_peaks(device: int | None = None) -> dict[str, float]:
+    """On the current CUDA device (or `device`), in MiB since `reset_peak`: the peak memory
+    tensors held (`peak_gpu_mib`), the peak the caching allocator reserved from the driver
+    (`peak_gpu_reserved_mib`: what the process held of the card, freed blocks it keeps for
+    reuse included, so what a study packing trials onto one GPU must plan for), and the card's
+    size (`gpu_total_mib`). The CUDA context and library workspaces come on top of both
+    peaks: the allocator does not see them."""
+    dev = torch.cuda.current_device() if device is None else device
+    return {"peak_gpu_mib": torch.cuda.max_memory_allocated(dev) / 2**20,
+            "peak_gpu_reserved_mib": torch.cuda.max_memory_reserved(dev) / 2**20,
+            "gpu_total_mib": torch.cuda.get_device_properties(dev).total_memory / 2**20}
 
 
 def _read_hwm_mib() -> float | None:

@@ -39,12 +39,13 @@ class AdamaxW(torch.optim.Adamax):
 
     def __init__(self, params: Any, lr: float, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, bias_correction: bool = True,
-                 foreach: bool | None = None):
+                 foreach: bool | None = None, capturable: bool = False):
         # Read by add_param_group, which torch's __init__ calls for every group.
         self._extra_defaults = {"decoupled_weight_decay": weight_decay,
                                 "bias_correction": bias_correction}
         # Adamax's own weight_decay (L2 in the gradient) stays 0 in every group.
-        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=0.0, foreach=foreach)
+        super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=0.0, foreach=foreach,
+                         capturable=capturable)
         self.defaults.update(self._extra_defaults)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -65,7 +66,7 @@ class AdamaxW(torch.optim.Adamax):
             decay = group["decoupled_weight_decay"]
             params = [p for p in group["params"] if p.grad is not None]
             if decay and params:
-                torch._foreach_mul_(params, 1.0 - float(group["lr"]) * decay)
+                torch._foreach_mul_(params, _decay_factor(group["lr"], decay, group["capturable"]))
             if group["bias_correction"]:
                 corrected.append(group)
             elif params:
@@ -74,6 +75,16 @@ class AdamaxW(torch.optim.Adamax):
             self._corrected_step(group)
         return loss
 
+    def _state(self, p: torch.Tensor, capturable: bool) -> dict[str, Any]:
+        """The parameter's state, made on first use in torch's Adamax layout (the step count on
+        the parameter's device when capturable, as CUDA graphs replay it)."""
+        state = self.state[p]
+        if not state:
+            state["step"] = torch.zeros((), device=p.device if capturable else None)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_inf"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        return state
+
     def _corrected_step(self, group: dict[str, Any]) -> None:
         """torch's multi-tensor Adamax step, op for op (so bit for bit), except that |g| + eps
         is formed in the gradients' own memory: torch copies every gradient for it at every
@@ -81,18 +92,14 @@ class AdamaxW(torch.optim.Adamax):
         on MiniLM). The gradients are read here last and zeroed before the next backward
         pass (`loop.py`), so nothing sees them changed."""
         beta1, beta2 = group["betas"]
-        lr, eps = float(group["lr"]), group["eps"]
+        eps, capturable = group["eps"], group["capturable"]
         params, grads, exp_avgs, exp_infs, steps = [], [], [], [], []
         for p in group["params"]:
             if p.grad is None:
                 continue
             if p.grad.is_sparse:
                 raise RuntimeError("Adamax does not support sparse gradients")
-            state = self.state[p]
-            if not state:  # the same state layout as torch's Adamax
-                state["step"] = torch.tensor(0.0)
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_inf"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state = self._state(p, capturable)
             params.append(p)
             grads.append(p.grad)
             exp_avgs.append(state["exp_avg"])
@@ -106,23 +113,37 @@ class AdamaxW(torch.optim.Adamax):
         torch._foreach_abs_(grads)
         torch._foreach_add_(grads, eps)
         torch._foreach_maximum_(exp_infs, grads)
+        if capturable:  # all on the device: lr / (beta1^t - 1) folded into the denominator
+            scale = torch._foreach_pow(beta1, steps)
+            torch._foreach_sub_(scale, 1)
+            torch._foreach_div_(scale, group["lr"])
+            torch._foreach_addcdiv_(params, exp_avgs, torch._foreach_mul(exp_infs, scale))
+            return
+        lr = float(group["lr"])
         clr = [-lr / (1 - beta1 ** float(s)) for s in steps]
         torch._foreach_addcdiv_(params, exp_avgs, exp_infs, clr)
 
     def _uncorrected_step(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
         beta1, beta2 = group["betas"]
-        lr, eps = float(group["lr"]), group["eps"]
+        eps, capturable = group["eps"], group["capturable"]
         for p in params:
-            state = self.state[p]
-            if not state:  # the same state layout as torch's Adamax
-                state["step"] = torch.tensor(0.0)
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_inf"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state = self._state(p, capturable)
             state["step"] += 1
             m, u = state["exp_avg"], state["exp_inf"]
             m.lerp_(p.grad, 1 - beta1)
             torch.maximum(u.mul_(beta2), p.grad.abs().add_(eps), out=u)
-            p.addcdiv_(m, u + eps, value=-lr)
+            if capturable:
+                p.sub_(group["lr"] * m / (u + eps))
+            else:
+                p.addcdiv_(m, u + eps, value=-float(group["lr"]))
+
+
+def _decay_factor(lr: float | torch.Tensor, decay: float, capturable: bool
+                  ) -> float | torch.Tensor:
+    """1 - lr x decay: a host number, or (capturable) a device scalar from the lr tensor."""
+    if capturable:
+        return 1.0 - lr * decay
+    return 1.0 - float(lr) * decay
 
 
 def linear_warmup_decay(step: int, total: int, warmup_steps: int) -> float:
@@ -171,16 +192,21 @@ def decay_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Paramete
 
 def build_optimizer(
     model: nn.Module, cfg: RunConfig, device: torch.device,
-    extra: Sequence[dict[str, Any]] = (),
+    extra: Sequence[dict[str, Any]] = (), capturable: bool = False,
 ) -> torch.optim.Optimizer:
     """The run's optimizer over the model's parameters, plus the `extra` parameter groups (a
-    weighting scheme's learned tensors: `Scheme.setup`), which are never weight-decayed."""
+    weighting scheme's learned tensors: `Scheme.setup`), which are never weight-decayed.
+    `capturable`: every update runs on the device without a host read, as a CUDA graph replays
+    it (the caller then makes the learning rate a device tensor: `make_capturable`)."""
     decay, no_decay = decay_groups(model)
     if cfg.optimizer == "adamw":
         groups = [{"params": decay, "weight_decay": cfg.weight_decay},
                   {"params": no_decay, "weight_decay": 0.0},
                   *({**g, "weight_decay": 0.0} for g in extra)]
         # foreach kernels batch the per-parameter updates; fused AdamW is faster still on CUDA.
+        if capturable:
+            return torch.optim.AdamW(groups, lr=cfg.learning_rate, eps=cfg.adam_eps,
+                                     foreach=True, capturable=True)
         if device.type == "cuda":
             return torch.optim.AdamW(groups, lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
         return torch.optim.AdamW(groups, lr=cfg.learning_rate, eps=cfg.adam_eps, foreach=True)
@@ -189,12 +215,45 @@ def build_optimizer(
                   {"params": no_decay, "weight_decay": 0.0},
                   *({**g, "weight_decay": 0.0} for g in extra)]
         return torch.optim.RAdam(groups, lr=cfg.learning_rate, eps=cfg.adam_eps,
-                                 decoupled_weight_decay=True, foreach=True)
+                                 decoupled_weight_decay=True, foreach=True,
+                                 capturable=capturable)
     groups = [{"params": decay, "decoupled_weight_decay": cfg.weight_decay},
               {"params": no_decay, "decoupled_weight_decay": 0.0},
               *({**g, "decoupled_weight_decay": 0.0} for g in extra)]
     return AdamaxW(groups, lr=cfg.learning_rate, eps=cfg.adamax.eps,
-                   bias_correction=cfg.adamax.bias_correction, foreach=True)
+                   bias_correction=cfg.adamax.bias_correction, foreach=True,
+                   capturable=capturable)
+
+
+def make_capturable(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """Ready an optimizer for CUDA graphs, also after a checkpoint's state was loaded into it:
+    capturable groups, each learning rate a device scalar (which the schedule fills in place,
+    so a replayed graph reads the current rate) and the step counts on the device."""
+    for group in optimizer.param_groups:
+        group["capturable"] = True
+        if not isinstance(group["lr"], torch.Tensor):
+            group["lr"] = torch.tensor(float(group["lr"]), device=device)
+        for p in group["params"]:
+            state = optimizer.state.get(p)
+            if state and "step" in state:
+                state["step"] = state["step"].to(device=device, dtype=torch.float32)
+
+
+def portable_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The optimizer's state_dict as an eager run reads it too: plain learning rates, groups
+    not capturable (loading then keeps the step counts on the CPU; `make_capturable` moves
+    them back)."""
+    state = optimizer.state_dict()
+    state["param_groups"] = [
+        {**g, "lr": float(g["lr"]), **({"capturable": False} if "capturable" in g else {})}
+        for g in state["param_groups"]]
+    return state
+
+
+def current_lr(scheduler: Any) -> float:
+    """The first group's learning rate for the coming update, as a host number (the schedule's
+    own arithmetic; reading a device learning rate would wait for the device)."""
+    return float(scheduler.base_lrs[0]) * scheduler.lr_lambdas[0](scheduler.last_epoch)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, cfg: RunConfig):

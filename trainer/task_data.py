@@ -20,6 +20,7 @@ from typing import Any
 import datasets
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute
 import torch
 
 from weightsearch.core.errors import DataError
@@ -48,6 +49,10 @@ class TaskData:
     train_examples: int = -1  # examples behind the training rows (-1: one row per example)
     notes: dict[str, dict[str, int]] = field(default_factory=dict)  # per split, for data.json
     references: dict[str, list[dict[str, Any]] | None] = field(default_factory=dict)
+    # Static shapes (`pad_to: buckets`): the widths a training or dev batch is padded to, the
+    # smallest that fits it; empty: each batch as wide as its longest row.
+    train_widths: tuple[int, ...] = ()
+    eval_widths: tuple[int, ...] = ()
 
     @property
     def train_size(self) -> int:
@@ -60,7 +65,31 @@ class TaskData:
 
     def collate(self, ds: datasets.Dataset, indices: np.ndarray,
                 pad_token_id: int) -> dict[str, torch.Tensor]:
-        return collate(ds, indices, pad_token_id, self.head)
+        """A batch of `ds` (the training split or a dev split) as padded tensors."""
+        widths = self.train_widths if ds is self.train else self.eval_widths
+        return collate(ds, indices, pad_token_id, self.head, widths)
+
+    def use_buckets(self, count: int, max_seq_len: int, eval_max_seq_len: int | None) -> None:
+        """Pad every batch to one of `count` fixed widths of its split's token limit."""
+        train_len, eval_len = token_limits(self.spec, max_seq_len, eval_max_seq_len)
+        self.train_widths = bucket_widths(train_len, count)
+        self.eval_widths = bucket_widths(eval_len, count)
+
+
+def bucket_widths(limit: int, count: int) -> tuple[int, ...]:
+    """`count` widths splitting the token limit into equal parts, each rounded up to a multiple
+    of 8 (tensor cores' tile) but never past the limit, which is the last."""
+    parts = (-(-limit * i // count) for i in range(1, count))  # ceil(limit * i / count)
+    widths = {min(limit, -(-part // 8) * 8) for part in parts}
+    return tuple(sorted(widths | {limit}))
+
+
+def static_width(longest: int, widths: Sequence[int]) -> int | None:
+    """The smallest width that holds `longest` tokens (None without widths: pad to longest).
+    A row longer than every width (a limit changed under a cached split) pads to itself."""
+    if not widths:
+        return None
+    return next((w for w in widths if w >= longest), longest)
 
 
 def token_limits(spec: TaskSpec, max_seq_len: int,
@@ -317,8 +346,12 @@ def eval_batches(ds: datasets.Dataset, batch_size: int) -> list[np.ndarray]:
 
 
 def collate(ds: datasets.Dataset, indices: np.ndarray, pad_token_id: int,
-            head: type[Head] | None = None) -> dict[str, torch.Tensor]:
+            head: type[Head] | None = None, widths: Sequence[int] = ()
+            ) -> dict[str, torch.Tensor]:
     """A batch of rows as padded tensors, as the task's head lays them out (default: text
-    sequences padded to the longest; attention_mask is 1 on real tokens)."""
+    sequences padded to the longest, or to the smallest of `widths` that fits; attention_mask
+    is 1 on real tokens)."""
     table: pa.Table = ds.with_format("arrow")[np.asarray(indices).tolist()]
-    return (head.collate if head is not None else collate_sequences)(table, pad_token_id)
+    longest = pa.compute.max(table.column("length")).as_py() or 0
+    width = static_width(longest, widths)
+    return (head.collate if head is not None else collate_sequences)(table, pad_token_id, width)

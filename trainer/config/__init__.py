@@ -73,6 +73,9 @@ OVERLONG = ("truncate", "drop")
 DEFAULT_OVERLONG = "drop"
 SUBSAMPLES = ("random", "nested", "head")
 BATCHINGS = ("reshuffle", "fixed")
+PAD_TO = ("auto", "longest", "buckets")
+CUDA_GRAPHS = ("auto", "on", "off")
+MAX_PAD_BUCKETS = 16
 
 
 def default_cache_dir() -> str:
@@ -242,6 +245,23 @@ class RunConfig:
     compile: bool = setting(
         False, Flag(), doc="torch.compile the encoder (dynamic shapes): pays off on GPUs for "
                            "long runs, after a warm-up compile")
+    # Padding changes no result (padded tokens are masked out), only the shapes the device sees.
+    pad_to: str = setting(
+        "auto", Choice(PAD_TO), since="0.2.0", resume_free=True, omit_when=AT_DEFAULT,
+        doc="how wide a batch is padded: longest: to its longest row; buckets: to the "
+            "smallest of pad_buckets fixed widths of the token limit (static shapes, which "
+            "CUDA graphs need); auto: buckets on CUDA, longest elsewhere")
+    pad_buckets: int = setting(
+        4, Number(integer=True, low=1, high=MAX_PAD_BUCKETS), since="0.2.0", resume_free=True,
+        omit_when=AT_DEFAULT,
+        doc="with pad_to: buckets, how many widths: the token limit's equal parts, rounded up "
+            "to multiples of 8 (4 at 128 tokens: 32, 64, 96, 128)")
+    cuda_graphs: str = setting(
+        "auto", Choice(CUDA_GRAPHS), since="0.2.0", resume_free=True, omit_when=AT_DEFAULT,
+        doc="capture each (task, batch shape)'s whole training step once as a CUDA graph and "
+            "replay it: auto: on CUDA where the run allows (static shapes; no SMART, "
+            "distillation, compile or recompute_activations), else eager; on: the same, "
+            "refused off CUDA; off: eager")
     # The same dropout masks, so the same run bit for bit; figures in BENCHMARKS.md section 4.
     recompute_activations: bool = setting(
         False, Flag(), since="0.2.0", resume_free=True, omit_when=AT_DEFAULT,

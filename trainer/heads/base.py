@@ -8,7 +8,8 @@ training loop never branch on the type:
 - `featurize(spec, rows, tokenizer, max_len, train=..., drop_overlong=...)` (class method): the
   rows into model inputs (one row per sequence, or per window of a long one), counted for
   `data.json`; the result is cached on disk, so this runs once per file and setting.
-- `collate(table, pad_id)` (class method): a batch of those rows into padded tensors.
+- `collate(table, pad_id, width=None)` (class method): a batch of those rows into padded
+  tensors, as wide as its longest row or, given a width, that wide (static shapes).
 - `forward(states, batch)`: the encoder's token states (`Encoded`) into outputs. The head pools
   what it needs: `states.pooled()` gives the run's sentence vector, token-level heads read
   `states.hidden` directly.
@@ -103,8 +104,9 @@ class Head(nn.Module):
         return encode_pairs(rows, tokenizer, max_len, drop=train and drop_overlong)
 
     @classmethod
-    def collate(cls, table: pa.Table, pad_id: int) -> dict[str, Tensor]:
-        return collate_sequences(table, pad_id)
+    def collate(cls, table: pa.Table, pad_id: int, width: int | None = None
+                ) -> dict[str, Tensor]:
+        return collate_sequences(table, pad_id, width)
 
     @classmethod
     def describe_split(cls, spec: TaskSpec, split: str, overlong: int, notes: dict[str, int],
@@ -297,12 +299,14 @@ def list_array(seqs: list[list[int]], lengths: np.ndarray, value_type: pa.DataTy
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, type=value_type))
 
 
-def collate_sequences(table: pa.Table, pad_id: int) -> dict[str, Tensor]:
-    """Pad a batch of sequences to its longest; attention_mask is 1 on real tokens. `label`
-    becomes `labels`; every other scalar column (group, answer positions, ...) passes through."""
+def collate_sequences(table: pa.Table, pad_id: int, width: int | None = None
+                      ) -> dict[str, Tensor]:
+    """Pad a batch of sequences to its longest (or to `width`); attention_mask is 1 on real
+    tokens. `label` becomes `labels`; every other scalar column (group, answer positions, ...)
+    passes through."""
     lengths = table.column("length").to_numpy().astype(np.int64)
     ids, types, mask = pad(flat(table, "input_ids"), flat(table, "token_type_ids"), lengths,
-                           pad_id)
+                           pad_id, width)
     batch = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
     for name in table.column_names:
         if name in ("input_ids", "token_type_ids", "length"):
@@ -317,10 +321,14 @@ def collate_sequences(table: pa.Table, pad_id: int) -> dict[str, Tensor]:
     return batch
 
 
-def pad(ids: np.ndarray, types: np.ndarray, lengths: np.ndarray,
-        pad_id: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Flattened token ids of sequences with these lengths, as padded [N, T] tensors."""
-    width = int(lengths.max()) if len(lengths) else 0
+def pad(ids: np.ndarray, types: np.ndarray, lengths: np.ndarray, pad_id: int,
+        width: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """Flattened token ids of sequences with these lengths, as padded [N, T] tensors: T is the
+    longest length, or `width` (at least the longest)."""
+    longest = int(lengths.max()) if len(lengths) else 0
+    if width is not None and width < longest:
+        raise ValueError(f"pad: width {width} is shorter than the longest row ({longest})")
+    width = longest if width is None else width
     mask = np.arange(width)[None, :] < lengths[:, None]  # row-major order = flattened tokens
     input_ids = np.full((len(lengths), width), pad_id, dtype=np.int64)
     input_ids[mask] = ids

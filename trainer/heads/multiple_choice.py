@@ -65,11 +65,12 @@ class MultipleChoiceHead(Head):
         }, examples=len(contexts), overlong=overlong)
 
     @classmethod
-    def collate(cls, table: pa.Table, pad_id: int) -> dict[str, Tensor]:
+    def collate(cls, table: pa.Table, pad_id: int, width: int | None = None
+                ) -> dict[str, Tensor]:
         """Every choice of every example as one sequence: [N * choices, T], example-major."""
         lengths = flat(table, "choice_length").astype(np.int64)
         ids, types, mask = pad(flat(table, "input_ids"), flat(table, "token_type_ids"), lengths,
-                               pad_id)
+                               pad_id, width)
         labels = table.column("label").to_numpy().astype(np.int64)
         return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask,
                 "labels": torch.from_numpy(labels)}

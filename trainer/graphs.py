@@ -1,0 +1,225 @@
+"""CUDA graphs: each (task, batch shape)'s whole training step captured once and replayed.
+
+A training step of a small encoder launches a few thousand kernels; on a GPU their launch
+costs (Python, the dispatcher, the driver) take longer than the kernels, so a trial leaves the
+GPU mostly idle. Replaying a captured graph launches them all at once. What that needs:
+
+- static shapes: batches padded to a few fixed widths (`pad_to: buckets`), one graph per task
+  and batch shape (the shape includes an epoch's short last batch);
+- every input in fixed memory: the batch is copied into the graph's own tensors, the loss
+  weight into a device scalar; the learning rate is a device scalar the schedule fills
+  (`optim.make_capturable`), and the optimizer keeps its step counts on the device;
+- no host read inside the step: the clip's norm and factor and the loss stay on the device
+  (as in the eager loop, `weightsearch.trainer.clipping`), and the readings are copied out of
+  the graph after each replay;
+- gradients in fixed memory too: one gradient tensor per parameter, made before the first
+  capture and shared by every graph. Each graph zeroes and fills only the parameters its task
+  trains (the encoder, its head): what the task's eager steps gave a gradient, so the
+  optimizer leaves the other tasks' heads alone, as an eager step does;
+- dropout: the default CUDA generator advances on every replay, so each step draws new masks.
+
+Before a shape is captured its first `warmup` steps run eagerly (they are real steps of the
+run), on the stream the capture uses, which initialises what a capture cannot (cuBLAS
+workspaces, the optimizer's state). What cannot be captured runs eagerly, with a note:
+SMART (its ascent reads the device), distillation (soft targets gathered per batch),
+`compile`, `recompute_activations` (its recomputation reads the RNG state on the host), a
+scheme whose weighting is not a device computation, and any step whose capture fails.
+
+`capture=False` runs the very same step on the same fixed tensors without capturing it: the
+CPU's check of everything but the capture itself (tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from weightsearch.core.errors import ConfigError
+
+if TYPE_CHECKING:
+    from weightsearch.trainer.config import RunConfig
+    from weightsearch.trainer.device import Runtime
+
+WARMUP_STEPS = 2  # eager steps of a shape before its capture (lazy initialisation)
+Key = tuple[str, tuple[tuple[str, tuple[int, ...], torch.dtype], ...]]
+# (task, batch, weight) -> the step's readings: forward, weighted backward, clip and optimizer
+# step into the gradients the parameters hold (`weightsearch.trainer.loop.update`).
+Update = Callable[[str, dict[str, torch.Tensor], torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    """Whether a stage's steps are captured, and why not where they are not."""
+
+    enabled: bool
+    capture: bool = True  # False: the graph step runs without capture (the CPU's check)
+    why_not: str | None = None
+
+
+def static_shapes(cfg: RunConfig, runtime: Runtime) -> bool:
+    """Whether batches are padded to fixed widths (`pad_to`)."""
+    return cfg.pad_to == "buckets" or (cfg.pad_to == "auto" and runtime.device.type == "cuda")
+
+
+def plan_graphs(cfg: RunConfig, runtime: Runtime) -> GraphPlan:
+    """`cuda_graphs` resolved for this run: on where the device and the settings allow;
+    `on` where they do not is refused."""
+    if cfg.cuda_graphs == "off":
+        return GraphPlan(False, why_not="cuda_graphs: off")
+    why_not = _why_not(cfg, runtime)
+    if why_not is None:
+        return GraphPlan(True)
+    if cfg.cuda_graphs == "on":
+        raise ConfigError([f"cuda_graphs: on, but {why_not}; use cuda_graphs: auto (eager "
+                           "where graphs cannot run) or change that setting"])
+    return GraphPlan(False, why_not=why_not)
+
+
+def _why_not(cfg: RunConfig, runtime: Runtime) -> str | None:
+    if runtime.device.type != "cuda":
+        return f"the run trains on {runtime.device.type}, and CUDA graphs need a CUDA GPU"
+    if not static_shapes(cfg, runtime):
+        return "pad_to: longest gives every batch its own shape; use pad_to: buckets"
+    if cfg.adversarial.enabled:
+        return "SMART (adversarial.enabled) reads the device inside each step"
+    if cfg.compile:
+        return "compile: true compiles the encoder itself"
+    if cfg.recompute_activations:
+        return "recompute_activations reads the random state on the host"
+    return None
+
+
+@dataclass
+class _Graph:
+    """One captured step: its fixed inputs, and the readings it writes."""
+
+    graph: Any  # torch.cuda.CUDAGraph, or None without capture
+    batch: dict[str, torch.Tensor]
+    weight: torch.Tensor
+    readings: torch.Tensor | None = None
+
+
+@dataclass
+class GraphedSteps:
+    """The graph steps of one stage (see the module docstring)."""
+
+    run: Any  # the stage's StageRun
+    update: Update
+    capture: bool = True
+    warmup: int = WARMUP_STEPS
+    note: Callable[[str], None] = print
+    graphs: dict[Key, _Graph] = field(default_factory=dict)
+    seen: dict[Key, int] = field(default_factory=dict)
+    eager_keys: set[Key] = field(default_factory=set)
+    trained: dict[str, list[torch.Tensor]] = field(default_factory=dict)  # per task
+    grads: dict[torch.Tensor, torch.Tensor] = field(default_factory=dict)  # per parameter
+    stream: Any = None
+    pool: Any = None
+
+    def __post_init__(self) -> None:
+        if self.capture:
+            self.stream = torch.cuda.Stream()
+            self.pool = torch.cuda.graph_pool_handle()
+
+    def step(self, task: str, batch: dict[str, torch.Tensor], weight: float
+             ) -> torch.Tensor | None:
+        """Train one batch by replaying its graph (capturing it first, once warmed up); its
+        readings (loss, pre-clip norm, clip factor) on the device, or None where this step is
+        the eager loop's to take (warm-up, or a shape that cannot be captured)."""
+        if self._eager_only(task):
+            return None
+        key = (task, tuple((k, tuple(v.shape), v.dtype) for k, v in sorted(batch.items())))
+        graph = self.graphs.get(key)
+        if graph is None:
+            if key in self.eager_keys or self.seen.get(key, 0) < self.warmup or \
+                    task not in self.trained:
+                self.seen[key] = self.seen.get(key, 0) + 1
+                return None
+            graph = self._capture(key, task, batch, weight)
+            if graph is None:
+                return None
+        for name, value in batch.items():
+            graph.batch[name].copy_(value, non_blocking=True)
+        graph.weight.fill_(weight)
+        if graph.graph is not None:
+            graph.graph.replay()
+        else:
+            graph.readings = self._step(task, graph.batch, graph.weight)
+        assert graph.readings is not None
+        return graph.readings.clone()  # the next replay overwrites them
+
+    @contextlib.contextmanager
+    def eager(self, task: str) -> Iterator[None]:
+        """Around an eager step of `task` (with an update): on the capture's stream, and it
+        records which parameters the task trains."""
+        context = torch.cuda.stream(self.stream) if self.capture else contextlib.nullcontext()
+        if self.capture:
+            self.stream.wait_stream(torch.cuda.current_stream())
+        with context:
+            yield
+        if self.capture:
+            torch.cuda.current_stream().wait_stream(self.stream)
+        if task not in self.trained:
+            self.trained[task] = [p for p in self._parameters() if p.grad is not None]
+
+    def summary(self) -> str:
+        """How many shapes were captured, and which stayed eager."""
+        eager = sorted({task for task, _ in self.eager_keys})
+        return (f"cuda graphs: {len(self.graphs)} step shapes captured"
+                + (f"; eager: {', '.join(eager)}" if eager else ""))
+
+    def _eager_only(self, task: str) -> bool:
+        return task in self.run.soft  # soft targets: gathered per batch from the host
+
+    def _parameters(self) -> list[torch.Tensor]:
+        return [p for group in self.run.optimizer.param_groups for p in group["params"]]
+
+    def _capture(self, key: Key, task: str, batch: dict[str, torch.Tensor],
+                 weight: float) -> _Graph | None:
+        """The step of this task and shape, captured (or, without capture, set up)."""
+        graph = _Graph(None, {k: torch.empty_like(v) for k, v in batch.items()},
+                       torch.tensor(float(weight), device=self.run.runtime.device))
+        for p in self.trained[task]:  # made outside the capture: they outlive every graph
+            if p not in self.grads:
+                self.grads[p] = torch.zeros_like(p)
+        if not self.capture:
+            self.graphs[key] = graph
+            return graph
+        for name, value in batch.items():
+            graph.batch[name].copy_(value)
+        graph.graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph.graph, pool=self.pool, stream=self.stream):
+                graph.readings = self._step(task, graph.batch, graph.weight)
+        except Exception as err:  # an op that reads the host, or one not capturable
+            self.eager_keys.add(key)
+            self.note(f"cuda graphs: {task}'s steps of shape "
+                      f"{tuple(batch['input_ids'].shape)} run eagerly: the capture failed "
+                      f"({str(err).splitlines()[0] if str(err) else type(err).__name__})")
+            return None
+        self.graphs[key] = graph
+        return graph
+
+    def _step(self, task: str, batch: dict[str, torch.Tensor], weight: torch.Tensor
+              ) -> torch.Tensor:
+        """The whole update on fixed tensors: what a graph holds. The task's parameters get
+        the shared fixed gradients, the others none (the optimizer then skips them)."""
+        trained = self.trained[task]
+        for p in self._parameters():
+            p.grad = None
+        grads = [self.grads[p] for p in trained]
+        for p, grad in zip(trained, grads, strict=True):
+            p.grad = grad
+        try:
+            torch._foreach_zero_(grads)
+            return self.update(task, batch, weight)
+        finally:  # the eager steps keep their own gradients
+            for p in trained:
+                p.grad = None
+
+
+__all__ = ["GraphPlan", "GraphedSteps", "plan_graphs", "static_shapes"]
