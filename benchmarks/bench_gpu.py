@@ -9,11 +9,15 @@ FLOPs do not depend on the weights; no downloads), on synthetic sentence pairs o
 side by side, each with sequences/s, MFU and peak GPU memory (None off CUDA):
 - plain loop: BertModel + a linear head on the pooled [CLS], AdamW (fused on CUDA), gradient
   clipping at 1.0, SDPA attention, in the precision the trainer picks (bf16 autocast on CUDA);
-- trainer eager: `weightsearch.trainer.train` on the same rows (optimizer: adamw);
+- trainer eager: `weightsearch.trainer.train` on the same rows (optimizer: adamw), each step
+  eager (`cuda_graphs: off`);
+- trainer graphs: the same with every step replayed as a CUDA graph (`cuda_graphs: on`; CUDA
+  only);
 - trainer compiled: the same with `compile: true`, only with --compile (its warm-up takes
   minutes);
 - packed N: N trainer processes at once on one device, as Ray packs fractional trials, for N in
-  --packing (1,2,4; 1,2 with --quick on a CPU); sequences/s is all processes' sequences over
+  --packing (1,2,4,8; 1,2 with --quick on a CPU), each with CUDA graphs on a GPU;
+  sequences/s is all processes' sequences over
   the span from the first one's training start to the last one's end;
 - fused K: `weightsearch.trainer.train_fused` training K runs that differ only in their loss
   weight as one stacked model, for K in --fused (1,3,6,15; 1,3 with --quick), in fp32 (TF32
@@ -21,8 +25,9 @@ side by side, each with sequences/s, MFU and peak GPU memory (None off CUDA):
   together, with the peak GPU memory per member and, on any device, the process CPU time per
   member (`cpu_s_per_member`) beside the eager trainer's `cpu_s`.
 Then one realistic trial, with examples/s: SST-2 central at SIWLM weight 9 with RTE, MRPC,
-STS-B and CoLA auxiliary, MiniLM, 1 epoch, from --data-dir. A row that cannot run here is
-printed as "not run: <reason>".
+STS-B and CoLA auxiliary, MiniLM, 1 epoch, from --data-dir, with the trainer's defaults (on
+CUDA: static shapes and graphs) and, on CUDA, again with `cuda_graphs: off`. A row that
+cannot run here is printed as "not run: <reason>".
 
 MFU = sequences/s x model FLOPs per sequence / the matmul peak measured on the spot: bf16 on
 CUDA, and on a CPU the precision the trainer trains in there (bf16 with native bf16, else
@@ -62,9 +67,10 @@ TINY = {"bert-base": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_
                       "intermediate_size": 256},
         "minilm": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
                    "intermediate_size": 128}}
-PACKINGS = (1, 2, 4)
+PACKINGS = (1, 2, 4, 8)
 FUSED = (1, 3, 6, 15)
-ROWS = ("plain loop", "trainer eager", "trainer compiled", *(f"packed {n}" for n in PACKINGS),
+ROWS = ("plain loop", "trainer eager", "trainer graphs", "trainer compiled",
+        *(f"packed {n}" for n in PACKINGS),
         *(f"fused {k}" for k in FUSED))
 GLUE_TASKS = ("sst2", "rte", "mrpc", "stsb", "cola")  # the central task first
 LR = 5e-5  # both loops: AdamW at BERT's rate
@@ -92,7 +98,7 @@ def parse_args() -> argparse.Namespace:
                                             "with --quick)")
     p.add_argument("--pack-rows", type=int, help="sequences per packed process: 8000 (4 "
                                                  "batches with --quick)")
-    p.add_argument("--packing", help="processes to pack, e.g. 1,2,4 (default; 1,2 with "
+    p.add_argument("--packing", help="processes to pack, e.g. 1,2,4,8 (default; 1,2 with "
                                      "--quick on a CPU)")
     p.add_argument("--fused", help="members per fused unit, e.g. 1,3,6,15 (default; 1,3 with "
                                    "--quick)")
@@ -115,7 +121,7 @@ def parse_args() -> argparse.Namespace:
     if args.threads is None and args.quick and args.device == "cpu":
         args.threads = 1
     if args.packing is None:
-        args.packing = "1,2" if args.quick and args.device == "cpu" else "1,2,4"
+        args.packing = "1,2" if args.quick and args.device == "cpu" else "1,2,4,8"
     args.fused = args.fused or ("1,3" if args.quick else ",".join(map(str, FUSED)))
     return args
 
@@ -270,8 +276,9 @@ def plain_loop(encoder: str, data: dict, syn: Synthetic, dtype: Any) -> dict:
 
 
 def synthetic_config(encoder: str, syn: Synthetic, out: str, compile_model: bool = False,
-                     weight: float = 1.0):
-    """One epoch of the trainer over the synthetic rows; `weight` is its static loss weight."""
+                     weight: float = 1.0, graphs: str = "off"):
+    """One epoch of the trainer over the synthetic rows; `weight` is its static loss weight,
+    `graphs` its cuda_graphs setting."""
     from weightsearch.trainer import load_config
 
     return load_config({
@@ -284,16 +291,19 @@ def synthetic_config(encoder: str, syn: Synthetic, out: str, compile_model: bool
         "max_train_examples": syn.rows, "subsample": "head", "optimizer": "adamw", "lr": LR,
         "device": syn.device, "output_dir": out, "cache_dir": syn.cache_dir,
         "compile": compile_model, "checkpoints": "none", "log_every": 200,
-        "num_threads": syn.threads,
+        "num_threads": syn.threads, "pad_to": "buckets", "cuda_graphs": graphs,
     })
 
 
-def trainer_row(encoder: str, syn: Synthetic, out: str, compile_model: bool) -> dict:
-    """One epoch of `weightsearch.trainer.train` over the synthetic rows."""
+def trainer_row(encoder: str, syn: Synthetic, out: str, compile_model: bool,
+                graphs: str = "off") -> dict:
+    """One epoch of `weightsearch.trainer.train` over the synthetic rows (static shapes: every
+    row fills --seq-len), eager or (`graphs: on`) as CUDA graphs."""
     from weightsearch.trainer import train
 
     cpu = time.process_time()
-    result = train(synthetic_config(encoder, syn, out, compile_model), quiet=True)
+    result = train(synthetic_config(encoder, syn, out, compile_model, graphs=graphs),
+                   quiet=True)
     cpu = time.process_time() - cpu
     trained = sum(result.train_sizes.values())
     if trained != syn.rows:  # the figures claim full batches of every row
@@ -376,7 +386,8 @@ def child(spec_json: str) -> None:
             (folder / f"ready-{n}-{kind}-{index}").touch()
             wait_until(lambda n=n, kind=kind: len(list(folder.glob(f"ready-{n}-{kind}-*"))) >= n,
                        f"packed {n} {kind}", parent=parent)
-            row = trainer_row(encoder, syn, str(folder / f"run-{n}-{kind}-{index}"), False)
+            row = trainer_row(encoder, syn, str(folder / f"run-{n}-{kind}-{index}"), False,
+                              graphs=job["graphs"])
             out[kind] = {**row, "end": time.time()}
         (folder / f"result-{n}-{index}.json").write_text(json.dumps(out))
 
@@ -395,7 +406,9 @@ def run_packed(procs: list[subprocess.Popen], folder: Path, packing: list[int],
     """Hand the processes their job and wait for it: each packing's row per encoder."""
     job = folder / "job.tmp"
     job.write_text(json.dumps({"packing": packing, "encoders": encoders,
-                               "synthetic": dataclasses.asdict(syn)}))
+                               "synthetic": dataclasses.asdict(syn),
+                               # each trial at its fastest: its steps as CUDA graphs
+                               "graphs": "on" if syn.device == "cuda" else "off"}))
     job.rename(folder / "job.json")  # whole or absent for the readers
     wait_until(lambda: all(p.poll() == 0 for p in procs), "the packed runs", procs)
     rows = {}
@@ -415,8 +428,9 @@ def packed_row(trials: list[dict]) -> dict:
             "peak_gpu_mib": None if None in gpu else sum(gpu), "per_process_peak_gpu_mib": gpu}
 
 
-def realistic_trial(args: argparse.Namespace, encoder: str, tmp: Path) -> dict:
-    """SST-2 central at SIWLM weight 9 with RTE, MRPC, STS-B, CoLA: a study's trial, 1 epoch."""
+def realistic_trial(args: argparse.Namespace, encoder: str, tmp: Path, graphs: str) -> dict:
+    """SST-2 central at SIWLM weight 9 with RTE, MRPC, STS-B, CoLA: a study's trial, 1 epoch,
+    with the trainer's defaults but `cuda_graphs` (and with it, on CUDA, static shapes)."""
     from weightsearch.trainer import load_config, train
     from weightsearch.trainer.tasks import TASK_PRESETS
 
@@ -428,7 +442,8 @@ def realistic_trial(args: argparse.Namespace, encoder: str, tmp: Path) -> dict:
     raw = {"encoder": encoder, "data_dir": str(data), "tasks": list(GLUE_TASKS),
            "central_task": GLUE_TASKS[0], "weighting": {"scheme": "siwlm", "central_weight": 9},
            "epochs": 1, "batch_size": 32, "lr": 2e-4, "max_seq_len": 128,
-           "device": args.device, "output_dir": str(tmp / "realistic"),
+           "device": args.device, "output_dir": str(tmp / f"realistic-{graphs}"),
+           "cuda_graphs": graphs,
            "cache_dir": str(tmp / "cache"), "checkpoints": "none",
            "num_threads": args.threads}
     if args.quick:
@@ -541,6 +556,9 @@ def measure_rows(args: argparse.Namespace, runtime: Any, tmp: Path, report: dict
     for kind, path in encoders.items():
         record(kind, "plain loop", plain_loop(path, data, syn, runtime.autocast_dtype))
         record(kind, "trainer eager", trainer_row(path, syn, str(tmp / f"eager-{kind}"), False))
+        record(kind, "trainer graphs",
+               trainer_row(path, syn, str(tmp / f"graphs-{kind}"), False, graphs="on")
+               if args.device == "cuda" else {"not_run": "CUDA graphs need a CUDA GPU"})
         record(kind, "trainer compiled",
                trainer_row(path, syn, str(tmp / f"compiled-{kind}"), True) if args.compile
                else {"not_run": "pass --compile (its warm-up takes minutes)"})
@@ -562,12 +580,12 @@ def packings(args: argparse.Namespace) -> list[int]:
     return sorted({int(n) for n in args.packing.split(",")})
 
 
-def show_trial(trial: dict) -> None:
+def show_trial(trial: dict, how: str) -> None:
     tasks = f"{GLUE_TASKS[0]} central at weight 9 with {', '.join(GLUE_TASKS[1:])}, 1 epoch"
     if "not_run" in trial:
-        print(f"realistic trial ({tasks}): not run: {trial['not_run']}")
+        print(f"realistic trial ({tasks}; {how}): not run: {trial['not_run']}")
     else:
-        print(f"realistic trial ({tasks}): {trial['train_examples']} examples in "
+        print(f"realistic trial ({tasks}; {how}): {trial['train_examples']} examples in "
               f"{trial['train_time_s']:.1f} s of training, {trial['examples_per_s']:.1f} "
               f"examples/s (wall {trial['wall_time_s']:.1f} s)")
 
@@ -586,8 +604,12 @@ def measure(args: argparse.Namespace, tmp: Path, procs: list[subprocess.Popen]) 
     encoders = measure_rows(args, runtime, tmp, report, procs)
     # Real MiniLM weights for a full trial; the tiny MiniLM-named shape with --quick.
     encoder = encoders["minilm"] if args.quick else default_encoder_path()
-    report["realistic_trial"] = realistic_trial(args, encoder, tmp)
-    show_trial(report["realistic_trial"])
+    # The defaults (on CUDA: static shapes and graphs), and on CUDA the eager loop beside it.
+    report["realistic_trial"] = realistic_trial(args, encoder, tmp, "auto")
+    show_trial(report["realistic_trial"], "defaults")
+    if args.device == "cuda":
+        report["realistic_trial_eager"] = realistic_trial(args, encoder, tmp, "off")
+        show_trial(report["realistic_trial_eager"], "cuda_graphs: off")
     return report
 
 
