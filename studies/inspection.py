@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from pathlib import Path
 
 from weightsearch.core.errors import ConfigError, StorageError
@@ -46,20 +48,74 @@ def overview(studies: list[CentralStudy]) -> list[dict]:
     return rows
 
 
-def cell_rows(studies: list[CentralStudy]) -> list[dict]:
+# A trial's GPU as `gpu_use` reads it: {"gpu_share": fraction given, "gpu_peak_mib": the peak
+# PyTorch's caching allocator reserved}, by (Optuna study name, trial number).
+GpuUse = Mapping[tuple[str, int], Mapping[str, float]]
+
+
+def cell_rows(studies: list[CentralStudy], gpu: GpuUse | None = None) -> list[dict]:
+    """One row per cell; with `gpu` (`gpu_use`), where any trial had a GPU share, its share
+    and measured peak (empty for a trial that had none)."""
     rows = []
     fused = any(c.fused for s in studies for c in s.cells)
+    gpu = gpu or {}
+    on_gpu = any((s.name, c.number) in gpu for s in studies for c in s.cells)
     for s in studies:
         for c in sorted(s.cells, key=lambda c: (c.weight is None, c.weight or 0,
                                                 _point_text(c.point), c.seed or 0)):
             shown = {k: _value_text(k, v) for k, v in c.point.items()
                      if k != schema.T_CENTRAL_WEIGHT_PATH}
+            used = gpu.get((s.name, c.number), {})
             rows.append({"central_task": s.central_task, "central_weight": c.weight, **shown,
                          "seed": c.seed, "state": c.state, "value": c.value,
                          # the points it trained with as one stacked model (`fuse_cells`)
                          **({"fused_with": _fused_text(c.fused)} if fused else {}),
+                         **({key: used.get(key) for key in GPU_COLUMNS} if on_gpu else {}),
                          **_stage_metrics(s, c)})
     return rows
+
+
+GPU_COLUMNS = ("gpu_share", "gpu_peak_mib")
+
+
+def gpu_use(storage, studies: list[CentralStudy]) -> dict[tuple[str, int], dict[str, float]]:
+    """Each trial's GPU share and measured peak (`GpuUse`), one query per study; trials that
+    recorded neither (CPU trials, imports, older releases) are absent."""
+    from weightsearch.studies.storage import call_retrying
+
+    return call_retrying("read GPU use", _gpu_use, storage, studies)
+
+
+def _gpu_use(storage, studies: list[CentralStudy]) -> dict[tuple[str, int], dict[str, float]]:
+    from sqlalchemy import select
+
+    from weightsearch.studies.bulk import engine_of, optuna_tables
+
+    columns = {schema.T_GPU_SHARE: "gpu_share", schema.T_PEAK_GPU_RESERVED: "gpu_peak_mib"}
+    t = optuna_tables()
+    trials, attrs = t["trials"], t["attrs"]
+    out: dict[tuple[str, int], dict[str, float]] = {}
+    with engine_of(storage).connect() as connection:
+        for s in studies:
+            study_id = storage.get_study_id_from_name(s.name)
+            query = (select(trials.c.number, attrs.c.key, attrs.c.value_json)
+                     .join(trials, trials.c.trial_id == attrs.c.trial_id)
+                     .where(trials.c.study_id == study_id, attrs.c.key.in_(list(columns))))
+            for number, key, text in connection.execute(query):
+                value = _gpu_figure(text)
+                if value is not None:
+                    out.setdefault((s.name, number), {})[columns[key]] = value
+    return out
+
+
+def _gpu_figure(text: str) -> float | None:
+    """A stored share or peak; anything else (another tool's value) is none."""
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    return float(value) if ok and value >= 0 else None
 
 
 def _fused_text(cells: tuple[str, ...]) -> str:
@@ -218,7 +274,7 @@ def _compact(v) -> str:
 
 
 def render(studies: list[CentralStudy], name: str | None, fmt: str,
-           budget: int | None = None) -> str:
+           budget: int | None = None, gpu: GpuUse | None = None) -> str:
     if fmt not in FORMATS:
         raise ConfigError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     grouped = {s.name: budget_report(s, budget) for s in studies if s.grouping and name}
@@ -236,7 +292,7 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
     from weightsearch.studies.treatments import rest_of
 
     plain = [s for s in studies if all(not rest_of(c.point) for c in s.cells)]
-    cells, best = cell_rows(studies), best_rows(plain)
+    cells, best = cell_rows(studies, gpu), best_rows(plain)
     points = point_rows([s for s in studies if s.name not in methods])
     if fmt == "json":
         best_point = {r["central_task"]: r for r in points}
@@ -395,11 +451,13 @@ def inspect(storage_url: str, name: str | None = None, fmt: str = "table",
             "`weightsearch import`"
         )
     storage = open_quiet(storage_url)
+    gpu = None
     if name is None:
         studies = read_all(storage)
     else:
         studies = [read_central(storage, n) for n in resolve(storage, storage_url, name)]
-    text = render(studies, name, fmt, budget)
+        gpu = gpu_use(storage, studies)
+    text = render(studies, name, fmt, budget, gpu)
     if plot_path:
         plot(studies, name or "all studies", plot_path)
     return text

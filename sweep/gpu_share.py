@@ -129,6 +129,11 @@ class GpuShares:
         """A trial ended: its measurement counts from the next trial on."""
         self._read_at = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its searcher, this gate's included (for its own restore, which the
+        # sweep never uses): a database engine does not pickle.
+        return {**self.__dict__, "engine": None, "tell": print}
+
 
 class TrialResources:
     """Tune's per-trial resources (`tune.with_resources(trainable, TrialResources(cpu))`),

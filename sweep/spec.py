@@ -15,7 +15,7 @@
     weights: [1, 3, 6, 9, 12, 15]     # shorthand for the central weight alone: a grid, or
                                       # {low, high, n_trials, sampler: tpe, step} (guided)
     seeds: [1]                        # replicates of every point
-    resources: {cpu: 1, gpu: 0}       # per trial; fractional GPUs share one device
+    resources: {cpu: 1, gpu: 0}       # per trial; fractions share a GPU; auto: by measured memory
     max_concurrent: null              # default: what the cluster's CPUs/GPUs allow
     scheduler: fifo                   # or asha, or {name: asha, grace_period: 1,
                                       #                reduction_factor: 3}

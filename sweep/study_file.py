@@ -81,13 +81,14 @@ class Search:
 
 
 AUTO_GPU = "auto"  # resources.gpu: each trial's share from the GPU memory trials measured
+_GPUS = Number(integer=False, low=0)
 
 
 @dataclass(frozen=True)
 class GpuRule:
     """`resources.gpu`: `auto`, or a number of GPUs (0: CPUs only)."""
 
-    number: Number = Number(integer=False, low=0)
+    number: Number = _GPUS
 
     def check(self, key: str, value: Any) -> tuple[Any, str | None]:
         if isinstance(value, str) and value.strip().lower() == AUTO_GPU:

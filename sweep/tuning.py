@@ -82,14 +82,23 @@ def start_ray(address: str | None, verbose: bool = True) -> bool:
 
 
 def concurrency(spec: StudySpec, pending: int) -> int:
-    """max_concurrent, or as many trials as the cluster's CPUs and GPUs fit at once."""
+    """max_concurrent, or as many trials as the cluster's CPUs and GPUs fit at once (with
+    `gpu: auto`, as its CPUs fit: the share of a GPU is known only once a trial measured it,
+    and `GpuGate` keeps to what the GPUs hold at the current share)."""
     import ray
 
     available = ray.cluster_resources()
     cpus, gpus = available.get("CPU", 0.0), available.get("GPU", 0.0)
-    if spec.resources.gpu > 0 and gpus < spec.resources.gpu:
+    gpu = spec.resources.gpu
+    if spec.resources.auto_gpu and gpus < 1:
         raise ClusterError(
-            f"resources.gpu: each trial asks for {spec.resources.gpu:g} GPU but the Ray "
+            f"resources.gpu: auto gives a study's first trial a whole GPU, to measure the "
+            f"memory a trial needs, but the Ray cluster has {gpus:g}; set resources.gpu: 0 "
+            "to train on CPUs, or join a cluster with GPUs (--ray-address)"
+        )
+    if not spec.resources.auto_gpu and gpu > 0 and gpus < gpu:
+        raise ClusterError(
+            f"resources.gpu: each trial asks for {gpu:g} GPU but the Ray "
             f"cluster has {gpus:g}; set resources.gpu: 0 to train on CPUs, or join a cluster "
             "with GPUs (--ray-address)"
         )
@@ -99,8 +108,8 @@ def concurrency(spec: StudySpec, pending: int) -> int:
             f"cluster has {cpus:g}; lower resources.cpu"
         )
     fit = math.floor(cpus / spec.resources.cpu + 1e-9)
-    if spec.resources.gpu > 0:
-        fit = min(fit, math.floor(gpus / spec.resources.gpu + 1e-9))
+    if not spec.resources.auto_gpu and gpu > 0:
+        fit = min(fit, math.floor(gpus / gpu + 1e-9))
     limit = spec.max_concurrent or fit
     return max(1, min(limit, pending))
 
@@ -116,6 +125,7 @@ def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, clai
     how many trials it ran and how many of them ended FAIL."""
     from ray import tune
 
+    from weightsearch.sweep.gpu_share import TrialResources
     from weightsearch.sweep.searcher import CellSearcher
     from weightsearch.sweep.trainable import run_trial
 
@@ -125,6 +135,7 @@ def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, clai
     logging.getLogger("ray.tune.execution.experiment_state").setLevel(logging.CRITICAL)
     stopped: set[str] = set()
     searcher = CellSearcher(spec, plans, meter, stopped, claims)
+    gate = _gpu_gate(spec, plans, parallel, meter, claims, searcher)
     budget = sum(p.strategy.max_units() for p in plans)
     # One experiment folder per driver and round: two drivers started in the same second
     # never share one.
@@ -132,12 +143,13 @@ def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, clai
     driver = claims.holder.rsplit(":", 1)[-1]
     _tensorboardx_without_torch()
     tuner = tune.Tuner(
-        tune.with_resources(run_trial, {"cpu": spec.resources.cpu, "gpu": spec.resources.gpu}),
+        # Each trial's resources are computed when Tune creates it: its GPU share is the one
+        # the gate wrote into its config (`resources.gpu: auto` shrinks it once measured).
+        tune.with_resources(run_trial, TrialResources(spec.resources.cpu)),
         tune_config=tune.TuneConfig(
-            search_alg=searcher,
+            search_alg=gate,  # the concurrency limit: `parallel`, or what the GPUs hold
             scheduler=_scheduler(spec, stopped, searcher),
             num_samples=max(1, budget),
-            max_concurrent_trials=parallel,
             # A worker trains trial after trial: torch, transformers and the tokenizer load
             # once, not once per trial (BENCHMARKS.md section 3). Safe since a run gives its
             # freed heap back and measures its own peak (trainer/memory.py): before that,
@@ -172,6 +184,25 @@ def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, clai
         raise WorkerLost(str(lost).strip().splitlines()[0][:300]) from lost
     ran = sum(meter.counts.values()) - sum(before.values())
     return ran, meter.counts.get("FAIL", 0) - before.get("FAIL", 0)
+
+
+def _gpu_gate(spec: StudySpec, plans: list, parallel: int, meter: Progress, claims: Claims,
+              searcher: Any) -> Any:
+    """The searcher behind the round's concurrency limit, giving each trial its GPU share
+    (`sweep.gpu_gate`)."""
+    import ray
+
+    from weightsearch.sweep.gpu_gate import GpuGate
+    from weightsearch.sweep.gpu_share import GpuShares
+
+    def tell(text: str) -> None:
+        say(text, meter.enabled)
+
+    auto = spec.resources.auto_gpu
+    shares = GpuShares(claims.engine, spec.study, tell) if auto else None
+    return GpuGate(searcher, parallel, gpu=0.0 if auto else float(spec.resources.gpu),
+                   gpus=ray.cluster_resources().get("GPU", 0.0), shares=shares,
+                   studies={p.central: p.study for p in plans}, tell=tell)
 
 
 def _tensorboardx_without_torch() -> None:
