@@ -50,3 +50,33 @@ def test_dropping_every_row_is_refused_across_chunks(minilm_path):
     tokenizer = load_tokenizer(minilm_path)
     with pytest.raises(DataError, match="every example is longer"):
         encode_counted(tokenizer, ["a b c d e f g h i j"] * 9, None, 8, "t", drop=True, chunk=4)
+
+
+class _WithoutBackend:
+    """The same tokenizer, seen as one without a fast backend (a slow tokenizer's interface)."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def __call__(self, *args, **kwargs):
+        return self._tokenizer(*args, **kwargs)
+
+
+@pytest.mark.parametrize("pairs", [True, False])
+def test_a_tokenizer_without_a_fast_backend_gives_the_same_rows(minilm_path, pairs):
+    tokenizer = load_tokenizer(minilm_path)
+    text_a, text_b = _texts(40, 3), (_texts(40, 4) if pairs else None)
+    for drop in (True, False):
+        fast = encode_counted(tokenizer, text_a, text_b, 20, "t", drop=drop, chunk=9)
+        slow = encode_counted(_WithoutBackend(tokenizer), text_a, text_b, 20, "t", drop=drop,
+                              chunk=9)
+        assert fast == slow == _whole_then_cut(tokenizer, text_a, text_b, 20, drop)
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+def test_a_limit_below_the_special_tokens_is_one_clear_error(minilm_path, wrap):
+    tokenizer = load_tokenizer(minilm_path)
+    if wrap:
+        tokenizer = _WithoutBackend(tokenizer)
+    with pytest.raises(DataError, match="cannot truncate to max_seq_len=2"):
+        encode_counted(tokenizer, ["a b c d e"] * 3, ["f g h i j"] * 3, 2, "t")

@@ -22,6 +22,7 @@ training loop never branch on the type:
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -246,24 +247,67 @@ def encode_counted(tokenizer: Any, text_a: list[str], text_b: list[str] | None, 
     """Token ids and type ids of each pair, and the indices of the pairs over max_len: cut to it,
     or (drop) removed from the returned lists.
 
-    Rows are tokenized `chunk` at a time and truncated at max_len + 1, which tells the
-    over-long ones apart (exactly those that reach max_len + 1 tokens) without ever holding an
-    untruncated encoding: memory grows with max_len, not with the texts' length. Only the
-    over-long rows are tokenized again, at max_len (pairs: longest first)."""
+    Rows are tokenized `chunk` at a time, so memory grows with the chunk, not with the texts'
+    length. A fast tokenizer tokenizes each row once, truncated at max_len (pairs: longest
+    first), and a row is over-long exactly when the truncation left overflowing tokens. Other
+    tokenizers truncate at max_len + 1, which tells the over-long rows apart (exactly those
+    that reach max_len + 1 tokens), and tokenize those again at max_len."""
+    backend = _truncating_backend(tokenizer, max_len, where)
     input_ids: list[list[int]] = []
     type_ids: list[list[int]] = []
     too_long: list[int] = []
     for start in range(0, len(text_a), chunk):
         part_a = text_a[start:start + chunk]
         part_b = None if text_b is None else text_b[start:start + chunk]
-        ids, types, over = _encode_chunk(tokenizer, part_a, part_b, max_len, where, drop)
+        if backend is not None:
+            ids, types, over = _encode_chunk_once(backend, part_a, part_b, max_len, where, drop)
+        else:
+            ids, types, over = _encode_chunk(tokenizer, part_a, part_b, max_len, where, drop)
         input_ids += ids
         type_ids += types
         too_long += [start + i for i in over]
+    if any(len(ids) > max_len for ids in input_ids):  # the tokenizer skipped the truncation
+        raise DataError(f"{where}: cannot truncate to max_seq_len={max_len} (the tokenizer's "
+                        "special tokens alone take that many); raise max_seq_len")
     if drop and too_long and len(too_long) == len(text_a):
         raise DataError(f"{where}: every example is longer than max_seq_len={max_len}, so "
                         "overlong: drop leaves none; raise max_seq_len or use "
                         "overlong: truncate")
+    return input_ids, type_ids, too_long
+
+
+def _truncating_backend(tokenizer: Any, max_len: int, where: Any) -> Any:
+    """A copy of a fast tokenizer's backend that truncates at max_len as the tokenizer's own
+    call does (longest first, no padding), or None for a tokenizer without a backend. A copy:
+    the tokenizer's own call resets its backend's truncation."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    backend = copy.deepcopy(backend)
+    try:
+        backend.enable_truncation(max_len, strategy="longest_first")
+    except Exception as err:  # e.g. a limit the backend cannot take
+        raise DataError(f"{where}: cannot truncate to max_seq_len={max_len} ({err}); raise "
+                        "max_seq_len") from err
+    backend.no_padding()
+    return backend
+
+
+def _encode_chunk_once(backend: Any, text_a: list[str], text_b: list[str] | None, max_len: int,
+                       where: Any, drop: bool
+                       ) -> tuple[list[list[int]], list[list[int]], list[int]]:
+    """encode_counted for one chunk, one backend call: the rows whose truncation overflowed
+    are the over-long ones (the indices are the chunk's own)."""
+    rows = list(text_a) if text_b is None else list(zip(text_a, text_b, strict=True))
+    try:
+        encodings = backend.encode_batch(rows, add_special_tokens=True)
+    except Exception as err:  # e.g. max_seq_len smaller than the special tokens
+        raise DataError(f"{where}: cannot truncate to max_seq_len={max_len} ({err}); raise "
+                        "max_seq_len") from err
+    too_long = [i for i, e in enumerate(encodings) if e.overflowing]
+    skip = set(too_long) if drop else set()
+    input_ids = [e.ids for i, e in enumerate(encodings) if i not in skip]
+    type_ids = [e.type_ids for i, e in enumerate(encodings) if i not in skip]
     return input_ids, type_ids, too_long
 
 
