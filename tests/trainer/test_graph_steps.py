@@ -220,3 +220,15 @@ def test_captured_dropout_draws_new_masks_every_replay(sample_data_dir, tiny_enc
     assert run.graphs is not None and run.graphs.graphs
     losses = [s["loss"] for s in steps_of(tmp_path / "run")]
     assert len(set(losses)) == len(losses)
+
+
+@pytest.mark.parametrize(("text", "value"), [("on", "on"), ("off", "off"), ("true", "on"),
+                                             ("no", "off"), ("auto", "auto"), ("'On'", "on")])
+def test_yaml_reads_a_bare_on_or_off_as_the_switch(sample_data_dir, tiny_encoder, tmp_path,
+                                                   text, value):
+    """YAML 1.1 reads a bare on/off/yes/no as a boolean; the setting takes it as on or off."""
+    import yaml
+
+    raw = yaml.safe_load(f"cuda_graphs: {text}")
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", **raw)
+    assert cfg.cuda_graphs == value

@@ -25,6 +25,7 @@ from weightsearch.core.fields import (
     Choice,
     Flag,
     Number,
+    Switch,
     check_fields,
     drop_unrecorded,
     setting,
@@ -74,7 +75,6 @@ DEFAULT_OVERLONG = "drop"
 SUBSAMPLES = ("random", "nested", "head")
 BATCHINGS = ("reshuffle", "fixed")
 PAD_TO = ("auto", "longest", "buckets")
-CUDA_GRAPHS = ("auto", "on", "off")
 MAX_PAD_BUCKETS = 16
 
 
@@ -257,7 +257,7 @@ class RunConfig:
         doc="with pad_to: buckets, how many widths: the token limit's equal parts, rounded up "
             "to multiples of 8 (4 at 128 tokens: 32, 64, 96, 128)")
     cuda_graphs: str = setting(
-        "auto", Choice(CUDA_GRAPHS), since="0.2.0", resume_free=True, omit_when=AT_DEFAULT,
+        "auto", Switch(), since="0.2.0", resume_free=True, omit_when=AT_DEFAULT,
         doc="capture each (task, batch shape)'s whole training step once as a CUDA graph and "
             "replay it: auto: on CUDA where the run allows (static shapes; no SMART, "
             "distillation, compile or recompute_activations), else eager; on: the same, "

@@ -210,6 +210,28 @@ class Choice:
 
 
 @dataclass(frozen=True)
+class Switch:
+    """auto, on or off. YAML reads a bare on, off, yes, no, true or false as a boolean: true is
+    on, false is off."""
+
+    def check(self, key: str, value: Any) -> tuple[Any, str | None]:
+        if isinstance(value, bool):
+            return ("on" if value else "off"), None
+        if isinstance(value, str) and value.lower() in SWITCH:
+            return value.lower(), None
+        return None, f"{key}: {value!r} is not one of auto, on, off"
+
+    def schema(self) -> dict[str, Any]:
+        return {"anyOf": [{"type": "string", "enum": list(SWITCH)}, {"type": "boolean"}]}
+
+    def describe(self) -> str:
+        return "auto, on or off"
+
+
+SWITCH = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
 class Flag:
     optional: bool = False  # null allowed too
 
