@@ -47,7 +47,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from weightsearch.core.errors import ConfigError, DiskFull, causes
 from weightsearch.core.files import file_digest
-from weightsearch.trainer.optim import portable_state
+from weightsearch.trainer.optim import load_optimizer_state, portable_state
 
 CHECKPOINTS = "checkpoints"
 META = "meta.json"
@@ -349,7 +349,7 @@ def load_checkpoint(
             raise ConfigError([f"checkpoint {damage}: damaged; resume again to continue from "
                                "an older one"]) from None
     state = ckpt.state
-    optimizer.load_state_dict(state["optimizer"])
+    load_optimizer_state(optimizer, state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     restore_rng(state["rng"])
     return state

@@ -21,9 +21,12 @@ GPU mostly idle. Replaying a captured graph launches them all at once. What that
 Before a shape is captured its first `warmup` steps run eagerly (they are real steps of the
 run), on the stream the capture uses, which initialises what a capture cannot (cuBLAS
 workspaces, the optimizer's state). What cannot be captured runs eagerly, with a note:
-SMART (its ascent reads the device), distillation (soft targets gathered per batch),
-`compile`, `recompute_activations` (its recomputation reads the RNG state on the host), a
-scheme whose weighting is not a device computation, and any step whose capture fails.
+SMART (its ascent reads the device), `compile`, `recompute_activations` (its recomputation
+reads the RNG state on the host) and a weighting scheme that says it is not capturable keep
+the whole run eager; distilled tasks (soft targets gathered per batch) and task types whose
+loss reads the host (ranking: `Head.capturable`) train eagerly. A capture that fails anyway
+turns the graphs off for the rest of the run (a failed capture leaves CUDA's capture state
+behind, so none is tried again).
 
 `capture=False` runs the very same step on the same fixed tensors without capturing it: the
 CPU's check of everything but the capture itself (tests).
@@ -65,12 +68,12 @@ def static_shapes(cfg: RunConfig, runtime: Runtime) -> bool:
     return cfg.pad_to == "buckets" or (cfg.pad_to == "auto" and runtime.device.type == "cuda")
 
 
-def plan_graphs(cfg: RunConfig, runtime: Runtime) -> GraphPlan:
-    """`cuda_graphs` resolved for this run: on where the device and the settings allow;
-    `on` where they do not is refused."""
+def plan_graphs(cfg: RunConfig, runtime: Runtime, scheme: Any = None) -> GraphPlan:
+    """`cuda_graphs` resolved for this run (with its weighting `scheme`): on where the device
+    and the settings allow; `on` where they do not is refused."""
     if cfg.cuda_graphs == "off":
         return GraphPlan(False, why_not="cuda_graphs: off")
-    why_not = _why_not(cfg, runtime)
+    why_not = _why_not(cfg, runtime, scheme)
     if why_not is None:
         return GraphPlan(True)
     if cfg.cuda_graphs == "on":
@@ -79,7 +82,7 @@ def plan_graphs(cfg: RunConfig, runtime: Runtime) -> GraphPlan:
     return GraphPlan(False, why_not=why_not)
 
 
-def _why_not(cfg: RunConfig, runtime: Runtime) -> str | None:
+def _why_not(cfg: RunConfig, runtime: Runtime, scheme: Any) -> str | None:
     if runtime.device.type != "cuda":
         return f"the run trains on {runtime.device.type}, and CUDA graphs need a CUDA GPU"
     if not static_shapes(cfg, runtime):
@@ -90,7 +93,18 @@ def _why_not(cfg: RunConfig, runtime: Runtime) -> str | None:
         return "compile: true compiles the encoder itself"
     if cfg.recompute_activations:
         return "recompute_activations reads the random state on the host"
+    if not getattr(scheme, "capturable", True):
+        return f"the weighting scheme {cfg.weighting.scheme!r} is not capturable"
     return None
+
+
+def emulation_problems(cfg: RunConfig) -> list[str]:
+    """Why graph steps cannot run without capture (on the CPU) for this run: torch's
+    capturable optimizers run on CUDA only; AdamaxW's capturable path runs anywhere."""
+    if cfg.optimizer == "adamax":
+        return []
+    return [f"optimizer: torch's capturable {cfg.optimizer} runs on CUDA only, so its graph "
+            "steps cannot run without capture; use optimizer: adamax"]
 
 
 @dataclass
@@ -119,6 +133,7 @@ class GraphedSteps:
     grads: dict[torch.Tensor, torch.Tensor] = field(default_factory=dict)  # per parameter
     stream: Any = None
     pool: Any = None
+    failed: str | None = None  # why a capture failed: the graphs are off from then on
 
     def __post_init__(self) -> None:
         if self.capture:
@@ -130,7 +145,7 @@ class GraphedSteps:
         """Train one batch by replaying its graph (capturing it first, once warmed up); its
         readings (loss, pre-clip norm, clip factor) on the device, or None where this step is
         the eager loop's to take (warm-up, or a shape that cannot be captured)."""
-        if self._eager_only(task):
+        if self.failed is not None or self._eager_only(task):
             return None
         key = (task, tuple((k, tuple(v.shape), v.dtype) for k, v in sorted(batch.items())))
         graph = self.graphs.get(key)
@@ -156,24 +171,30 @@ class GraphedSteps:
     def eager(self, task: str) -> Iterator[None]:
         """Around an eager step of `task` (with an update): on the capture's stream, and it
         records which parameters the task trains."""
-        context = torch.cuda.stream(self.stream) if self.capture else contextlib.nullcontext()
-        if self.capture:
+        side = self.capture and self.failed is None
+        if side:
             self.stream.wait_stream(torch.cuda.current_stream())
-        with context:
-            yield
-        if self.capture:
-            torch.cuda.current_stream().wait_stream(self.stream)
+        try:
+            with torch.cuda.stream(self.stream) if side else contextlib.nullcontext():
+                yield
+        finally:
+            if side:
+                torch.cuda.current_stream().wait_stream(self.stream)
         if task not in self.trained:
             self.trained[task] = [p for p in self._parameters() if p.grad is not None]
+        # The step's gradients are spent: not held while graphs replay with their own.
+        self.run.optimizer.zero_grad(set_to_none=True)
 
     def summary(self) -> str:
         """How many shapes were captured, and which stayed eager."""
-        eager = sorted({task for task, _ in self.eager_keys})
+        eager = sorted(t for t in self.run.data if self._eager_only(t))
         return (f"cuda graphs: {len(self.graphs)} step shapes captured"
-                + (f"; eager: {', '.join(eager)}" if eager else ""))
+                + (f"; eager: {', '.join(eager)}" if eager else "")
+                + (f"; off after a failed capture ({self.failed})" if self.failed else ""))
 
     def _eager_only(self, task: str) -> bool:
-        return task in self.run.soft  # soft targets: gathered per batch from the host
+        # Soft targets are gathered per batch from the host; some heads' losses read it.
+        return task in self.run.soft or not self.run.model.head(task).capturable
 
     def _parameters(self) -> list[torch.Tensor]:
         return [p for group in self.run.optimizer.param_groups for p in group["params"]]
@@ -192,14 +213,19 @@ class GraphedSteps:
         for name, value in batch.items():
             graph.batch[name].copy_(value)
         graph.graph = torch.cuda.CUDAGraph()
+        current = torch.cuda.current_stream()
         try:
             with torch.cuda.graph(graph.graph, pool=self.pool, stream=self.stream):
                 graph.readings = self._step(task, graph.batch, graph.weight)
         except Exception as err:  # an op that reads the host, or one not capturable
+            # torch leaves the capture's stream current when ending the capture fails.
+            torch.cuda.set_stream(current)
+            torch.cuda.synchronize()
             self.eager_keys.add(key)
-            self.note(f"cuda graphs: {task}'s steps of shape "
-                      f"{tuple(batch['input_ids'].shape)} run eagerly: the capture failed "
-                      f"({str(err).splitlines()[0] if str(err) else type(err).__name__})")
+            self.failed = (f"{task}, batch {tuple(batch['input_ids'].shape)}: "
+                           f"{str(err).splitlines()[0] if str(err) else type(err).__name__}")
+            self.note(f"cuda graphs: off for the rest of the run: capturing a step failed "
+                      f"({self.failed})")
             return None
         self.graphs[key] = graph
         return graph
@@ -222,4 +248,4 @@ class GraphedSteps:
                 p.grad = None
 
 
-__all__ = ["GraphPlan", "GraphedSteps", "plan_graphs", "static_shapes"]
+__all__ = ["GraphPlan", "GraphedSteps", "emulation_problems", "plan_graphs", "static_shapes"]

@@ -42,7 +42,13 @@ from weightsearch.trainer.config import DEFAULT_ENCODER, RunConfig, default_lr
 from weightsearch.trainer.config.paths import writable_folder_problem
 from weightsearch.trainer.device import Runtime, select_runtime
 from weightsearch.trainer.encoders import load_tokenizer, resolve_encoder, resolve_pooling
-from weightsearch.trainer.graphs import GraphedSteps, GraphPlan, plan_graphs, static_shapes
+from weightsearch.trainer.graphs import (
+    GraphedSteps,
+    GraphPlan,
+    emulation_problems,
+    plan_graphs,
+    static_shapes,
+)
 from weightsearch.trainer.heads import EvalSplit, head_class
 from weightsearch.trainer.init_weights import init_head_weights
 from weightsearch.trainer.memory import give_back, peak_memory
@@ -150,12 +156,14 @@ def set_up(cfg: RunConfig, resume: bool = False, stage: str = "multitask",
     if static_shapes(cfg, runtime):
         for task in data.values():
             task.use_buckets(cfg.pad_buckets, cfg.max_seq_len, cfg.eval_max_seq_len)
-    graph_plan = plan_graphs(cfg, runtime) if graphs is None else graphs
     soft = soft_targets(cfg, data, tokenizer, runtime, note=tqdm.write)
     sources = source_digests(cfg, soft, warn=tqdm.write)
     if ckpt is not None and (problems := source_problems(ckpt.meta, sources, out)):
         raise ConfigError(problems)
     scheme = build_scheme(cfg.weighting, cfg.task_names, cfg.central_task)
+    graph_plan = plan_graphs(cfg, runtime, scheme) if graphs is None else graphs
+    if graph_plan.enabled and not graph_plan.capture and (problems := emulation_problems(cfg)):
+        raise ConfigError(problems)
 
     _seed_everything(cfg.seed)
     model = _build_model(cfg, encoder_path, ckpt, runtime)

@@ -250,6 +250,30 @@ def portable_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     return state
 
 
+# How an optimizer computes its step, which is the run's to choose (fused AdamW eagerly on CUDA,
+# foreach and capturable under CUDA graphs), not the checkpoint's.
+IMPLEMENTATION = ("foreach", "fused", "capturable")
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """torch's `load_state_dict`, keeping the optimizer's own implementation: torch takes every
+    group setting from the saved groups, so a checkpoint of a run with CUDA graphs would turn
+    a fused AdamW into a foreach one. Step counts go where the implementation keeps them
+    (the device for fused and capturable groups, else the CPU)."""
+    own = [{k: g[k] for k in IMPLEMENTATION if k in g} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    for group, flags in zip(optimizer.param_groups, own, strict=True):
+        for key in IMPLEMENTATION:
+            group.pop(key, None)
+        group.update(flags)
+        on_device = bool(group.get("fused") or group.get("capturable"))
+        for p in group["params"]:
+            step = optimizer.state.get(p, {}).get("step")
+            if isinstance(step, torch.Tensor):
+                optimizer.state[p]["step"] = step.to(
+                    device=p.device if on_device else "cpu", dtype=torch.float32)
+
+
 def current_lr(scheduler: Any) -> float:
     """The first group's learning rate for the coming update, as a host number (the schedule's
     own arithmetic; reading a device learning rate would wait for the device)."""

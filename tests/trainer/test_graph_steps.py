@@ -19,10 +19,15 @@ from safetensors.torch import load_file
 from tests.helpers import run_config
 from tests.trainer.test_static_shapes import no_dropout_encoder
 from weightsearch.core.errors import ConfigError
-from weightsearch.trainer.device import select_runtime
+from weightsearch.trainer.device import Runtime, select_runtime
 from weightsearch.trainer.graphs import WARMUP_STEPS, GraphPlan, plan_graphs
 from weightsearch.trainer.loop import set_up, train_stage
-from weightsearch.trainer.optim import AdamaxW, make_capturable, portable_state
+from weightsearch.trainer.optim import (
+    AdamaxW,
+    load_optimizer_state,
+    make_capturable,
+    portable_state,
+)
 
 EMULATED = GraphPlan(True, capture=False)
 READINGS = ("loss", "grad_norm", "clip_scale")
@@ -232,3 +237,92 @@ def test_yaml_reads_a_bare_on_or_off_as_the_switch(sample_data_dir, tiny_encoder
     raw = yaml.safe_load(f"cuda_graphs: {text}")
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", **raw)
     assert cfg.cuda_graphs == value
+
+
+# ---- what keeps a run, or a task, eager --------------------------------------------------
+
+class _NotCapturable:
+    capturable = False
+
+
+CUDA_RUNTIME = Runtime(torch.device("cuda"), None)  # a plan only: nothing runs on it
+
+
+@pytest.mark.parametrize(("setting", "reason"), [
+    ({"pad_to": "longest"}, "pad_to: longest"),
+    ({"adversarial": {"enabled": True}}, "SMART"),
+    ({"compile": True}, "compile: true"),
+    ({"recompute_activations": True}, "recompute_activations"),
+])
+def test_what_keeps_a_cuda_run_eager(sample_data_dir, tiny_encoder, tmp_path, setting, reason):
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", **setting)
+    plan = plan_graphs(cfg, CUDA_RUNTIME)
+    assert not plan.enabled and reason in plan.why_not
+    strict = cfg.replace(cuda_graphs="on")
+    with pytest.raises(ConfigError, match=f"cuda_graphs: on, but .*{reason}"):
+        plan_graphs(strict, CUDA_RUNTIME)
+
+
+def test_a_scheme_that_is_not_capturable_keeps_the_run_eager(sample_data_dir, tiny_encoder,
+                                                             tmp_path):
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run")
+    assert plan_graphs(cfg, CUDA_RUNTIME).enabled  # on CUDA, the defaults capture
+    plan = plan_graphs(cfg, CUDA_RUNTIME, _NotCapturable())
+    assert not plan.enabled and "'siwlm' is not capturable" in plan.why_not
+
+
+def test_the_cpu_check_refuses_torchs_capturable_optimizers(sample_data_dir, tiny_encoder,
+                                                            tmp_path):
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", optimizer="adamw")
+    with pytest.raises(ConfigError, match="capturable adamw runs on CUDA only"):
+        set_up(cfg, graphs=EMULATED)
+    assert not (tmp_path / "run").exists()
+
+
+def _data_with_a_ranking_task(sample_data_dir: Path, root: Path) -> Path:
+    data = root / "data"
+    shutil.copytree(sample_data_dir / "RTE", data / "RTE")
+    lines = ["index\tquestion\tsentence\tlabel"]
+    for i in range(96):
+        label = "entailment" if i % 3 == 0 else "not_entailment"
+        lines.append(f"{i}\tquestion {i // 4}\t{'word ' * (1 + i % 17)}\t{label}")
+    (data / "q.tsv").write_text("\n".join(lines) + "\n")
+    return data
+
+
+def test_a_ranking_task_trains_eagerly_beside_graphed_ones(sample_data_dir, tiny_encoder,
+                                                           tmp_path):
+    """Ranking's loss numbers its lists on the host: its steps stay eager, the others' are
+    graphs, and the run trains as the eager one."""
+    data = _data_with_a_ranking_task(sample_data_dir, tmp_path)
+    tasks = ["rte", {"preset": "qnlirank", "name": "rank", "train_file": "q.tsv",
+                     "dev_files": {"dev": "q.tsv"}}]
+    runs = {}
+    for name, plan in (("eager", None), ("graphs", EMULATED)):
+        cfg = run_config(data, tiny_encoder, tmp_path / name, tasks=tasks, pad_to="buckets",
+                         checkpoints="all", max_train_examples=None)
+        runs[name] = set_up(cfg, graphs=plan)
+        train_stage(runs[name], quiet=True)
+    graphs = runs["graphs"].graphs
+    assert graphs is not None
+    assert {task for task, _ in graphs.graphs} == {"rte"}
+    assert "eager: rank" in graphs.summary()
+    assert_same_training(tmp_path / "graphs", tmp_path / "eager")
+
+
+def test_a_checkpoint_keeps_the_loading_optimizers_implementation():
+    """A foreach AdamW's state loaded into a fused one stays fused (torch would take foreach
+    from the saved groups)."""
+    def adamw(**implementation):
+        p = torch.nn.Parameter(torch.ones(4))
+        return p, torch.optim.AdamW([p], lr=1e-3, **implementation)
+
+    p, foreach = adamw(foreach=True)
+    p.grad = torch.ones(4)
+    foreach.step()
+    _, fused = adamw(fused=True)
+    load_optimizer_state(fused, portable_state(foreach))
+    group = fused.param_groups[0]
+    assert group["fused"] is True and not group.get("foreach")
+    state = next(iter(fused.state.values()))
+    assert float(state["step"]) == 1.0 and state["step"].dtype == torch.float32

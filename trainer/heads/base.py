@@ -86,6 +86,10 @@ class Head(nn.Module):
     # Whether `overlong: drop` leaves this type's over-long training examples out (False: they
     # are cut or windowed whatever the setting, and the console says so).
     drops_overlong: ClassVar[bool] = True
+    # Whether the training step's forward and loss are device arithmetic alone (no host reads,
+    # no shapes from values), so a CUDA graph may capture them (`cuda_graphs`); False: the
+    # type's batches train in the eager loop.
+    capturable: ClassVar[bool] = True
 
     def __init__(self, hidden_size: int, spec: TaskSpec) -> None:
         super().__init__()

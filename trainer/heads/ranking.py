@@ -19,6 +19,7 @@ class RankingHead(Head):
     """
 
     task_type = "ranking"
+    capturable = False  # the loss numbers the lists on the host (torch.unique, group.max())
 
     def loss(self, outputs: Tensor, batch: dict[str, Tensor]) -> Tensor:
         scores = outputs.float()

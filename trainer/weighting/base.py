@@ -61,10 +61,15 @@ class Scheme(abc.ABC):
       task's mean (unweighted) batch loss over the epoch, for the tasks that had batches in it.
     - `state_dict()` with every epoch checkpoint, and `load_state_dict(state)` when a run resumes
       from one, after `setup` and before its first update. Default: no state.
+
+    `capturable`: whether `weighted_loss` is device arithmetic alone (no host reads, no Python
+    side effects), so a CUDA graph may capture it once and replay it (`cuda_graphs`); a scheme
+    that says False keeps its runs in the eager loop.
     """
 
     name: ClassVar[str]
     settings_type: ClassVar[type]
+    capturable: ClassVar[bool] = True
 
     def __init__(self, settings: Any, tasks: Sequence[str], central_task: str | None) -> None:
         self.settings = settings
