@@ -400,8 +400,8 @@ def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.nda
     if run.graphs is not None and not skip:
         readings = run.graphs.step(task, batch, weight)
     if readings is None:
-        with run.graphs.eager(task) if run.graphs is not None and not skip \
-                else contextlib.nullcontext():
+        graphs = run.graphs if not skip else None  # a skipped batch takes no update
+        with graphs.eager(task) if graphs is not None else contextlib.nullcontext():
             readings = _eager_step(run, task, batch, weight, skip)
     step_scheduler(run)
     return step_record(run, epoch, step, task, len(indices), weight, lr, skip), readings
