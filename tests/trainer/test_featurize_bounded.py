@@ -1,6 +1,8 @@
-"""Featurising in chunks, truncated at max_seq_len + 1, gives the same token ids, type ids and
-over-long counts as tokenizing every row whole and cutting the over-long ones (the former
-way, restated here), for pairs and single texts, dropping and truncating."""
+"""Featurising in chunks (a fast tokenizer: each row once, over-long rows read from the
+truncation's overflow; others: truncated at max_seq_len + 1, the over-long rows again at the
+limit) gives the same token ids, type ids and over-long counts as tokenizing every row whole
+and cutting the over-long ones (the former way, restated here), for pairs and single texts,
+dropping and truncating."""
 
 from __future__ import annotations
 
