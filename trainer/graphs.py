@@ -24,7 +24,8 @@ workspaces, the optimizer's state). What cannot be captured runs eagerly, with a
 SMART (its ascent reads the device), `compile`, `recompute_activations` (its recomputation
 reads the RNG state on the host) and a weighting scheme that says it is not capturable keep
 the whole run eager; distilled tasks (soft targets gathered per batch) and task types whose
-loss reads the host (ranking: `Head.capturable`) train eagerly. A capture that fails anyway
+head says its loss reads the host (`Head.capturable`; none of the built-in ones) train
+eagerly. A capture that fails anyway
 turns the graphs off for the rest of the run (a failed capture leaves CUDA's capture state
 behind, so none is tried again).
 

@@ -21,6 +21,7 @@ from tests.trainer.test_static_shapes import no_dropout_encoder
 from weightsearch.core.errors import ConfigError
 from weightsearch.trainer.device import Runtime, select_runtime
 from weightsearch.trainer.graphs import WARMUP_STEPS, GraphPlan, plan_graphs
+from weightsearch.trainer.heads.ranking import RankingHead
 from weightsearch.trainer.loop import set_up, train_stage
 from weightsearch.trainer.optim import (
     AdamaxW,
@@ -290,10 +291,14 @@ def _data_with_a_ranking_task(sample_data_dir: Path, root: Path) -> Path:
     return data
 
 
-def test_a_ranking_task_trains_eagerly_beside_graphed_ones(sample_data_dir, tiny_encoder,
-                                                           tmp_path):
-    """Ranking's loss numbers its lists on the host: its steps stay eager, the others' are
-    graphs, and the run trains as the eager one."""
+@pytest.mark.parametrize("capturable", [True, False])
+def test_a_ranking_task_as_graphs_or_eagerly_beside_graphed_ones(sample_data_dir, tiny_encoder,
+                                                                 tmp_path, monkeypatch,
+                                                                 capturable):
+    """Ranking's loss numbers its lists on the device, so its steps are graphs too; a head
+    type that says it is not capturable trains eagerly beside the graphed ones. Either way the
+    run trains as the eager one."""
+    monkeypatch.setattr(RankingHead, "capturable", capturable)
     data = _data_with_a_ranking_task(sample_data_dir, tmp_path)
     tasks = ["rte", {"preset": "qnlirank", "name": "rank", "train_file": "q.tsv",
                      "dev_files": {"dev": "q.tsv"}}]
@@ -305,8 +310,8 @@ def test_a_ranking_task_trains_eagerly_beside_graphed_ones(sample_data_dir, tiny
         train_stage(runs[name], quiet=True)
     graphs = runs["graphs"].graphs
     assert graphs is not None
-    assert {task for task, _ in graphs.graphs} == {"rte"}
-    assert "eager: rank" in graphs.summary()
+    assert {task for task, _ in graphs.graphs} == ({"rte", "rank"} if capturable else {"rte"})
+    assert ("eager: rank" in graphs.summary()) is not capturable
     assert_same_training(tmp_path / "graphs", tmp_path / "eager")
 
 

@@ -157,3 +157,29 @@ def test_heads_score_in_fp32_under_bf16_autocast(preset):
     torch.testing.assert_close(scores, head(_pooled(pooled.float()), {}), rtol=0, atol=0)
     # ... and carries digits that bf16 scores would have rounded away.
     assert not torch.equal(scores, scores.to(torch.bfloat16).float())
+
+
+def _ranking_loss_restated(scores: list[float], labels: list[int], groups: list[int]) -> float:
+    """Per list, minus the log-probability of its right answers among its candidates and the
+    0-score "no answer" (right where it has no positive); the mean over the lists."""
+    losses = []
+    for g in dict.fromkeys(groups):
+        mine = [(s, y) for s, y, h in zip(scores, labels, groups, strict=True) if h == g]
+        everyone = 1.0 + sum(math.exp(s) for s, _ in mine)
+        right = sum(math.exp(s) for s, y in mine if y == 1) or 1.0
+        losses.append(math.log(everyone) - math.log(right))
+    return sum(losses) / len(losses)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ranking_loss_over_interleaved_lists_matches_a_restatement(seed):
+    """The loss numbers the lists on the device (fixed shapes, as a CUDA graph captures it):
+    interleaved lists, repeated ids far apart, lists without a positive."""
+    gen = torch.Generator().manual_seed(seed)
+    n = 24
+    groups = torch.randint(0, 7, (n,), generator=gen) * 1000 + 3
+    labels = (torch.rand(n, generator=gen) < 0.3).long()
+    scores = torch.randn(n, generator=gen) * 3
+    loss = _head("qnlirank").loss(scores, {"labels": labels, "group": groups})
+    expected = _ranking_loss_restated(scores.tolist(), labels.tolist(), groups.tolist())
+    assert loss.item() == pytest.approx(expected, rel=1e-5)

@@ -19,14 +19,12 @@ class RankingHead(Head):
     """
 
     task_type = "ranking"
-    capturable = False  # the loss numbers the lists on the host (torch.unique, group.max())
 
     def loss(self, outputs: Tensor, batch: dict[str, Tensor]) -> Tensor:
         scores = outputs.float()
         positive = batch["labels"] == 1
-        _, group = torch.unique(batch["group"], return_inverse=True)
-        n = int(group.max()) + 1
-        zeros = scores.new_zeros(n)
+        group, lists = list_slots(batch["group"])
+        zeros = scores.new_zeros(scores.shape[0])
         # log of the sum of exp over all candidates and the 0-score "no answer". The per-group
         # maximum (at least 0, the "no answer") is only a stabiliser, so it carries no gradient.
         top = zeros.scatter_reduce(0, group, scores.detach(), "amax", include_self=True)
@@ -45,7 +43,8 @@ class RankingHead(Head):
                                 zeros)
         # A plain mean over the lists: each list is one ranking question, so a long list does not
         # outweigh a short one; with one candidate per list it is the mean over the examples.
-        return (log_all - log_right).mean()
+        # A slot no list took adds exactly 0 (log 1 - 0).
+        return (log_all - log_right).sum() / lists
 
     def predict(self, outputs: Tensor, batch: dict[str, Tensor]) -> Tensor:
         """1 for the top-scoring candidate of each list if it beats "no answer" (score > 0).
@@ -61,3 +60,14 @@ class RankingHead(Head):
 
 
 HEAD = RankingHead
+
+
+def list_slots(group: Tensor) -> tuple[Tensor, Tensor]:
+    """Each candidate's list as a slot in [0, N) (the row of the list's first candidate) and
+    the number of lists, both computed on the device with shapes fixed by N, so a CUDA graph
+    can capture the loss (torch.unique's output size depends on the values)."""
+    same = group.unsqueeze(0) == group.unsqueeze(1)
+    slot = same.int().argmax(dim=1)  # argmax returns the first maximal index
+    first = slot == torch.arange(group.shape[0], device=group.device)
+    return slot, first.sum()
+
