@@ -52,13 +52,13 @@ def test_cache_hit_does_not_tokenize(sample_data_dir: Path, tokenizer: Any, tmp_
     from weightsearch.trainer.heads import base
 
     calls: list[int] = []
-    real = base.encode
+    real = base.encode_counted  # what tokenizes a split's text (pairs)
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(base, "encode", counting)
+    monkeypatch.setattr(base, "encode_counted", counting)
     first = load_task_data(TASK_PRESETS["mrpc"], sample_data_dir, tokenizer, 64, tmp_path)
     assert calls and len(list(tmp_path.iterdir())) == 2  # train + dev entries, no temp dirs left
     calls.clear()
