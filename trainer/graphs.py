@@ -221,7 +221,8 @@ class GraphedSteps:
         except Exception as err:  # an op that reads the host, or one not capturable
             # torch leaves the capture's stream current when ending the capture fails.
             torch.cuda.set_stream(current)
-            torch.cuda.synchronize()
+            with contextlib.suppress(Exception):  # the failure is reported below either way
+                torch.cuda.synchronize()
             self.eager_keys.add(key)
             self.failed = (f"{task}, batch {tuple(batch['input_ids'].shape)}: "
                            f"{str(err).splitlines()[0] if str(err) else type(err).__name__}")
