@@ -291,6 +291,7 @@ def _data_with_a_ranking_task(sample_data_dir: Path, root: Path) -> Path:
     return data
 
 
+@pytest.mark.slow  # two runs of four tasks' worth of steps each: about 4 s apiece
 @pytest.mark.parametrize("capturable", [True, False])
 def test_a_ranking_task_as_graphs_or_eagerly_beside_graphed_ones(sample_data_dir, tiny_encoder,
                                                                  tmp_path, monkeypatch,
