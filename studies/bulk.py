@@ -58,6 +58,8 @@ def optuna_tables() -> dict[str, Any]:
                         Column("distribution_json", Text)),
         "attrs": Table("trial_user_attributes", meta, Column("trial_id", Integer),
                        Column("key", String(512)), Column("value_json", Text)),
+        "studies": Table("studies", meta, Column("study_id", Integer),
+                         Column("study_name", String(512))),
     }
 
 

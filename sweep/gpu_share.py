@@ -71,14 +71,12 @@ def _measured(value: Any) -> bool:
 def measured(engine: Any, study: str) -> tuple[list[float], list[float]]:
     """The reserved peaks and card sizes (MiB) recorded by the finished trials of every
     central task of `study` (Optuna studies `<study>/<central>`), in one query."""
-    from sqlalchemy import Column, Integer, MetaData, String, Table, select
+    from sqlalchemy import select
 
     from weightsearch.studies.bulk import optuna_tables
 
     t = optuna_tables()
-    trials, attrs = t["trials"], t["attrs"]
-    studies = Table("studies", MetaData(), Column("study_id", Integer),
-                    Column("study_name", String(512)))
+    trials, attrs, studies = t["trials"], t["attrs"], t["studies"]
     query = (select(attrs.c.key, attrs.c.value_json)
              .join(trials, trials.c.trial_id == attrs.c.trial_id)
              .join(studies, studies.c.study_id == trials.c.study_id)

@@ -352,6 +352,7 @@ def collate(ds: datasets.Dataset, indices: np.ndarray, pad_token_id: int,
     sequences padded to the longest, or to the smallest of `widths` that fits; attention_mask
     is 1 on real tokens)."""
     table: pa.Table = ds.with_format("arrow")[np.asarray(indices).tolist()]
-    longest = pa.compute.max(table.column("length")).as_py() or 0
-    width = static_width(longest, widths)
+    width = None  # without widths: padded to the longest, which the head's collate finds
+    if widths:
+        width = static_width(pa.compute.max(table.column("length")).as_py() or 0, widths)
     return (head.collate if head is not None else collate_sequences)(table, pad_token_id, width)
