@@ -301,6 +301,7 @@ def test_a_clipping_is_read_as_the_evidence_spells_it() -> None:
         recommend_from(points, 3000, clipping="clip0")
 
 
+@pytest.mark.slow  # 4-5 s: at the fast tier's limit on a 2-core machine
 def test_the_published_clipping_pattern_accepts_exactly_what_the_recommender_does():
     """The HTTP schema's pattern and `normalize_clipping` agree, so a client that follows the
     schema is never refused (a schema-valid value such as `uclip58e6-E` once answered 400)."""
