@@ -281,6 +281,28 @@ def _read_only_engine(url: str) -> dict:
     return {"creator": functools.partial(_connect_read_only, path), "poolclass": NullPool}
 
 
+def _existing_file_engine(url: str) -> dict | None:
+    """Engine options that open the SQLite file of `url` without ever creating it (SQLite's
+    `mode=rw` URI), None for any other URL. `schema_lock` has made the file by then; a file
+    deleted while a command runs must stay deleted, so that the command says so: a connection
+    that silently made a new empty file would leave it writing where nobody reads."""
+    path = sqlite_path(url)
+    if path is None:
+        return None
+    options = engine_kwargs(url)
+    timeout = options.pop("connect_args", {}).get("timeout", 120)
+    return {**options, "creator": functools.partial(_connect_existing, os.path.abspath(path),
+                                                    timeout)}
+
+
+def _connect_existing(path: str, timeout: float) -> sqlite3.Connection:
+    from urllib.parse import quote
+
+    # check_same_thread: as SQLAlchemy's own pool for a file does (threads share connections)
+    return sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True, timeout=timeout,
+                           check_same_thread=False)
+
+
 def _connect_read_only(path: str) -> sqlite3.Connection:
     from urllib.parse import quote
 
@@ -310,7 +332,8 @@ def open_storage(url: str | None = None):
         with schema_lock(url):
             storage = _resilient_class()(
                 url,
-                engine_kwargs=_read_only_engine(url) if read_only else engine_kwargs(url),
+                engine_kwargs=(_read_only_engine(url) if read_only
+                               else _existing_file_engine(url) or engine_kwargs(url)),
                 # A trial whose process died (SIGKILL, lost node) stops heartbeating; the next
                 # launch or resume finds it and marks it FAIL instead of leaving it RUNNING.
                 heartbeat_interval=60,

@@ -224,3 +224,31 @@ def test_a_read_only_database_is_read_and_writing_it_is_refused(read_only_db, tm
         assert "Traceback" not in refused.stderr
     assert db.read_bytes() == before and stat.S_IMODE(db.stat().st_mode) == 0o444
     assert sorted(db.parent.iterdir()) == files
+
+
+def test_a_deleted_study_file_is_never_recreated_by_a_new_connection(tmp_path):
+    """A connection opened after the file was deleted (a new thread, a pool refill) fails as
+    "deleted" instead of making an empty file there, which would read as "replaced" and hold
+    writes that nobody reads."""
+    import optuna
+
+    from weightsearch.studies.storage import (
+        check_same_file,
+        file_identity,
+        open_storage,
+        storage_failure,
+    )
+
+    url = f"sqlite:///{tmp_path / 'gone.db'}"
+    storage = open_storage(url)
+    optuna.create_study(storage=storage, study_name="s")
+    identity = file_identity(url)
+    for path in tmp_path.glob("gone.db*"):
+        path.unlink()
+    storage.engine.dispose()  # the next query opens a new connection
+    with pytest.raises(Exception) as raised:
+        storage.get_all_studies()
+    assert "was deleted while this command ran" in str(storage_failure(raised.value, url))
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(Exception, match="was deleted while this command ran"):
+        check_same_file(url, identity)

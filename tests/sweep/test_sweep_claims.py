@@ -84,7 +84,7 @@ def test_a_release_racing_a_renewal_stays_released(engine) -> None:
     thread = threading.Thread(target=renew_forever)
     thread.start()
     try:
-        units = [f"{w}|1" for w in range(40)]
+        units = [f"{w}|1" for w in range(20)]
         for unit in units:
             assert driver.claim("s/rte", unit)
             driver.release("s/rte", unit)
