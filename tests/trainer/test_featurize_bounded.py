@@ -1,18 +1,22 @@
 """Featurising in chunks (a fast tokenizer: each row once, over-long rows read from the
-truncation's overflow; others: truncated at max_seq_len + 1, the over-long rows again at the
-limit) gives the same token ids, type ids and over-long counts as tokenizing every row whole
-and cutting the over-long ones (the former way, restated here), for pairs and single texts,
-dropping and truncating."""
+truncation's overflow, long texts cut past what truncation keeps; others: truncated at
+max_seq_len + 1, the over-long rows again at the limit) gives the same token ids, type ids and
+over-long counts as tokenizing every row whole and cutting the over-long ones (the former way,
+restated here), for pairs and single texts, dropping and truncating."""
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tokenizers import pre_tokenizers
 
 from weightsearch.core.errors import DataError
 from weightsearch.trainer.encoders import load_tokenizer
-from weightsearch.trainer.heads.base import encode_counted
+from weightsearch.trainer.heads.base import encode_counted, prefix_words
 
 
 def _whole_then_cut(tokenizer, text_a, text_b, max_len, drop):
@@ -24,10 +28,12 @@ def _whole_then_cut(tokenizer, text_a, text_b, max_len, drop):
     if drop:
         keep = [i for i in range(len(ids)) if i not in set(over)]
         return [ids[i] for i in keep], [types[i] for i in keep], over
-    for i in over:
-        cut = tokenizer(text_a[i], None if text_b is None else text_b[i], truncation=True,
+    if over:  # one batched call, as the trainer made it (a lone call reads "" as no pair)
+        cut = tokenizer([text_a[i] for i in over],
+                        None if text_b is None else [text_b[i] for i in over], truncation=True,
                         max_length=max_len, return_token_type_ids=True)
-        ids[i], types[i] = cut["input_ids"], cut["token_type_ids"]
+        for j, i in enumerate(over):
+            ids[i], types[i] = cut["input_ids"][j], cut["token_type_ids"][j]
     return ids, types, over
 
 
@@ -82,3 +88,80 @@ def test_a_limit_below_the_special_tokens_is_one_clear_error(minilm_path, wrap):
         tokenizer = _WithoutBackend(tokenizer)
     with pytest.raises(DataError, match="cannot truncate to max_seq_len=2"):
         encode_counted(tokenizer, ["a b c d e"] * 3, ["f g h i j"] * 3, 2, "t")
+
+
+# Pieces that test a cut at a space: accents and combining marks (normalised away or into
+# their letter), characters that vanish (control, zero-width), other whitespace, CJK (split
+# per character), punctuation, a final sigma, added tokens written in the text, long words.
+_PIECES = ["the", "cat", "tokenization", "unbelievably", "naïve", "e\u0301", "\u0301",
+           "\x1c", "\x00", "\u200b", "\u3000", "\xa0", "中文", "ΟΔΟΣ", "don't", "a.b", "[SEP]",
+           "[MASK]", "x" * 120, ""]
+_GLUE = [" ", " ", " ", "  ", "\t", "\n", "\x1c", ""]
+
+
+@st.composite
+def _text(draw, most: int) -> str:
+    pieces = draw(st.lists(st.sampled_from(_PIECES), max_size=most))
+    glue = draw(st.lists(st.sampled_from(_GLUE), min_size=len(pieces), max_size=len(pieces)))
+    return "".join(p + g for p, g in zip(pieces, glue, strict=True))
+
+
+@pytest.fixture(scope="module")
+def minilm_tokenizer(minilm_path):
+    return load_tokenizer(minilm_path)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.tuples(_text(40), _text(40), st.booleans()), min_size=1, max_size=12),
+       max_len=st.sampled_from([8, 11, 16]), pairs=st.booleans(), drop=st.booleans())
+def test_cutting_long_texts_keeps_the_tokens_of_the_whole_text(minilm_tokenizer, rows, max_len,
+                                                               pairs, drop):
+    """Hostile texts, some long on one side, some on both: the same rows as tokenizing whole."""
+    text_a = [a if long_a else a[:20] for a, _, long_a in rows]
+    text_b = [b for _, b, _ in rows] if pairs else None
+    expected = _whole_then_cut(minilm_tokenizer, text_a, text_b, max_len, drop)
+    if drop and len(expected[2]) == len(rows):
+        with pytest.raises(DataError, match="every example is longer"):
+            encode_counted(minilm_tokenizer, text_a, text_b, max_len, "t", drop=drop, chunk=5)
+        return
+    got = encode_counted(minilm_tokenizer, text_a, text_b, max_len, "t", drop=drop, chunk=5)
+    assert got == expected, (text_a, text_b, max_len)
+
+
+def test_long_texts_are_cut_before_tokenizing(minilm_tokenizer, monkeypatch):
+    """A 5,000-word text is tokenized only up to its first max_len + 1 words: the tokenizer
+    sees short inputs (the time of a long-document task follows max_seq_len)."""
+    from weightsearch.trainer.heads import base
+
+    seen: list[int] = []
+    real = base._encode_batch
+
+    def recording(backend, rows, max_len, where):
+        seen.extend(len(r if isinstance(r, str) else r[0] + r[1]) for r in rows)
+        return real(backend, rows, max_len, where)
+
+    monkeypatch.setattr(base, "_encode_batch", recording)
+    document = " ".join(["evidence"] * 5000)
+    ids, _, over = encode_counted(minilm_tokenizer, [document, "a question?"], None, 16, "t")
+    assert over == [0] and max(seen) < 20 * len("evidence ")
+    pair = encode_counted(minilm_tokenizer, ["is it true?"], [document], 16, "t")
+    assert max(seen) < 20 * len("evidence ") + len("is it true?")
+    assert pair == _whole_then_cut(minilm_tokenizer, ["is it true?"], [document], 16, False)
+    assert ids == _whole_then_cut(minilm_tokenizer, [document, "a question?"], None, 16,
+                                  False)[0]
+
+
+def test_only_tokenizers_that_split_at_spaces_are_cut(minilm_tokenizer):
+    backend = copy.deepcopy(minilm_tokenizer.backend_tokenizer)
+    backend.enable_truncation(16)
+    assert prefix_words(backend, 16) == 17
+    backend.enable_truncation(16, direction="left")
+    assert prefix_words(backend, 16) is None  # a cut would drop the tokens kept
+    backend.enable_truncation(16)
+    backend.pre_tokenizer = pre_tokenizers.Metaspace()
+    assert prefix_words(backend, 16) is None
+    spaced = copy.deepcopy(minilm_tokenizer.backend_tokenizer)
+    spaced.enable_truncation(16)
+    spaced.add_tokens(["new york"])
+    assert prefix_words(spaced, 16) is None

@@ -282,14 +282,15 @@ def encode_counted(tokenizer: Any, text_a: list[str], text_b: list[str] | None, 
 
 def _truncating_backend(tokenizer: Any, max_len: int, where: Any) -> Any:
     """A copy of a fast tokenizer's backend that truncates at max_len as the tokenizer's own
-    call does (longest first, no padding), or None for a tokenizer without a backend. A copy:
-    the tokenizer's own call resets its backend's truncation."""
+    call does (longest first, from its truncation side, no padding), or None for a tokenizer
+    without a backend. A copy: the tokenizer's own call resets its backend's truncation."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return None
     backend = copy.deepcopy(backend)
     try:
-        backend.enable_truncation(max_len, strategy="longest_first")
+        backend.enable_truncation(max_len, strategy="longest_first",
+                                  direction=getattr(tokenizer, "truncation_side", "right"))
     except Exception as err:  # e.g. a limit the backend cannot take
         raise DataError(f"{where}: cannot truncate to max_seq_len={max_len} ({err}); raise "
                         "max_seq_len") from err
@@ -297,22 +298,98 @@ def _truncating_backend(tokenizer: Any, max_len: int, where: Any) -> Any:
     return backend
 
 
+def prefix_words(backend: Any, max_len: int) -> int | None:
+    """How many space-separated words of a long text are tokenized (the text is cut at the
+    space after them), or None where a cut could change the tokens kept.
+
+    A cut at a space keeps the first tokens of the whole text only where each word is
+    normalised and split on its own: BERT's normaliser (per character) and pre-tokenizer
+    (splits at every space), WordPiece (per word), no added token spanning a space, and
+    truncation from the right. max_len + 1 words give at least max_len + 1 tokens, so the
+    cut text is still over-long, except where words vanish in normalising (control
+    characters): `_exact_after_cut` checks each row and the others are tokenized whole."""
+    if backend.truncation is None or backend.truncation.get("direction", "right") != "right":
+        return None
+    parts = (backend.normalizer, backend.pre_tokenizer, backend.model)
+    if [type(p).__name__ for p in parts] != ["BertNormalizer", "BertPreTokenizer", "WordPiece"]:
+        return None
+    added = backend.get_added_tokens_decoder().values()
+    if any(not token.content or any(c.isspace() for c in token.content) for token in added):
+        return None
+    return max_len + 1
+
+
+def _cut(text: str, words: int) -> str | None:
+    """`text` up to the space after its first `words` words, None when it has no more."""
+    parts = text.split(" ", words)
+    return " ".join(parts[:words]) if len(parts) > words else None
+
+
 def _encode_chunk_once(backend: Any, text_a: list[str], text_b: list[str] | None, max_len: int,
                        where: Any, drop: bool
                        ) -> tuple[list[list[int]], list[list[int]], list[int]]:
     """encode_counted for one chunk, one backend call: the rows whose truncation overflowed
-    are the over-long ones (the indices are the chunk's own)."""
-    rows = list(text_a) if text_b is None else list(zip(text_a, text_b, strict=True))
-    try:
-        encodings = backend.encode_batch(rows, add_special_tokens=True)
-    except Exception as err:  # e.g. max_seq_len smaller than the special tokens
-        raise DataError(f"{where}: cannot truncate to max_seq_len={max_len} ({err}); raise "
-                        "max_seq_len") from err
+    are the over-long ones (the indices are the chunk's own).
+
+    Where the tokenizer allows (`prefix_words`), a long single text, or the one long side of
+    a pair, is tokenized only up to a cut past what truncation keeps, so time follows
+    max_len rather than the text's length; a row whose cut might change its tokens (both
+    sides of a pair long, a side that lost words in normalising) is tokenized whole."""
+    words = prefix_words(backend, max_len)
+    rows: list[Any] = list(text_a) if text_b is None else list(zip(text_a, text_b, strict=True))
+    cut_side: dict[int, int] = {}  # row -> the side tokenized from a cut (0: a, 1: b)
+    if words is not None:
+        for i, row in enumerate(rows):
+            if text_b is None:
+                short = _cut(row, words)
+                if short is not None:
+                    rows[i], cut_side[i] = short, 0
+                continue
+            short_a, short_b = _cut(row[0], words), _cut(row[1], words)
+            if (short_a is None) != (short_b is None):  # exactly one long side
+                side = 0 if short_a is not None else 1
+                rows[i] = (short_a, row[1]) if side == 0 else (row[0], short_b)
+                cut_side[i] = side
+    encodings = _encode_batch(backend, rows, max_len, where)
+    if cut_side:
+        budget = max_len - backend.num_special_tokens_to_add(text_b is not None)
+        whole = [i for i, side in cut_side.items()
+                 if not _exact_after_cut(encodings[i], side, text_b is not None, budget)]
+        if whole:
+            redone = _encode_batch(
+                backend, [text_a[i] if text_b is None else (text_a[i], text_b[i]) for i in whole],
+                max_len, where)
+            for i, encoding in zip(whole, redone, strict=True):
+                encodings[i] = encoding
     too_long = [i for i, e in enumerate(encodings) if e.overflowing]
     skip = set(too_long) if drop else set()
     input_ids = [e.ids for i, e in enumerate(encodings) if i not in skip]
     type_ids = [e.type_ids for i, e in enumerate(encodings) if i not in skip]
     return input_ids, type_ids, too_long
+
+
+def _exact_after_cut(encoding: Any, side: int, pair: bool, budget: int) -> bool:
+    """Whether a row tokenized from a cut has the tokens of its whole text.
+
+    The cut text must still overflow (then so does the whole, and a single text keeps its
+    first tokens either way). In a pair, longest-first truncation leaves a side that it cut
+    at least budget // 2 tokens, and gives the odd token to the longer side; a whole other
+    side with fewer tokens is therefore the shorter one in both texts, kept whole, and
+    decides alone what the long side keeps."""
+    if not encoding.overflowing:
+        return False
+    if not pair:
+        return True
+    other = sum(1 for s in encoding.sequence_ids if s == 1 - side)
+    return other < budget // 2
+
+
+def _encode_batch(backend: Any, rows: list[Any], max_len: int, where: Any) -> list[Any]:
+    try:
+        return backend.encode_batch(rows, add_special_tokens=True)
+    except Exception as err:  # e.g. max_seq_len smaller than the special tokens
+        raise DataError(f"{where}: cannot truncate to max_seq_len={max_len} ({err}); raise "
+                        "max_seq_len") from err
 
 
 def _encode_chunk(tokenizer: Any, text_a: list[str], text_b: list[str] | None, max_len: int,
