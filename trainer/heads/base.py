@@ -319,10 +319,9 @@ def prefix_words(backend: Any, max_len: int) -> int | None:
     return max_len + 1
 
 
-def _cut(text: str, words: int) -> str | None:
-    """`text` up to the space after its first `words` words, None when it has no more."""
-    parts = text.split(" ", words)
-    return " ".join(parts[:words]) if len(parts) > words else None
+def _cut(text: str, words: int) -> str:
+    """`text` up to the space after its first `words` words (it has more than that)."""
+    return " ".join(text.split(" ", words)[:words])
 
 
 def _encode_chunk_once(backend: Any, text_a: list[str], text_b: list[str] | None, max_len: int,
@@ -341,15 +340,13 @@ def _encode_chunk_once(backend: Any, text_a: list[str], text_b: list[str] | None
     if words is not None:
         for i, row in enumerate(rows):
             if text_b is None:
-                short = _cut(row, words)
-                if short is not None:
-                    rows[i], cut_side[i] = short, 0
+                if row.count(" ") > words:
+                    rows[i], cut_side[i] = _cut(row, words), 0
                 continue
-            short_a, short_b = _cut(row[0], words), _cut(row[1], words)
-            if (short_a is None) != (short_b is None):  # exactly one long side
-                side = 0 if short_a is not None else 1
-                rows[i] = (short_a, row[1]) if side == 0 else (row[0], short_b)
-                cut_side[i] = side
+            long_a, long_b = row[0].count(" ") > words, row[1].count(" ") > words
+            if long_a != long_b:  # exactly one long side
+                rows[i] = (_cut(row[0], words), row[1]) if long_a else (row[0], _cut(row[1], words))
+                cut_side[i] = 0 if long_a else 1
     encodings = _encode_batch(backend, rows, max_len, where)
     if cut_side:
         budget = max_len - backend.num_special_tokens_to_add(text_b is not None)
