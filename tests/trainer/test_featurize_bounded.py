@@ -165,3 +165,23 @@ def test_only_tokenizers_that_split_at_spaces_are_cut(minilm_tokenizer):
     spaced.enable_truncation(16)
     spaced.add_tokens(["new york"])
     assert prefix_words(spaced, 16) is None
+
+
+def test_a_tokenizer_that_splits_special_tokens_in_text_keeps_doing_so(minilm_path):
+    """`split_special_tokens` (from a tokenizer_config.json) is a flag of the live tokenizer
+    that a copy of its backend does not carry: "[SEP]" typed in a text stays five tokens."""
+    from transformers import AutoTokenizer
+
+    from weightsearch.trainer.encoders import resolve_encoder
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_encoder(minilm_path),
+                                              split_special_tokens=True, local_files_only=True)
+    text_a = ["[CLS] a", "x [SEP] y " * 6]
+    got = encode_counted(tokenizer, text_a, None, 8, "t")
+    assert got == _whole_then_cut(tokenizer, text_a, None, 8, False)
+    assert tokenizer.sep_token_id not in got[0][0][1:-1]
+
+
+def test_text_the_tokenizer_cannot_read_is_one_clear_error(minilm_tokenizer):
+    with pytest.raises(DataError, match=r"the tokenizer cannot read a row .*check the file's text"):
+        encode_counted(minilm_tokenizer, ["a \ud800 b"], None, 8, "t")

@@ -287,7 +287,9 @@ def _truncating_backend(tokenizer: Any, max_len: int, where: Any) -> Any:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return None
+    special = getattr(backend, "encode_special_tokens", False)
     backend = copy.deepcopy(backend)
+    backend.encode_special_tokens = special  # a runtime flag the copy does not carry
     try:
         backend.enable_truncation(max_len, strategy="longest_first",
                                   direction=getattr(tokenizer, "truncation_side", "right"))
@@ -384,9 +386,13 @@ def _exact_after_cut(encoding: Any, side: int, pair: bool, budget: int) -> bool:
 def _encode_batch(backend: Any, rows: list[Any], max_len: int, where: Any) -> list[Any]:
     try:
         return backend.encode_batch(rows, add_special_tokens=True)
-    except Exception as err:  # e.g. max_seq_len smaller than the special tokens
-        raise DataError(f"{where}: cannot truncate to max_seq_len={max_len} ({err}); raise "
-                        "max_seq_len") from err
+    except Exception as err:
+        if "truncat" in str(err).lower():  # e.g. max_seq_len smaller than the special tokens
+            raise DataError(f"{where}: cannot truncate to max_seq_len={max_len} ({err}); raise "
+                            "max_seq_len") from err
+        raise DataError(f"{where}: the tokenizer cannot read a row ({type(err).__name__}: "
+                        f"{str(err)[:200]}); check the file's text (e.g. invalid characters)"
+                        ) from err
 
 
 def _encode_chunk(tokenizer: Any, text_a: list[str], text_b: list[str] | None, max_len: int,
