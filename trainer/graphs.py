@@ -186,6 +186,18 @@ class GraphedSteps:
         # The step's gradients are spent: not held while graphs replay with their own.
         self.run.optimizer.zero_grad(set_to_none=True)
 
+    def release(self) -> None:
+        """Drop the graphs, their memory pool and fixed gradients, and the link back to the
+        run: the two point at each other, so without this a finished stage's model, optimizer
+        and graphs would wait for the garbage collector while the next stage loads its own."""
+        for p in self.grads:
+            p.grad = None
+        self.graphs.clear()
+        self.grads.clear()
+        self.trained.clear()
+        self.stream = self.pool = None
+        self.run = self.update = None
+
     def summary(self) -> str:
         """How many shapes were captured, and which stayed eager."""
         eager = sorted(t for t in self.run.data if self._eager_only(t))

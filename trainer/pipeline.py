@@ -13,6 +13,7 @@ done).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import shutil
@@ -66,6 +67,7 @@ def train(
     finally:  # num_threads is this run's: a notebook's next run keeps its own thread count
         torch.set_num_threads(threads)
         if torch.cuda.is_available() and torch.cuda.is_initialized():
+            gc.collect()  # what a stopped run's traceback held is garbage now
             torch.cuda.empty_cache()  # a reused worker does not hold this run's GPU reservation
 
 
@@ -113,9 +115,20 @@ def _train(cfg: RunConfig, report: Report | None, resume: bool, stage: str,
     run = set_up(cfg, resume, stage, soft_targets)
     cfg = run.cfg  # as a resumed run trained it, for the fine-tuning that follows
     _drop_stale_finetuning(run)
-    result = train_stage(run, report, quiet)
+    result = _train_and_release(run, report, quiet)
     del run  # the fine-tuning runs load their own copies of the model
     return _finish_run(cfg, result, report, quiet)
+
+
+def _train_and_release(run: StageRun, report: Report | None, quiet: bool) -> RunResult:
+    """`train_stage`, then its graph steps let go of the run (the two point at each other),
+    so that the run's model, optimizer and graphs are freed with the run, not by the garbage
+    collector while the next stage loads its own."""
+    try:
+        return train_stage(run, report, quiet)
+    finally:
+        if run.graphs is not None:
+            run.graphs.release()
 
 
 def _check_finetune_folder(cfg: RunConfig) -> None:
@@ -165,7 +178,7 @@ def _finetune(cfg: RunConfig, init_from: Path, report: Report | None, quiet: boo
             continue
         if not quiet:
             tqdm.write(f"fine-tuning {task} from {init_from}")
-        result = train_stage(set_up(sub, resume=True, stage="finetuned"), report, quiet)
+        result = _train_and_release(set_up(sub, resume=True, stage="finetuned"), report, quiet)
         (Path(sub.output_dir) / RESULT).write_text(json.dumps(result.to_dict(), indent=1))
         finish_checkpoints(Path(sub.output_dir), sub.checkpoints, sub.keep_checkpoints)
         results[task] = result

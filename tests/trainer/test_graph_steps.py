@@ -201,14 +201,15 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 def test_captured_graphs_train_as_the_eager_loop_on_cuda(sample_data_dir, tmp_path, optimizer):
     """Without dropout (the captured graph draws its own masks), a run of captured steps
     trains as the eager one: the padded and unpadded batches, the schedule's learning rate
-    and each task's head."""
+    and each task's head. In fp32: under bf16 an unpadded eager batch may take another
+    attention kernel than its captured twin, which always builds the mask."""
     encoder = no_dropout_encoder(tmp_path)
     tasks = [{"preset": name, "dropout": 0.0} for name in ("rte", "mrpc", "stsb")]
     runs = {}
     for mode in ("off", "on"):
         cfg = run_config(sample_data_dir, encoder, tmp_path / mode, tasks=tasks, device="cuda",
                          pad_to="buckets", cuda_graphs=mode, checkpoints="all",
-                         optimizer=optimizer)
+                         optimizer=optimizer, precision="fp32")
         runs[mode] = set_up(cfg)
         train_stage(runs[mode], quiet=True)
     graphs = runs["on"].graphs
@@ -226,6 +227,16 @@ def test_captured_dropout_draws_new_masks_every_replay(sample_data_dir, tiny_enc
     assert run.graphs is not None and run.graphs.graphs
     losses = [s["loss"] for s in steps_of(tmp_path / "run")]
     assert len(set(losses)) == len(losses)
+    # The losses differ anyway (the weights move); what shows new masks is the CUDA random
+    # state moving on at each replay, as it does only for a graph that registered it.
+    captured = next(g.graph for g in run.graphs.graphs.values() if g.graph is not None)
+    generator = torch.cuda.default_generators[torch.cuda.current_device()]
+    offsets = [generator.get_offset()]
+    for _ in range(2):
+        captured.replay()
+        torch.cuda.synchronize()
+        offsets.append(generator.get_offset())
+    assert offsets[0] < offsets[1] < offsets[2]
 
 
 @pytest.mark.parametrize(("text", "value"), [("on", "on"), ("off", "off"), ("true", "on"),
@@ -332,3 +343,33 @@ def test_a_checkpoint_keeps_the_loading_optimizers_implementation():
     assert group["fused"] is True and not group.get("foreach")
     state = next(iter(fused.state.values()))
     assert float(state["step"]) == 1.0 and state["step"].dtype == torch.float32
+
+
+def test_a_finished_graph_run_frees_its_model_without_the_garbage_collector(
+        sample_data_dir, tiny_encoder, tmp_path, monkeypatch):
+    """The graph steps and the run point at each other: `train` breaks that link when the
+    stage ends, so the model, optimizer and graphs go at once, not when the collector runs
+    (on a GPU, while the fine-tuning stage loads its own model)."""
+    import gc
+    import weakref
+
+    from weightsearch.trainer import pipeline
+
+    made = []
+
+    def with_graph_steps(*args, **kwargs):
+        run = set_up(*args, graphs=EMULATED, **kwargs)
+        made.append((weakref.ref(run.model), weakref.ref(run.optimizer), run.graphs))
+        return run
+
+    monkeypatch.setattr(pipeline, "set_up", with_graph_steps)
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", pad_to="buckets")
+    gc.collect()
+    gc.disable()
+    try:
+        pipeline.train(cfg, quiet=True)
+        model, optimizer, graphs = made[0]
+        assert graphs.graphs == {} and graphs.run is None  # it did capture, then let go
+        assert model() is None and optimizer() is None
+    finally:
+        gc.enable()
