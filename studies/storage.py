@@ -291,26 +291,24 @@ def _existing_file_engine(url: str) -> dict | None:
         return None
     options = engine_kwargs(url)
     timeout = options.pop("connect_args", {}).get("timeout", 120)
-    return {**options, "creator": functools.partial(_connect_existing, os.path.abspath(path),
-                                                    timeout)}
-
-
-def _connect_existing(path: str, timeout: float) -> sqlite3.Connection:
-    from urllib.parse import quote
-
-    # check_same_thread: as SQLAlchemy's own pool for a file does (threads share connections)
-    return sqlite3.connect(f"file:{quote(path)}?mode=rw", uri=True, timeout=timeout,
-                           check_same_thread=False)
+    return {**options, "creator": functools.partial(_connect_file, os.path.abspath(path),
+                                                    "mode=rw", timeout)}
 
 
 def _connect_read_only(path: str) -> sqlite3.Connection:
-    from urllib.parse import quote
-
     immutable = (not os.access(os.path.dirname(path), os.W_OK)
                  and not os.path.exists(path + "-shm"))
-    uri = f"file:{quote(path)}?mode=ro" + ("&immutable=1" if immutable else "")
-    # check_same_thread: the service reads from a thread pool, as SQLAlchemy's own file pool does
-    return sqlite3.connect(uri, uri=True, timeout=120, check_same_thread=False)
+    return _connect_file(path, "mode=ro" + ("&immutable=1" if immutable else ""))
+
+
+def _connect_file(path: str, query: str, timeout: float = 120) -> sqlite3.Connection:
+    """A connection to the SQLite file at `path` through a URI with `query` (its mode)."""
+    from urllib.parse import quote
+
+    # check_same_thread: threads share connections (the service reads from a thread pool), as
+    # SQLAlchemy's own pool for a file lets them
+    return sqlite3.connect(f"file:{quote(path)}?{query}", uri=True, timeout=timeout,
+                           check_same_thread=False)
 
 
 def open_storage(url: str | None = None):

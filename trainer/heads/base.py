@@ -257,6 +257,7 @@ def encode_counted(tokenizer: Any, text_a: list[str], text_b: list[str] | None, 
     tokenizers truncate at max_len + 1, which tells the over-long rows apart (exactly those
     that reach max_len + 1 tokens), and tokenize those again at max_len."""
     backend = _truncating_backend(tokenizer, max_len, where)
+    words = None if backend is None else prefix_words(backend, max_len)
     input_ids: list[list[int]] = []
     type_ids: list[list[int]] = []
     too_long: list[int] = []
@@ -264,7 +265,8 @@ def encode_counted(tokenizer: Any, text_a: list[str], text_b: list[str] | None, 
         part_a = text_a[start:start + chunk]
         part_b = None if text_b is None else text_b[start:start + chunk]
         if backend is not None:
-            ids, types, over = _encode_chunk_once(backend, part_a, part_b, max_len, where, drop)
+            ids, types, over = _encode_chunk_once(backend, part_a, part_b, max_len, where, drop,
+                                                  words)
         else:
             ids, types, over = _encode_chunk(tokenizer, part_a, part_b, max_len, where, drop)
         input_ids += ids
@@ -327,16 +329,15 @@ def _cut(text: str, words: int) -> str:
 
 
 def _encode_chunk_once(backend: Any, text_a: list[str], text_b: list[str] | None, max_len: int,
-                       where: Any, drop: bool
+                       where: Any, drop: bool, words: int | None
                        ) -> tuple[list[list[int]], list[list[int]], list[int]]:
     """encode_counted for one chunk, one backend call: the rows whose truncation overflowed
     are the over-long ones (the indices are the chunk's own).
 
-    Where the tokenizer allows (`prefix_words`), a long single text, or the one long side of
-    a pair, is tokenized only up to a cut past what truncation keeps, so time follows
-    max_len rather than the text's length; a row whose cut might change its tokens (both
-    sides of a pair long, a side that lost words in normalising) is tokenized whole."""
-    words = prefix_words(backend, max_len)
+    With `words` (`prefix_words`), a long single text, or the one long side of a pair, is
+    tokenized only up to the space after that many words, so time follows max_len rather
+    than the text's length; a row whose cut might change its tokens (both sides of a pair
+    long, a side that lost words in normalising) is tokenized whole."""
     rows: list[Any] = list(text_a) if text_b is None else list(zip(text_a, text_b, strict=True))
     cut_side: dict[int, int] = {}  # row -> the side tokenized from a cut (0: a, 1: b)
     if words is not None:
