@@ -539,9 +539,23 @@ def prepare(args: argparse.Namespace, tmp: Path, report: dict) -> tuple[dict, Sy
     return data, syn, encoders
 
 
+def attempt(measure_row: Any, *args: Any) -> dict:
+    """measure_row(*args), or a row saying how it failed: one failing row (a capture the device
+    refuses, say) must not cost the rows after it, on a machine lent for minutes."""
+    try:
+        return measure_row(*args)
+    except Exception as error:  # reported in the row and on stderr
+        import traceback
+
+        traceback.print_exc()
+        return {"not_run": f"failed: {type(error).__name__}: {error}"}
+
+
 def measure_rows(args: argparse.Namespace, runtime: Any, tmp: Path, report: dict,
-                 procs: list[subprocess.Popen]) -> dict[str, str]:
-    """Every row of both encoders, printed as each is measured; the encoders' folders."""
+                 procs: list[subprocess.Popen], save: Any) -> None:
+    """Every row of both encoders, printed (and saved) as each is measured, with the realistic
+    trial between the single-process rows and the packed and fused ones: on a machine lent
+    for minutes the issue's targets come first."""
     data, syn, encoders = prepare(args, tmp, report)
     # Fused rows: GPU memory and CPU seconds per member (per run trained).
     print(f"{'encoder':<10} {'row':<17} {'seq/s':>10} {'MFU':>8} {'peak GPU MiB':>12} "
@@ -552,28 +566,49 @@ def measure_rows(args: argparse.Namespace, runtime: Any, tmp: Path, report: dict
         entry["rows"][name] = add_mfu(row, entry["flops_per_sequence"], report["matmul_peak"],
                                       args)
         show(kind, name, row)
+        save(report)
 
     for kind, path in encoders.items():
-        record(kind, "plain loop", plain_loop(path, data, syn, runtime.autocast_dtype))
-        record(kind, "trainer eager", trainer_row(path, syn, str(tmp / f"eager-{kind}"), False))
+        record(kind, "plain loop",
+               attempt(plain_loop, path, data, syn, runtime.autocast_dtype))
+        record(kind, "trainer eager",
+               attempt(trainer_row, path, syn, str(tmp / f"eager-{kind}"), False))
         record(kind, "trainer graphs",
-               trainer_row(path, syn, str(tmp / f"graphs-{kind}"), False, graphs="on")
+               attempt(trainer_row, path, syn, str(tmp / f"graphs-{kind}"), False, "on")
                if args.device == "cuda" else {"not_run": "CUDA graphs need a CUDA GPU"})
         record(kind, "trainer compiled",
-               trainer_row(path, syn, str(tmp / f"compiled-{kind}"), True) if args.compile
-               else {"not_run": "pass --compile (its warm-up takes minutes)"})
+               attempt(trainer_row, path, syn, str(tmp / f"compiled-{kind}"), True)
+               if args.compile else {"not_run": "pass --compile (its warm-up takes minutes)"})
+    measure_realistic(args, tmp, report, encoders, save)
     packing = packings(args)
-    packed = run_packed(procs, tmp / "packed", packing, encoders,
-                        dataclasses.replace(syn, rows=args.pack_rows))
+    packed = attempt(run_packed, procs, tmp / "packed", packing, encoders,
+                     dataclasses.replace(syn, rows=args.pack_rows))
     for n in sorted(set(packing) | set(PACKINGS)):
         for kind in KINDS:
-            record(kind, f"packed {n}", packed[n][kind] if n in packed else not_packed(n, args))
+            record(kind, f"packed {n}", packed if "not_run" in packed
+                   else packed[n][kind] if n in packed else not_packed(n, args))
     fused = sorted({int(k) for k in args.fused.split(",")})
     for k in sorted(set(fused) | set(FUSED)):
         for kind, path in encoders.items():
-            record(kind, f"fused {k}", fused_row(path, syn, tmp / f"fused-{kind}-{k}", k)
+            record(kind, f"fused {k}", attempt(fused_row, path, syn, tmp / f"fused-{kind}-{k}", k)
                    if k in fused else {"not_run": f"--fused {args.fused} leaves it out"})
-    return encoders
+
+
+def measure_realistic(args: argparse.Namespace, tmp: Path, report: dict,
+                      encoders: dict[str, str], save: Any) -> None:
+    """The realistic trial with the defaults (on CUDA: static shapes and graphs), and on CUDA
+    the eager loop beside it."""
+    from weightsearch.trainer.encoders import default_encoder_path
+
+    # Real MiniLM weights for a full trial; the tiny MiniLM-named shape with --quick.
+    encoder = encoders["minilm"] if args.quick else default_encoder_path()
+    report["realistic_trial"] = attempt(realistic_trial, args, encoder, tmp, "auto")
+    show_trial(report["realistic_trial"], "defaults")
+    save(report)
+    if args.device == "cuda":
+        report["realistic_trial_eager"] = attempt(realistic_trial, args, encoder, tmp, "off")
+        show_trial(report["realistic_trial_eager"], "cuda_graphs: off")
+        save(report)
 
 
 def packings(args: argparse.Namespace) -> list[int]:
@@ -590,9 +625,8 @@ def show_trial(trial: dict, how: str) -> None:
               f"examples/s (wall {trial['wall_time_s']:.1f} s)")
 
 
-def measure(args: argparse.Namespace, tmp: Path, procs: list[subprocess.Popen]) -> dict:
+def measure(args: argparse.Namespace, tmp: Path, procs: list[subprocess.Popen]) -> None:
     from weightsearch.trainer.device import select_runtime
-    from weightsearch.trainer.encoders import default_encoder_path
 
     # The trainer's own choice of precision (and TF32 on CUDA), and the thread count.
     runtime = select_runtime(args.device, num_threads=args.threads)
@@ -601,16 +635,15 @@ def measure(args: argparse.Namespace, tmp: Path, procs: list[subprocess.Popen]) 
     wait_until(lambda: all(p.exists() for p in imported), "imports", procs)
     peak = matmul_peak(args.device, runtime.autocast_dtype, args.quick)
     report = header(args, runtime, peak)
-    encoders = measure_rows(args, runtime, tmp, report, procs)
-    # Real MiniLM weights for a full trial; the tiny MiniLM-named shape with --quick.
-    encoder = encoders["minilm"] if args.quick else default_encoder_path()
-    # The defaults (on CUDA: static shapes and graphs), and on CUDA the eager loop beside it.
-    report["realistic_trial"] = realistic_trial(args, encoder, tmp, "auto")
-    show_trial(report["realistic_trial"], "defaults")
-    if args.device == "cuda":
-        report["realistic_trial_eager"] = realistic_trial(args, encoder, tmp, "off")
-        show_trial(report["realistic_trial_eager"], "cuda_graphs: off")
-    return report
+    measure_rows(args, runtime, tmp, report, procs, lambda report: save_json(args, report))
+
+
+def save_json(args: argparse.Namespace, report: dict) -> None:
+    """--json rewritten whole after each row (a run cut short keeps what it measured)."""
+    if args.json:
+        part = Path(args.json + ".part")
+        part.write_text(json.dumps(report, indent=1) + "\n")
+        part.replace(args.json)
 
 
 def main() -> None:
@@ -621,14 +654,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as name:
         procs = start_packed(packings(args), Path(name) / "packed")
         try:
-            report = measure(args, Path(name), procs)
+            measure(args, Path(name), procs)
         finally:  # none is left waiting for a job when this one failed
             for p in procs:
                 if p.poll() is None:
                     p.kill()
                     p.wait()
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":

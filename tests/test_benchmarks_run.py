@@ -55,4 +55,37 @@ def test_bench_gpu_quick_runs_every_row_on_the_cpu(tmp_path: Path):
     trial = report["realistic_trial"]
     assert trial["examples_per_s"] > 0 and trial["train_examples"] > 0, trial
     assert "realistic_trial_eager" not in report  # the defaults are eager on a CPU
-    assert "examples/s" in proc.stdout.splitlines()[-1]
+    assert any(line.startswith("realistic trial (") and "examples/s" in line
+               for line in proc.stdout.splitlines())
+    assert "failed:" not in proc.stdout and "Traceback" not in proc.stderr
+
+
+def _bench_gpu_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_gpu",
+                                                  ROOT / "benchmarks" / "bench_gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_gpu"] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_failing_row_is_reported_and_the_json_keeps_every_row_measured(tmp_path: Path,
+                                                                        capsys):
+    bench = _bench_gpu_module()
+
+    def refused(shape: str) -> dict:
+        raise RuntimeError(f"capture of {shape} refused")
+
+    row = bench.attempt(refused, "32 x 128")
+    assert row == {"not_run": "failed: RuntimeError: capture of 32 x 128 refused"}
+    assert "Traceback" in capsys.readouterr().err  # the cause is not lost either
+    assert bench.attempt(lambda: {"x": 1}) == {"x": 1}
+
+    out = tmp_path / "gpu.json"
+    args = type("Args", (), {"json": str(out)})()
+    bench.save_json(args, {"rows": {"plain loop": {"sequences_per_s": 1.0}}})
+    bench.save_json(args, {"rows": {"plain loop": {"sequences_per_s": 1.0}, "next": row}})
+    assert json.loads(out.read_text())["rows"]["next"] == row
+    assert [p.name for p in tmp_path.iterdir()] == ["gpu.json"]  # no .part left behind
