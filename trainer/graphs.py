@@ -12,10 +12,11 @@ GPU mostly idle. Replaying a captured graph launches them all at once. What that
 - no host read inside the step: the clip's norm and factor and the loss stay on the device
   (as in the eager loop, `weightsearch.trainer.clipping`), and the readings are copied out of
   the graph after each replay;
-- gradients in fixed memory too: one gradient tensor per parameter, made before the first
-  capture and shared by every graph. Each graph zeroes and fills only the parameters its task
-  trains (the encoder, its head): what the task's eager steps gave a gradient, so the
-  optimizer leaves the other tasks' heads alone, as an eager step does;
+- gradients made by the step itself: before the backward the graph's step sets every
+  parameter's gradient to None, so the backward allocates (in the graph's memory pool) just
+  the gradients of the parameters the task trains (the encoder, its head), with no zeroing
+  and no accumulating add, and the optimizer skips the other tasks' heads as an eager step
+  does. The gradients are spent within the replay: the next graph may reuse their memory;
 - dropout: the default CUDA generator advances on every replay, so each step draws new masks.
 
 Before a shape is captured its first `warmup` steps run eagerly (they are real steps of the
@@ -130,8 +131,7 @@ class GraphedSteps:
     graphs: dict[Key, _Graph] = field(default_factory=dict)
     seen: dict[Key, int] = field(default_factory=dict)
     eager_keys: set[Key] = field(default_factory=set)
-    trained: dict[str, list[torch.Tensor]] = field(default_factory=dict)  # per task
-    grads: dict[torch.Tensor, torch.Tensor] = field(default_factory=dict)  # per parameter
+    trained: set[str] = field(default_factory=set)  # tasks with an eager update taken
     stream: Any = None
     pool: Any = None
     failed: str | None = None  # why a capture failed: the graphs are off from then on
@@ -181,19 +181,15 @@ class GraphedSteps:
         finally:
             if side:
                 torch.cuda.current_stream().wait_stream(self.stream)
-        if task not in self.trained:
-            self.trained[task] = [p for p in self._parameters() if p.grad is not None]
+        self.trained.add(task)
         # The step's gradients are spent: not held while graphs replay with their own.
         self.run.optimizer.zero_grad(set_to_none=True)
 
     def release(self) -> None:
-        """Drop the graphs, their memory pool and fixed gradients, and the link back to the
-        run: the two point at each other, so without this a finished stage's model, optimizer
-        and graphs would wait for the garbage collector while the next stage loads its own."""
-        for p in self.grads:
-            p.grad = None
+        """Drop the graphs, their memory pool, and the link back to the run: the two point at
+        each other, so without this a finished stage's model, optimizer and graphs would wait
+        for the garbage collector while the next stage loads its own."""
         self.graphs.clear()
-        self.grads.clear()
         self.trained.clear()
         self.stream = self.pool = None
         self.run = self.update = None
@@ -217,9 +213,6 @@ class GraphedSteps:
         """The step of this task and shape, captured (or, without capture, set up)."""
         graph = _Graph(None, {k: torch.empty_like(v) for k, v in batch.items()},
                        torch.tensor(float(weight), device=self.run.runtime.device))
-        for p in self.trained[task]:  # made outside the capture: they outlive every graph
-            if p not in self.grads:
-                self.grads[p] = torch.zeros_like(p)
         if not self.capture:
             self.graphs[key] = graph
             return graph
@@ -246,19 +239,16 @@ class GraphedSteps:
 
     def _step(self, task: str, batch: dict[str, torch.Tensor], weight: torch.Tensor
               ) -> torch.Tensor:
-        """The whole update on fixed tensors: what a graph holds. The task's parameters get
-        the shared fixed gradients, the others none (the optimizer then skips them)."""
-        trained = self.trained[task]
-        for p in self._parameters():
+        """The whole update on fixed tensors: what a graph holds. The backward makes the
+        gradients of the parameters the task trains (none held before it: no zeroing, no
+        accumulating add), the optimizer steps those, and none is kept after."""
+        parameters = self._parameters()
+        for p in parameters:
             p.grad = None
-        grads = [self.grads[p] for p in trained]
-        for p, grad in zip(trained, grads, strict=True):
-            p.grad = grad
         try:
-            torch._foreach_zero_(grads)
             return self.update(task, batch, weight)
-        finally:  # the eager steps keep their own gradients
-            for p in trained:
+        finally:  # spent within the replay; the eager steps make their own
+            for p in parameters:
                 p.grad = None
 
 

@@ -1,7 +1,7 @@
 """CUDA graph steps (`weightsearch.trainer.graphs`, `cuda_graphs`).
 
 On the CPU the graph step runs without capture (`GraphPlan(True, capture=False)`): the same
-fixed input tensors, fixed gradients shared by every shape, the capturable optimizer with its
+fixed input tensors, gradients made by the step and spent within it, the capturable optimizer with its
 learning rate as a device scalar that the schedule fills, the readings copied out after each
 step. Such a run must train as the eager loop does. The tests marked `gpu` capture for real.
 """
@@ -152,9 +152,19 @@ def test_graph_steps_train_as_the_eager_loop(sample_data_dir, tiny_encoder, tmp_
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "graphs", pad_to="buckets",
                      checkpoints="all")
     run = set_up(cfg, graphs=EMULATED)
-    train_stage(run, quiet=True)
     graphs = run.graphs
     assert graphs is not None
+    stepped: dict[str, set[str]] = {}  # each task's parameters with a gradient at its update
+    update = graphs.update
+
+    def recording_update(task, batch, weight):
+        readings = update(task, batch, weight)
+        stepped.setdefault(task, set()).update(
+            n for n, p in run.model.named_parameters() if p.grad is not None)
+        return readings
+
+    graphs.update = recording_update
+    train_stage(run, quiet=True)
     steps = sum(len(p) for p in run.plans.values())
     shapes = {key for key in graphs.seen}
     assert set(graphs.graphs) <= shapes
@@ -163,10 +173,12 @@ def test_graph_steps_train_as_the_eager_loop(sample_data_dir, tiny_encoder, tmp_
     replayed = steps - sum(graphs.seen.values())
     assert replayed > 0
     assert "step shapes captured" in graphs.summary()
-    # Each task's graph trains the encoder and its own head only.
-    for task, params in graphs.trained.items():
-        names = {n for n, p in run.model.named_parameters() if any(p is q for q in params)}
-        others = [t for t in graphs.trained if t != task]
+    # Each task's graph step trains the encoder and its own head only.
+    assert set(stepped) == set(run.data)
+    for task, names in stepped.items():
+        others = [t for t in stepped if t != task]
+        assert any(f".{task}." in f".{n}." for n in names), task
+        assert any(n.startswith("encoder.") for n in names), task
         assert not any(f".{other}." in f".{n}." for n in names for other in others), task
     assert_same_training(tmp_path / "graphs", eager_run)
 
