@@ -89,3 +89,24 @@ def test_a_failing_row_is_reported_and_the_json_keeps_every_row_measured(tmp_pat
     bench.save_json(args, {"rows": {"plain loop": {"sequences_per_s": 1.0}, "next": row}})
     assert json.loads(out.read_text())["rows"]["next"] == row
     assert [p.name for p in tmp_path.iterdir()] == ["gpu.json"]  # no .part left behind
+
+
+@pytest.mark.slow  # two encoders, four short runs each: about 20 s of CPU
+def test_gpu_steady_quick_runs_on_the_cpu(tmp_path: Path):
+    out = tmp_path / "steady.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_steady.py"), "--device", "cpu",
+         "--quick", "--json", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(out.read_text())
+    for kind in ENCODERS:
+        rows = report["encoders"][kind]
+        for name in ("as is", "precollated", "as is (again)"):
+            assert rows[name]["sequences_per_s"] > 0, (kind, name, rows[name])
+            # the same seed on a CPU: the very same losses, collated ahead or not
+            assert rows[name]["loss_spread_vs_first"] == 0.0
+        window = rows["profiled window"]
+        assert window["steps"] > 0 and window["window_ms_per_step"] > 0
+        assert "compiled + graphs" not in rows  # CUDA only
