@@ -1,13 +1,16 @@
 """`resources.gpu: auto`: a trial's share of a GPU from the GPU memory the study's trials
 measured, so that as many trials train side by side on a card as fit in its memory.
 
-One trial of a small encoder leaves most of a GPU idle (the host's Python and kernel launches
-bound it), and trials side by side each run at nearly the speed of one alone (issue 45). How
-many fit is a matter of memory, which only a trial can measure: the trainer reports the peak
-its caching allocator reserved and the card's size (`trainer.memory.gpu_peaks`), and the
-driver stores both with the trial (`studies.schema.GPU_MEASURES`). Until one trial of the
-study has measured, a trial asks for a whole GPU, so the first one measures alone; after that,
-each new trial asks for the share the largest measured peak needs (`gpu_fraction`). The
+An eager trial of a small encoder leaves most of a GPU idle (the host's Python and kernel
+launches bound it), and such trials side by side each run at nearly the speed of one alone. A
+trial whose steps replay as CUDA graphs keeps the card busier: on an H200 two of them filled it
+and more only shared the same throughput (BENCHMARKS.md section 2), which the CPUs per trial
+cap (below). How many fit is a matter of memory, which only a trial can measure: the trainer
+reports the peak its caching allocator reserved and the card's size
+(`trainer.memory.gpu_peaks`), and the driver stores both with the trial
+(`studies.schema.GPU_MEASURES`). Until one trial of the study has measured, a trial asks for a
+whole GPU, so the first one measures alone; after that, each new trial asks for the share the
+largest measured peak needs (`gpu_fraction`). The
 measurements are read from the study database, so every driver of a study sizes its trials
 from every driver's trials.
 

@@ -110,3 +110,21 @@ def test_gpu_steady_quick_runs_on_the_cpu(tmp_path: Path):
         window = rows["profiled window"]
         assert window["steps"] > 0 and window["window_ms_per_step"] > 0
         assert "compiled + graphs" not in rows  # CUDA only
+
+
+def test_device_busy_time_counts_overlapping_spans_once():
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("gpu_steady",
+                                                  ROOT / "benchmarks" / "gpu_steady.py")
+    steady = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(steady)
+
+    def span(start: float, end: float) -> SimpleNamespace:
+        return SimpleNamespace(time_range=SimpleNamespace(start=start, end=end))
+
+    # a kernel reported inside a longer device span, one overlapping it, one apart
+    spans = [span(10, 20), span(0, 30), span(25, 40), span(50, 55)]
+    assert steady.busy_us(spans) == 45.0  # [0, 40] and [50, 55]
+    assert steady.busy_us([]) == 0.0

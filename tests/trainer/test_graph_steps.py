@@ -1,9 +1,9 @@
 """CUDA graph steps (`weightsearch.trainer.graphs`, `cuda_graphs`).
 
 On the CPU the graph step runs without capture (`GraphPlan(True, capture=False)`): the same
-fixed input tensors, gradients made by the step and spent within it, the capturable optimizer with its
-learning rate as a device scalar that the schedule fills, the readings copied out after each
-step. Such a run must train as the eager loop does. The tests marked `gpu` capture for real.
+fixed input tensors, gradients made by the step and spent within it, the capturable optimizer
+with its learning rate as a device scalar that the schedule fills, the readings copied out after
+each step. Such a run must train as the eager loop does. The tests marked `gpu` capture for real.
 """
 
 from __future__ import annotations
