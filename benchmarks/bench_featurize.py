@@ -14,7 +14,8 @@ core, so peak RSS is its own:
         --modes once,uncut
 
 `--shape`: pairs (default: two texts of `--words` random words each), documents (one text
-of `--words` words) or question (an 8-word question and a `--words`-word document). MiniLM's
+of `--words` words) or question (an 8-word question and a `--words`-word document); the words
+come from 21 English words, or with `--vocab N` from N random letter strings. MiniLM's
 tokenizer, max_seq_len 128: every row over-long and truncated, as a long-document task's.
 """
 
@@ -35,9 +36,21 @@ WORDS = ["the", "model", "reads", "every", "sentence", "of", "document", "and", 
          "paragraphs", "tokenization", "unbelievable", "mat", "cat"]
 
 
-def _rows(shape: str, rows: int, words: int) -> tuple[list[str], list[str] | None]:
+def _vocabulary(size: int) -> list[str]:
+    """WORDS, or with a size that many random lowercase words of 2-12 letters (text whose
+    words rarely repeat, which WordPiece splits into several pieces)."""
+    if not size:
+        return WORDS
+    rng = random.Random(1)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    return ["".join(rng.choice(letters) for _ in range(rng.randint(2, 12))) for _ in range(size)]
+
+
+def _rows(shape: str, rows: int, words: int, vocab: int = 0
+          ) -> tuple[list[str], list[str] | None]:
     rng = random.Random(0)
-    make = lambda n: " ".join(rng.choice(WORDS) for _ in range(n))  # noqa: E731
+    pool = _vocabulary(vocab)
+    make = lambda n: " ".join(rng.choice(pool) for _ in range(n))  # noqa: E731
     if shape == "documents":
         return [make(words) for _ in range(rows)], None
     if shape == "question":
@@ -85,13 +98,14 @@ def _two_pass(tokenizer, text_a, text_b, max_len, chunk=512):
     return ids
 
 
-def measure(mode: str, rows: int, words: int, max_len: int, shape: str) -> dict:
+def measure(mode: str, rows: int, words: int, max_len: int, shape: str, vocab: int = 0
+            ) -> dict:
     """One measurement, in this process."""
     from weightsearch.trainer.encoders import load_tokenizer
     from weightsearch.trainer.heads.base import encode_counted
 
     tokenizer = load_tokenizer(None)
-    text_a, text_b = _rows(shape, rows, words)
+    text_a, text_b = _rows(shape, rows, words, vocab)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     if mode == "once":
@@ -105,7 +119,7 @@ def measure(mode: str, rows: int, words: int, max_len: int, shape: str) -> dict:
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"mode": mode, "shape": shape, "rows": rows, "words": words,
-            "seconds": round(seconds, 2),
+            "vocab": vocab or len(WORDS), "seconds": round(seconds, 2),
             "rows_per_s": round(rows / seconds), "peak_rss_gb": round(peak / 2**20, 2),
             "growth_gb": round((peak - base) / 2**20, 2),
             "tokens": sum(len(r) for r in ids)}
@@ -119,13 +133,16 @@ def main() -> int:
     parser.add_argument("--words", type=int, default=128)
     parser.add_argument("--max-len", type=int, default=128)
     parser.add_argument("--shape", choices=["pairs", "documents", "question"], default="pairs")
+    parser.add_argument("--vocab", type=int, default=0,
+                        help="random words to draw from (0: the 21 English words of WORDS)")
     parser.add_argument("--modes", default="once,uncut,two-pass,whole",
                         help="comma-separated, of: once, uncut, two-pass, whole")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: mode,rows
     args = parser.parse_args()
     if args.one:
         mode, rows = args.one.split(",")
-        print(json.dumps(measure(mode, int(rows), args.words, args.max_len, args.shape)))
+        print(json.dumps(measure(mode, int(rows), args.words, args.max_len, args.shape,
+                                 args.vocab)))
         return 0
     env = {**os.environ, "RAYON_NUM_THREADS": "1", "RAYON_RS_NUM_CPUS": "1",
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
@@ -139,7 +156,7 @@ def main() -> int:
             continue
         out = subprocess.run([sys.executable, __file__, "--one", f"{mode},{rows}",
                               "--words", str(args.words), "--max-len", str(args.max_len),
-                              "--shape", args.shape],
+                              "--shape", args.shape, "--vocab", str(args.vocab)],
                              env=env, capture_output=True, text=True, check=True)
         print(out.stdout.strip())
     return 0

@@ -185,3 +185,52 @@ def test_a_tokenizer_that_splits_special_tokens_in_text_keeps_doing_so(minilm_pa
 def test_text_the_tokenizer_cannot_read_is_one_clear_error(minilm_tokenizer):
     with pytest.raises(DataError, match=r"the tokenizer cannot read a row .*check the file's text"):
         encode_counted(minilm_tokenizer, ["a \ud800 b"], None, 8, "t")
+
+
+def test_a_pair_long_on_both_sides_is_cut_on_both_sides(minilm_tokenizer, monkeypatch):
+    """Two 128-word sides at max_seq_len 128 (each shorter than the limit, the pair far over
+    it): each side is tokenized only up to about half the budget, with the same ids as the
+    whole pair, whichever side is longer (one more word on either side) or in a tie."""
+    from weightsearch.trainer.heads import base
+
+    seen: list[int] = []
+    real = base._encode_batch
+
+    def recording(backend, rows, max_len, where):
+        seen.extend(len(r[0].split(" ")) + len(r[1].split(" ")) for r in rows)
+        return real(backend, rows, max_len, where)
+
+    monkeypatch.setattr(base, "_encode_batch", recording)
+    words = ["the", "cat", "sat", "on", "a", "mat"]
+    side = lambda n, k: " ".join(words[(i + k) % 6] for i in range(n))  # noqa: E731
+    text_a = [side(128, 0), side(129, 1), side(128, 2), side(300, 3)]
+    text_b = [side(128, 4), side(128, 5), side(129, 0), side(128, 1)]
+    got = encode_counted(minilm_tokenizer, text_a, text_b, 128, "t")
+    assert got == _whole_then_cut(minilm_tokenizer, text_a, text_b, 128, False)
+    assert max(seen) <= 2 * 64 + 1  # about half the budget of 125 tokens a side
+    kept_a = [row.index(minilm_tokenizer.sep_token_id) - 1 for row in got[0]]
+    assert kept_a == [62, 63, 62, 63]  # the shorter side (the first in a tie) keeps 125 // 2
+
+
+def test_chunk_counts_stay_bounded_and_exact_past_their_limit(minilm_tokenizer, monkeypatch):
+    """Past its limit the count cache starts afresh (keeping the chunks in hand): memory stays
+    bounded and the rows stay those of the whole texts."""
+    from weightsearch.trainer.heads import base
+
+    monkeypatch.setattr(base.ChunkCounts, "LIMIT", 50)
+    rng = random.Random(7)
+    letters = "abcdefghij"
+    word = lambda: "".join(rng.choice(letters) for _ in range(rng.randint(1, 6)))  # noqa: E731
+    text_a = [" ".join(word() for _ in range(40)) for _ in range(30)]
+    text_b = [" ".join(word() for _ in range(40)) for _ in range(30)]
+    sizes: list[int] = []
+    learn = base.ChunkCounts.learn
+
+    def spying(self, texts, where):
+        learn(self, texts, where)
+        sizes.append(len(self.known))
+
+    monkeypatch.setattr(base.ChunkCounts, "learn", spying)
+    got = encode_counted(minilm_tokenizer, text_a, text_b, 24, "t", chunk=2)
+    assert got == _whole_then_cut(minilm_tokenizer, text_a, text_b, 24, False)
+    assert len(sizes) == 15 and max(sizes) <= 50 + 2 * 2 * 40  # the limit plus one chunk's rows

@@ -258,6 +258,7 @@ def encode_counted(tokenizer: Any, text_a: list[str], text_b: list[str] | None, 
     that reach max_len + 1 tokens), and tokenize those again at max_len."""
     backend = _truncating_backend(tokenizer, max_len, where)
     words = None if backend is None else prefix_words(backend, max_len)
+    counts = None if words is None or text_b is None else ChunkCounts(backend)
     input_ids: list[list[int]] = []
     type_ids: list[list[int]] = []
     too_long: list[int] = []
@@ -266,7 +267,7 @@ def encode_counted(tokenizer: Any, text_a: list[str], text_b: list[str] | None, 
         part_b = None if text_b is None else text_b[start:start + chunk]
         if backend is not None:
             ids, types, over = _encode_chunk_once(backend, part_a, part_b, max_len, where, drop,
-                                                  words)
+                                                  words, counts)
         else:
             ids, types, over = _encode_chunk(tokenizer, part_a, part_b, max_len, where, drop)
         input_ids += ids
@@ -329,43 +330,146 @@ def _cut(text: str, words: int) -> str:
 
 
 def _encode_chunk_once(backend: Any, text_a: list[str], text_b: list[str] | None, max_len: int,
-                       where: Any, drop: bool, words: int | None
+                       where: Any, drop: bool, words: int | None,
+                       counts: ChunkCounts | None = None
                        ) -> tuple[list[list[int]], list[list[int]], list[int]]:
     """encode_counted for one chunk, one backend call: the rows whose truncation overflowed
     are the over-long ones (the indices are the chunk's own).
 
     With `words` (`prefix_words`), a long single text, or the one long side of a pair, is
     tokenized only up to the space after that many words, so time follows max_len rather
-    than the text's length; a row whose cut might change its tokens (both sides of a pair
-    long, a side that lost words in normalising) is tokenized whole."""
+    than the text's length. A pair whose two sides are long is cut on both sides where its
+    token counts (`counts`, `_cut_long_pair`) say where; a row whose cut might change its
+    tokens (a side that lost words in normalising) is tokenized whole."""
     rows: list[Any] = list(text_a) if text_b is None else list(zip(text_a, text_b, strict=True))
+    pair = text_b is not None
+    budget = max_len - backend.num_special_tokens_to_add(pair)
     cut_side: dict[int, int] = {}  # row -> the side tokenized from a cut (0: a, 1: b)
+    kept_a: dict[int, int] = {}  # a pair cut on both sides -> the tokens its first side keeps
+    long_pairs: list[int] = []
     if words is not None:
         for i, row in enumerate(rows):
-            if text_b is None:
+            if not pair:
                 if row.count(" ") > words:
                     rows[i], cut_side[i] = _cut(row, words), 0
-                continue
-            long_a, long_b = row[0].count(" ") > words, row[1].count(" ") > words
-            if long_a != long_b:  # exactly one long side
-                rows[i] = (_cut(row[0], words), row[1]) if long_a else (row[0], _cut(row[1], words))
-                cut_side[i] = 0 if long_a else 1
+            elif counts is not None and min(row[0].count(" "), row[1].count(" ")) >= budget // 2:
+                long_pairs.append(i)  # both sides may keep half the budget: counts decide
+            else:
+                _cut_one_long_side(rows, i, words, cut_side)
+    if long_pairs and counts is not None:
+        counts.learn([side for i in long_pairs for side in rows[i]], where)
+        for i in long_pairs:
+            cut = _cut_long_pair(rows[i], counts, budget)
+            if cut is not None:
+                rows[i], kept_a[i] = cut
+            else:  # a side with fewer tokens than its words suggested
+                _cut_one_long_side(rows, i, words, cut_side)
     encodings = _encode_batch(backend, rows, max_len, where)
-    if cut_side:
-        budget = max_len - backend.num_special_tokens_to_add(text_b is not None)
-        whole = [i for i, side in cut_side.items()
-                 if not _exact_after_cut(encodings[i], side, text_b is not None, budget)]
-        if whole:
-            redone = _encode_batch(
-                backend, [text_a[i] if text_b is None else (text_a[i], text_b[i]) for i in whole],
-                max_len, where)
-            for i, encoding in zip(whole, redone, strict=True):
-                encodings[i] = encoding
+    whole = [i for i, side in cut_side.items()
+             if not _exact_after_cut(encodings[i], side, pair, budget)]
+    whole += [i for i, first in kept_a.items() if not _keeps(encodings[i], first, budget)]
+    if whole:
+        redone = _encode_batch(
+            backend, [text_a[i] if text_b is None else (text_a[i], text_b[i]) for i in whole],
+            max_len, where)
+        for i, encoding in zip(whole, redone, strict=True):
+            encodings[i] = encoding
     too_long = [i for i, e in enumerate(encodings) if e.overflowing]
     skip = set(too_long) if drop else set()
     input_ids = [e.ids for i, e in enumerate(encodings) if i not in skip]
     type_ids = [e.type_ids for i, e in enumerate(encodings) if i not in skip]
     return input_ids, type_ids, too_long
+
+
+def _cut_one_long_side(rows: list[Any], i: int, words: int, cut_side: dict[int, int]) -> None:
+    """Pair `i` with its one long side cut after `words` words (`_exact_after_cut` checks it)."""
+    a, b = rows[i]
+    long_a, long_b = a.count(" ") > words, b.count(" ") > words
+    if long_a != long_b:
+        rows[i] = (_cut(a, words), b) if long_a else (a, _cut(b, words))
+        cut_side[i] = 0 if long_a else 1
+
+
+class ChunkCounts:
+    """Token counts of space-separated chunks of text, each tokenized once (a bounded cache).
+
+    Under `prefix_words`' conditions a space always ends a word and normalising works per
+    character, so a text's token count (no special tokens) is the sum of its chunks' counts,
+    empty chunks (runs of spaces) counting 0."""
+
+    LIMIT = 200_000  # chunks remembered; past that the cache starts afresh (memory stays bounded)
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = copy.deepcopy(backend)
+        self.backend.encode_special_tokens = backend.encode_special_tokens
+        self.backend.no_truncation()
+        self.known: dict[str, int] = {"": 0}
+
+    def learn(self, texts: list[str], where: Any) -> None:
+        """Count the chunks of `texts` not counted yet."""
+        chunks = {c for text in texts for c in text.split(" ")}
+        new = chunks.difference(self.known)
+        if len(self.known) + len(new) > self.LIMIT:  # forget all but these texts' chunks
+            self.known = {c: n for c, n in self.known.items() if c in chunks} | {"": 0}
+        if new:
+            chunks = list(new)
+            try:
+                encodings = self.backend.encode_batch(chunks, add_special_tokens=False)
+            except Exception as err:
+                raise DataError(f"{where}: the tokenizer cannot read a row "
+                                f"({type(err).__name__}: {str(err)[:200]}); check the file's "
+                                "text (e.g. invalid characters)") from err
+            self.known.update(zip(chunks, (len(e.ids) for e in encodings), strict=True))
+
+    def prefix(self, chunks: list[str], need: int) -> tuple[int, int] | None:
+        """The fewest leading chunks whose tokens reach `need`, and their token count; None
+        where the whole text has fewer."""
+        total = 0
+        for n, chunk in enumerate(chunks, 1):
+            total += self.known[chunk]
+            if total >= need:
+                return n, total
+        return None
+
+
+def _cut_long_pair(row: tuple[str, str], counts: ChunkCounts, budget: int
+                   ) -> tuple[tuple[str, str], int] | None:
+    """Both sides of `row` cut where longest-first truncation keeps the same tokens as in the
+    whole texts, and the tokens the first side keeps; None where a side is not long.
+
+    Longest-first truncation of a pair whose shorter side has more than budget // 2 tokens
+    keeps budget // 2 tokens of the shorter side and the rest of the budget from the longer
+    (a tie counts the first side as the shorter): what each side keeps depends on the two
+    whole counts only through which side is shorter. Each side is cut after the fewest
+    chunks that give it more than budget // 2 tokens, the longer side's after one more token
+    than the shorter side's cut where needed, so that the cut texts compare as the whole
+    ones do."""
+    chunks_a, chunks_b = row[0].split(" "), row[1].split(" ")
+    known = counts.known
+    whole_a = sum(map(known.__getitem__, chunks_a))
+    whole_b = sum(map(known.__getitem__, chunks_b))
+    half = budget // 2
+    if min(whole_a, whole_b) <= half:
+        return None  # the short side is kept whole: the one-long-side rule, or no cut at all
+    if whole_a <= whole_b:  # the first side is the shorter: its cut must not be longer
+        cut_a = counts.prefix(chunks_a, half + 1)
+        cut_b = counts.prefix(chunks_b, cut_a[1]) if cut_a else None
+        first = half
+    else:
+        cut_b = counts.prefix(chunks_b, half + 1)
+        cut_a = counts.prefix(chunks_a, cut_b[1] + 1) if cut_b else None
+        first = budget - half
+    if cut_a is None or cut_b is None:
+        return None
+    return (" ".join(chunks_a[:cut_a[0]]), " ".join(chunks_b[:cut_b[0]])), first
+
+
+def _keeps(encoding: Any, first: int, budget: int) -> bool:
+    """Whether a pair cut on both sides kept `first` tokens of its first side and the rest of
+    the budget from its second, overflowing (what its whole texts keep)."""
+    sides = encoding.sequence_ids
+    return (bool(encoding.overflowing) and sides.count(0) == first
+            and sides.count(1) == budget - first)
 
 
 def _exact_after_cut(encoding: Any, side: int, pair: bool, budget: int) -> bool:
