@@ -234,3 +234,24 @@ def test_chunk_counts_stay_bounded_and_exact_past_their_limit(minilm_tokenizer, 
     got = encode_counted(minilm_tokenizer, text_a, text_b, 24, "t", chunk=2)
     assert got == _whole_then_cut(minilm_tokenizer, text_a, text_b, 24, False)
     assert len(sizes) == 15 and max(sizes) <= 50 + 2 * 2 * 40  # the limit plus one chunk's rows
+
+
+def test_a_side_longer_than_the_counted_head_is_decided_by_its_head_or_tokenized_whole(
+        minilm_tokenizer, monkeypatch):
+    """Each side is counted only up to HEAD_WORDS x (max_seq_len + 1) chunks: a longer side
+    whose counted head already outnumbers the other side whole is cut; where that cannot tell
+    (both sides past the head) the pair is tokenized whole. Either way, the whole pair's ids."""
+    from weightsearch.trainer.heads import base
+
+    monkeypatch.setattr(base, "HEAD_WORDS", 1)
+    cuts: list[bool] = []
+    real = base._cut_long_pair
+    monkeypatch.setattr(base, "_cut_long_pair", lambda *a: cuts.append(real(*a) is not None)
+                        or real(*a))
+    side = lambda n: " ".join(["cat", "tokenization", "on"][i % 3] for i in range(n))  # noqa: E731
+    text_a = [side(20), side(60), side(60), side(10)]
+    text_b = [side(200), side(200), side(61), side(200)]
+    got = encode_counted(minilm_tokenizer, text_a, text_b, 24, "t")
+    assert got == _whole_then_cut(minilm_tokenizer, text_a, text_b, 24, False)
+    # head of 25 chunks: a 20-word side is whole, a 60-word one is not
+    assert cuts == [True, False, False]  # the 10-word side is short: the one-long-side rule

@@ -357,9 +357,12 @@ def _encode_chunk_once(backend: Any, text_a: list[str], text_b: list[str] | None
             else:
                 _cut_one_long_side(rows, i, words, cut_side)
     if long_pairs and counts is not None:
-        counts.learn([side for i in long_pairs for side in rows[i]], where)
+        head = HEAD_WORDS * words  # chunks of a side counted at most
+        heads = {i: (rows[i][0].split(" ", head), rows[i][1].split(" ", head))
+                 for i in long_pairs}
+        counts.learn([side[:head] for i in long_pairs for side in heads[i]], where)
         for i in long_pairs:
-            cut = _cut_long_pair(rows[i], counts, budget)
+            cut = _cut_long_pair(heads[i], head, counts, budget)
             if cut is not None:
                 rows[i], kept_a[i] = cut
             else:  # a side with fewer tokens than its words suggested
@@ -390,6 +393,10 @@ def _cut_one_long_side(rows: list[Any], i: int, words: int, cut_side: dict[int, 
         cut_side[i] = 0 if long_a else 1
 
 
+HEAD_WORDS = 4  # a side of a pair is counted up to HEAD_WORDS x (max_seq_len + 1) chunks
+COUNT_BATCH = 16_384  # chunks per tokenizer call when counting (bounds the encodings held)
+
+
 class ChunkCounts:
     """Token counts of space-separated chunks of text, each tokenized once (a bounded cache).
 
@@ -405,25 +412,25 @@ class ChunkCounts:
         self.backend.no_truncation()
         self.known: dict[str, int] = {"": 0}
 
-    def learn(self, texts: list[str], where: Any) -> None:
-        """Count the chunks of `texts` not counted yet."""
-        chunks = {c for text in texts for c in text.split(" ")}
-        new = chunks.difference(self.known)
+    def learn(self, texts: list[list[str]], where: Any) -> None:
+        """Count the chunks of `texts` (each a list of chunks) not counted yet."""
+        chunks = {c for text in texts for c in text}
+        new = list(chunks.difference(self.known))
         if len(self.known) + len(new) > self.LIMIT:  # forget all but these texts' chunks
             self.known = {c: n for c, n in self.known.items() if c in chunks} | {"": 0}
-        if new:
-            chunks = list(new)
+        for start in range(0, len(new), COUNT_BATCH):
+            part = new[start:start + COUNT_BATCH]
             try:
-                encodings = self.backend.encode_batch(chunks, add_special_tokens=False)
+                encodings = self.backend.encode_batch(part, add_special_tokens=False)
             except Exception as err:
                 raise DataError(f"{where}: the tokenizer cannot read a row "
                                 f"({type(err).__name__}: {str(err)[:200]}); check the file's "
                                 "text (e.g. invalid characters)") from err
-            self.known.update(zip(chunks, (len(e.ids) for e in encodings), strict=True))
+            self.known.update(zip(part, (len(e.ids) for e in encodings), strict=True))
 
     def prefix(self, chunks: list[str], need: int) -> tuple[int, int] | None:
         """The fewest leading chunks whose tokens reach `need`, and their token count; None
-        where the whole text has fewer."""
+        where the chunks have fewer."""
         total = 0
         for n, chunk in enumerate(chunks, 1):
             total += self.known[chunk]
@@ -432,26 +439,37 @@ class ChunkCounts:
         return None
 
 
-def _cut_long_pair(row: tuple[str, str], counts: ChunkCounts, budget: int
-                   ) -> tuple[tuple[str, str], int] | None:
-    """Both sides of `row` cut where longest-first truncation keeps the same tokens as in the
-    whole texts, and the tokens the first side keeps; None where a side is not long.
+def _cut_long_pair(sides: tuple[list[str], list[str]], head: int, counts: ChunkCounts,
+                   budget: int) -> tuple[tuple[str, str], int] | None:
+    """Both sides of a pair cut where longest-first truncation keeps the same tokens as in the
+    whole texts, and the tokens the first side keeps; None where that is not known.
 
-    Longest-first truncation of a pair whose shorter side has more than budget // 2 tokens
-    keeps budget // 2 tokens of the shorter side and the rest of the budget from the longer
-    (a tie counts the first side as the shorter): what each side keeps depends on the two
-    whole counts only through which side is shorter. Each side is cut after the fewest
-    chunks that give it more than budget // 2 tokens, the longer side's after one more token
-    than the shorter side's cut where needed, so that the cut texts compare as the whole
-    ones do."""
-    chunks_a, chunks_b = row[0].split(" "), row[1].split(" ")
+    `sides`: each side split at its first `head` spaces (its chunks, then the rest of the
+    text where it has more). Longest-first truncation of a pair whose shorter side has more
+    than budget // 2 tokens keeps budget // 2 tokens of the shorter side and the rest of the
+    budget from the longer (a tie counts the first side as the shorter): what each side keeps
+    depends on the whole texts only through which side is shorter. That is known where both
+    sides are counted whole, or where the counted head of a longer side alone has more tokens
+    than the other side whole. Each side is cut after the fewest chunks that give it more than
+    budget // 2 tokens, the longer side's after one more token than the shorter side's cut
+    where needed, so that the cut texts compare as the whole ones do."""
+    chunks_a, chunks_b = sides[0][:head], sides[1][:head]
+    more_a, more_b = len(sides[0]) > head, len(sides[1]) > head
     known = counts.known
-    whole_a = sum(map(known.__getitem__, chunks_a))
-    whole_b = sum(map(known.__getitem__, chunks_b))
+    count_a = sum(map(known.__getitem__, chunks_a))  # the whole side's, or a lower bound
+    count_b = sum(map(known.__getitem__, chunks_b))
+    if not more_a and not more_b:
+        first_shorter = count_a <= count_b
+    elif more_b and not more_a and count_b > count_a:
+        first_shorter = True
+    elif more_a and not more_b and count_a > count_b:
+        first_shorter = False
+    else:
+        return None  # which side is shorter needs more of a long text counted: tokenize whole
     half = budget // 2
-    if min(whole_a, whole_b) <= half:
+    if (count_a if first_shorter else count_b) <= half:
         return None  # the short side is kept whole: the one-long-side rule, or no cut at all
-    if whole_a <= whole_b:  # the first side is the shorter: its cut must not be longer
+    if first_shorter:  # its cut must not be longer than the other side's
         cut_a = counts.prefix(chunks_a, half + 1)
         cut_b = counts.prefix(chunks_b, cut_a[1]) if cut_a else None
         first = half
