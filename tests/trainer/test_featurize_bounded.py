@@ -137,9 +137,9 @@ def test_long_texts_are_cut_before_tokenizing(minilm_tokenizer, monkeypatch):
     seen: list[int] = []
     real = base._encode_batch
 
-    def recording(backend, rows, max_len, where):
+    def recording(backend, rows, max_len, where, *rest):
         seen.extend(len(r if isinstance(r, str) else r[0] + r[1]) for r in rows)
-        return real(backend, rows, max_len, where)
+        return real(backend, rows, max_len, where, *rest)
 
     monkeypatch.setattr(base, "_encode_batch", recording)
     document = " ".join(["evidence"] * 5000)
@@ -196,9 +196,9 @@ def test_a_pair_long_on_both_sides_is_cut_on_both_sides(minilm_tokenizer, monkey
     seen: list[int] = []
     real = base._encode_batch
 
-    def recording(backend, rows, max_len, where):
+    def recording(backend, rows, max_len, where, *rest):
         seen.extend(len(r[0].split(" ")) + len(r[1].split(" ")) for r in rows)
-        return real(backend, rows, max_len, where)
+        return real(backend, rows, max_len, where, *rest)
 
     monkeypatch.setattr(base, "_encode_batch", recording)
     words = ["the", "cat", "sat", "on", "a", "mat"]
@@ -236,22 +236,57 @@ def test_chunk_counts_stay_bounded_and_exact_past_their_limit(minilm_tokenizer, 
     assert len(sizes) == 15 and max(sizes) <= 50 + 2 * 2 * 40  # the limit plus one chunk's rows
 
 
-def test_a_side_longer_than_the_counted_head_is_decided_by_its_head_or_tokenized_whole(
+def test_a_side_longer_than_the_counted_head_is_decided_by_its_head_or_counted_whole(
         minilm_tokenizer, monkeypatch):
-    """Each side is counted only up to HEAD_WORDS x (max_seq_len + 1) chunks: a longer side
-    whose counted head already outnumbers the other side whole is cut; where that cannot tell
-    (both sides past the head) the pair is tokenized whole. Either way, the whole pair's ids."""
+    """Each side is counted ahead only up to HEAD_WORDS x (max_seq_len + 1) chunks: a longer
+    side whose counted head already outnumbers the other side whole is cut at once; where that
+    cannot tell (both sides past their heads) both whole sides are counted, one row at a time,
+    and the pair is cut too. Either way, the whole pair's ids."""
     from weightsearch.trainer.heads import base
 
     monkeypatch.setattr(base, "HEAD_WORDS", 1)
     cuts: list[bool] = []
     real = base._cut_long_pair
-    monkeypatch.setattr(base, "_cut_long_pair", lambda *a: cuts.append(real(*a) is not None)
-                        or real(*a))
+
+    def recording(*args):
+        cut = real(*args)
+        cuts.append(cut is not None)
+        return cut
+
+    monkeypatch.setattr(base, "_cut_long_pair", recording)
+    totals: list[int] = []
+    total = base.ChunkCounts.total
+    monkeypatch.setattr(base.ChunkCounts, "total",
+                        lambda self, chunks, where: totals.append(len(chunks))
+                        or total(self, chunks, where))
     side = lambda n: " ".join(["cat", "tokenization", "on"][i % 3] for i in range(n))  # noqa: E731
-    text_a = [side(20), side(60), side(60), side(10)]
-    text_b = [side(200), side(200), side(61), side(200)]
+    text_a = [side(20), side(60), side(60), side(10), side(300)]
+    text_b = [side(200), side(200), side(61), side(200), side(299)]
     got = encode_counted(minilm_tokenizer, text_a, text_b, 24, "t")
     assert got == _whole_then_cut(minilm_tokenizer, text_a, text_b, 24, False)
-    # head of 25 chunks: a 20-word side is whole, a 60-word one is not
-    assert cuts == [True, False, False]  # the 10-word side is short: the one-long-side rule
+    # heads of 25 chunks: a 20-word side is whole, 60-word ones are not (the 10-word side is
+    # short: the one-long-side rule)
+    assert cuts == [True, True, True, True]
+    assert totals == [60, 200, 60, 61, 300, 299]
+
+
+def test_the_tokenizer_gets_a_bounded_amount_of_text_a_call(minilm_tokenizer, monkeypatch):
+    """Rows tokenized whole (both sides of a pair long past what is counted) go to the
+    tokenizer a few characters' worth at a time (ENCODE_CHARS; a row longer than that alone),
+    and only their ids are kept: the same rows as tokenizing whole."""
+    from weightsearch.trainer.heads import base
+
+    monkeypatch.setattr(base, "ENCODE_CHARS", 300)
+    calls: list[int] = []
+    real = base._encode_rows
+
+    def recording(backend, rows, max_len, where):
+        calls.append(sum(len(r) if isinstance(r, str) else len(r[0]) + len(r[1]) for r in rows))
+        return real(backend, rows, max_len, where)
+
+    monkeypatch.setattr(base, "_encode_rows", recording)
+    text_a = _texts(30, 5)
+    text_b = [" ".join(["evidence"] * 80), *_texts(29, 6)]
+    got = encode_counted(minilm_tokenizer, text_a, text_b, 16, "t", chunk=512)
+    assert got == _whole_then_cut(minilm_tokenizer, text_a, text_b, 16, False)
+    assert len(calls) > 3 and all(c < 300 + 720 for c in calls)  # one row may pass the mark

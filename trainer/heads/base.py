@@ -362,12 +362,12 @@ def _encode_chunk_once(backend: Any, text_a: list[str], text_b: list[str] | None
                  for i in long_pairs}
         counts.learn([side[:head] for i in long_pairs for side in heads[i]], where)
         for i in long_pairs:
-            cut = _cut_long_pair(heads[i], head, counts, budget)
+            cut = _cut_long_pair(rows[i], heads[i], head, counts, budget, where)
             if cut is not None:
                 rows[i], kept_a[i] = cut
             else:  # a side with fewer tokens than its words suggested
                 _cut_one_long_side(rows, i, words, cut_side)
-    encodings = _encode_batch(backend, rows, max_len, where)
+    encodings = _encode_batch(backend, rows, max_len, where, cut_side.keys() | kept_a.keys())
     whole = [i for i, side in cut_side.items()
              if not _exact_after_cut(encodings[i], side, pair, budget)]
     whole += [i for i, first in kept_a.items() if not _keeps(encodings[i], first, budget)]
@@ -420,13 +420,26 @@ class ChunkCounts:
             self.known = {c: n for c, n in self.known.items() if c in chunks} | {"": 0}
         for start in range(0, len(new), COUNT_BATCH):
             part = new[start:start + COUNT_BATCH]
-            try:
-                encodings = self.backend.encode_batch(part, add_special_tokens=False)
-            except Exception as err:
-                raise DataError(f"{where}: the tokenizer cannot read a row "
-                                f"({type(err).__name__}: {str(err)[:200]}); check the file's "
-                                "text (e.g. invalid characters)") from err
-            self.known.update(zip(part, (len(e.ids) for e in encodings), strict=True))
+            self.known.update(zip(part, self._count(part, where), strict=True))
+
+    def total(self, chunks: list[str], where: Any) -> int:
+        """The tokens of `chunks`, counting those not known without keeping them (a text past
+        what is remembered is counted a batch of chunks at a time)."""
+        missing = list(set(chunks).difference(self.known))
+        extra: dict[str, int] = {}
+        for start in range(0, len(missing), COUNT_BATCH):
+            part = missing[start:start + COUNT_BATCH]
+            extra.update(zip(part, self._count(part, where), strict=True))
+        return sum(self.known[c] if c in self.known else extra[c] for c in chunks)
+
+    def _count(self, chunks: list[str], where: Any) -> list[int]:
+        try:
+            encodings = self.backend.encode_batch(chunks, add_special_tokens=False)
+        except Exception as err:
+            raise DataError(f"{where}: the tokenizer cannot read a row "
+                            f"({type(err).__name__}: {str(err)[:200]}); check the file's "
+                            "text (e.g. invalid characters)") from err
+        return [len(e.ids) for e in encodings]
 
     def prefix(self, chunks: list[str], need: int) -> tuple[int, int] | None:
         """The fewest leading chunks whose tokens reach `need`, and their token count; None
@@ -439,8 +452,9 @@ class ChunkCounts:
         return None
 
 
-def _cut_long_pair(sides: tuple[list[str], list[str]], head: int, counts: ChunkCounts,
-                   budget: int) -> tuple[tuple[str, str], int] | None:
+def _cut_long_pair(row: tuple[str, str], sides: tuple[list[str], list[str]], head: int,
+                   counts: ChunkCounts, budget: int, where: Any
+                   ) -> tuple[tuple[str, str], int] | None:
     """Both sides of a pair cut where longest-first truncation keeps the same tokens as in the
     whole texts, and the tokens the first side keeps; None where that is not known.
 
@@ -449,10 +463,12 @@ def _cut_long_pair(sides: tuple[list[str], list[str]], head: int, counts: ChunkC
     than budget // 2 tokens keeps budget // 2 tokens of the shorter side and the rest of the
     budget from the longer (a tie counts the first side as the shorter): what each side keeps
     depends on the whole texts only through which side is shorter. That is known where both
-    sides are counted whole, or where the counted head of a longer side alone has more tokens
-    than the other side whole. Each side is cut after the fewest chunks that give it more than
-    budget // 2 tokens, the longer side's after one more token than the shorter side's cut
-    where needed, so that the cut texts compare as the whole ones do."""
+    sides fit in their counted heads, or where the counted head of a longer side alone has
+    more tokens than the other side whole; otherwise both whole sides are counted (one row's
+    chunks at a time: tokenizing such a pair whole with truncation would make every pairing
+    of the two sides' overflowing windows). Each side is cut after the fewest chunks that
+    give it more than budget // 2 tokens, the longer side's after one more token than the
+    shorter side's cut where needed, so that the cut texts compare as the whole ones do."""
     chunks_a, chunks_b = sides[0][:head], sides[1][:head]
     more_a, more_b = len(sides[0]) > head, len(sides[1]) > head
     known = counts.known
@@ -464,8 +480,10 @@ def _cut_long_pair(sides: tuple[list[str], list[str]], head: int, counts: ChunkC
         first_shorter = True
     elif more_a and not more_b and count_a > count_b:
         first_shorter = False
-    else:
-        return None  # which side is shorter needs more of a long text counted: tokenize whole
+    else:  # which side is shorter needs the whole texts counted
+        count_a = counts.total(row[0].split(" "), where)
+        count_b = counts.total(row[1].split(" "), where)
+        first_shorter = count_a <= count_b
     half = budget // 2
     if (count_a if first_shorter else count_b) <= half:
         return None  # the short side is kept whole: the one-long-side rule, or no cut at all
@@ -506,7 +524,42 @@ def _exact_after_cut(encoding: Any, side: int, pair: bool, budget: int) -> bool:
     return other < budget // 2
 
 
-def _encode_batch(backend: Any, rows: list[Any], max_len: int, where: Any) -> list[Any]:
+ENCODE_CHARS = 4_000_000  # characters of text per tokenizer call (see _encode_batch)
+
+
+@dataclass(frozen=True)
+class RowEncoding:
+    """What featurising keeps of a row's encoding: a truncated encoding also holds every
+    overflowing token, so the encodings themselves are let go at once."""
+
+    ids: list[int]
+    type_ids: list[int]
+    overflowing: bool
+    sequence_ids: list[int | None]  # empty where not asked for
+
+
+def _encode_batch(backend: Any, rows: list[Any], max_len: int, where: Any,
+                  checked: set[int] | frozenset[int] = frozenset()) -> list[RowEncoding]:
+    """The rows encoded, a few million characters of text to a tokenizer call, so that the
+    encodings held at once (each as large as its whole text) stay bounded however long the
+    rows are; the sequence ids of the rows in `checked` only."""
+    out: list[RowEncoding] = []
+    start = 0
+    while start < len(rows):
+        end, chars = start, 0
+        while end < len(rows) and (end == start or chars < ENCODE_CHARS):
+            row = rows[end]
+            chars += len(row) if isinstance(row, str) else len(row[0]) + len(row[1])
+            end += 1
+        out += [RowEncoding(e.ids, e.type_ids, bool(e.overflowing),
+                            e.sequence_ids if i in checked else [])
+                for i, e in enumerate(_encode_rows(backend, rows[start:end], max_len, where),
+                                      start)]
+        start = end
+    return out
+
+
+def _encode_rows(backend: Any, rows: list[Any], max_len: int, where: Any) -> list[Any]:
     try:
         return backend.encode_batch(rows, add_special_tokens=True)
     except Exception as err:
