@@ -333,8 +333,9 @@ def _encode_chunk_once(backend: Any, text_a: list[str], text_b: list[str] | None
                        where: Any, drop: bool, words: int | None,
                        counts: ChunkCounts | None = None
                        ) -> tuple[list[list[int]], list[list[int]], list[int]]:
-    """encode_counted for one chunk, one backend call: the rows whose truncation overflowed
-    are the over-long ones (the indices are the chunk's own).
+    """encode_counted for one chunk, each row tokenized once at max_len (again whole where a
+    cut fails its check): the rows whose truncation overflowed are the over-long ones (the
+    indices are the chunk's own).
 
     With `words` (`prefix_words`), a long single text, or the one long side of a pair, is
     tokenized only up to the space after that many words, so time follows max_len rather
