@@ -357,7 +357,8 @@ def _encode_chunk_once(backend: Any, text_a: list[str], text_b: list[str] | None
                 long_pairs.append(i)  # both sides may keep half the budget: counts decide
             else:
                 _cut_one_long_side(rows, i, words, cut_side)
-    if long_pairs and counts is not None:
+    if long_pairs:  # only made where there are counts
+        assert counts is not None
         head = HEAD_WORDS * words  # chunks of a side counted at most
         heads = {i: (rows[i][0].split(" ", head), rows[i][1].split(" ", head))
                  for i in long_pairs}
@@ -419,28 +420,25 @@ class ChunkCounts:
         new = list(chunks.difference(self.known))
         if len(self.known) + len(new) > self.LIMIT:  # forget all but these texts' chunks
             self.known = {c: n for c, n in self.known.items() if c in chunks} | {"": 0}
-        for start in range(0, len(new), COUNT_BATCH):
-            part = new[start:start + COUNT_BATCH]
-            self.known.update(zip(part, self._count(part, where), strict=True))
+        self.known.update(self._count(new, where))
 
     def total(self, chunks: list[str], where: Any) -> int:
         """The tokens of `chunks`, counting those not known without keeping them (a text past
-        what is remembered is counted a batch of chunks at a time)."""
-        missing = list(set(chunks).difference(self.known))
-        extra: dict[str, int] = {}
-        for start in range(0, len(missing), COUNT_BATCH):
-            part = missing[start:start + COUNT_BATCH]
-            extra.update(zip(part, self._count(part, where), strict=True))
+        what is remembered)."""
+        extra = self._count(list(set(chunks).difference(self.known)), where)
         return sum(self.known[c] if c in self.known else extra[c] for c in chunks)
 
-    def _count(self, chunks: list[str], where: Any) -> list[int]:
-        try:
-            encodings = self.backend.encode_batch(chunks, add_special_tokens=False)
-        except Exception as err:
-            raise DataError(f"{where}: the tokenizer cannot read a row "
-                            f"({type(err).__name__}: {str(err)[:200]}); check the file's "
-                            "text (e.g. invalid characters)") from err
-        return [len(e.ids) for e in encodings]
+    def _count(self, chunks: list[str], where: Any) -> dict[str, int]:
+        """Each chunk's tokens, COUNT_BATCH chunks to a tokenizer call."""
+        out: dict[str, int] = {}
+        for start in range(0, len(chunks), COUNT_BATCH):
+            part = chunks[start:start + COUNT_BATCH]
+            try:
+                encodings = self.backend.encode_batch(part, add_special_tokens=False)
+            except Exception as err:
+                raise _unreadable(where, err) from err
+            out.update(zip(part, (len(e.ids) for e in encodings), strict=True))
+        return out
 
     def prefix(self, chunks: list[str], need: int) -> tuple[int, int] | None:
         """The fewest leading chunks whose tokens reach `need`, and their token count; None
@@ -567,9 +565,12 @@ def _encode_rows(backend: Any, rows: list[Any], max_len: int, where: Any) -> lis
         if "truncat" in str(err).lower():  # e.g. max_seq_len smaller than the special tokens
             raise DataError(f"{where}: cannot truncate to max_seq_len={max_len} ({err}); raise "
                             "max_seq_len") from err
-        raise DataError(f"{where}: the tokenizer cannot read a row ({type(err).__name__}: "
-                        f"{str(err)[:200]}); check the file's text (e.g. invalid characters)"
-                        ) from err
+        raise _unreadable(where, err) from err
+
+
+def _unreadable(where: Any, err: Exception) -> DataError:
+    return DataError(f"{where}: the tokenizer cannot read a row ({type(err).__name__}: "
+                     f"{str(err)[:200]}); check the file's text (e.g. invalid characters)")
 
 
 def _encode_chunk(tokenizer: Any, text_a: list[str], text_b: list[str] | None, max_len: int,
