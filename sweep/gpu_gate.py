@@ -16,6 +16,7 @@ member's with the row that ends it (`on_trial_result`, before the searcher ends 
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -50,6 +51,20 @@ class GpuGate(ConcurrencyLimiter):
         self._configs: dict[str, dict[str, Any]] = {}  # live trial id -> its config
         self._recorded: set[tuple[str, int]] = set()  # (trial id, member) measured
         self._told = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its search algorithm into the experiment folder (tuner.pkl, for its own
+        # restore, which the sweep never uses: the study database is its state). The studies
+        # stay out: their storage would write the database URL, password included.
+        return {**self.__dict__, "studies": {}, "tell": print}
+
+    def get_state(self) -> dict[str, Any]:
+        """What Tune copies into its experiment state at each of its checkpoints: the counts,
+        not the studies, whose copy would also open a new engine on the study database each
+        time (a reconnect that fails, and stops the driver, while the server restarts)."""
+        state = self.__getstate__()
+        del state["searcher"]
+        return copy.deepcopy(state)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         share = self.gpu

@@ -152,6 +152,14 @@ class CellSearcher(Searcher):
         self._live: dict[str, list[_Live]] = {}
         self._turn = 0
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its searcher into the experiment folder (tuner.pkl, for its own restore,
+        # which the sweep never uses: the study database is this searcher's state). What ties
+        # it to the database stays out: the studies, and the study file and URL, which may
+        # hold a password. The copy is inert.
+        return {**self.__dict__, "spec": None, "plans": [], "url": None, "identity": None,
+                "_live": {}, "tune_trials": {}}
+
     # --- Tune hooks -------------------------------------------------------------------
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         if self.storage_failed is not None:

@@ -461,7 +461,10 @@ def test_postgres_restart_mid_study_loses_nothing(
     cluster: Cluster, restartable_postgres: str, tiny_encoder: str, sample_data_dir: Path,
     tmp_path: Path,
 ) -> None:
-    url = restartable_postgres
+    # With a password (the test server trusts any): nothing the study writes may hold it.
+    secret = "pw-" + uuid.uuid4().hex[:12]
+    url = restartable_postgres.replace("://postgres@", f"://postgres:{secret}@")
+    assert secret in url
     weights = [1, 3, 6, 9]
     study = _study_file(tmp_path, "pgrestart", url, tiny_encoder, sample_data_dir, weights,
                         concurrent=2)
@@ -482,6 +485,10 @@ def test_postgres_restart_mid_study_loses_nothing(
     assert len(trials) == len(weights)  # no trial failed or had to be rerun
     after = {t.user_attrs[S.T_CELL] for t in trials if t.user_attrs.get(S.T_CELL)}
     assert done_before <= after
+    # Tune's experiment state is written at each of its checkpoints, the outage included.
+    holding = [p for p in (tmp_path / "runs").rglob("*")
+               if p.is_file() and secret.encode() in p.read_bytes()]
+    assert not holding and secret not in log.read_text(), holding
     print(f"\nFAULT postgres restart: restarted PostgreSQL ({outage_s:.1f}s) with "
           f"{len(done_before)} cells done and trials running; the driver retried its writes "
           f"and the study completed, every cell once, {len(trials)} trials. Lost training: "

@@ -151,3 +151,31 @@ def test_attributes_go_only_onto_running_trials(storage) -> None:
     study.tell(trial, 0.5)
     assert not add_running_attrs(study, trial.number, {"gpu_share": 0.25})
     assert study.get_trials()[0].user_attrs == {"gpu_share": 0.5, "peak_gpu_mib": 10.0}
+
+
+def test_tunes_checkpoint_copy_of_the_gate_opens_no_connection_and_holds_no_url(
+        storage, tmp_path: Path) -> None:
+    """Tune copies its search algorithm's state at each of its checkpoints and writes it into
+    the experiment folder. A copy of the studies would reconnect to the study database each
+    time (which stops the driver while the server restarts) and write the database's URL."""
+    import pickle
+
+    from sqlalchemy import event
+    from sqlalchemy.pool import Pool
+
+    gate, _, _ = _gate(storage)
+    gate.suggest("t1")
+    connected: list[object] = []
+
+    def count(*_: object) -> None:
+        connected.append(1)
+
+    event.listen(Pool, "connect", count)
+    try:
+        state = gate.get_state()
+    finally:
+        event.remove(Pool, "connect", count)
+    assert not connected
+    written = pickle.dumps(state)
+    assert str(tmp_path).encode() not in written and b"sqlite" not in written
+    assert state["max_concurrent"] == 1 and "t1" in state["live_trials"]

@@ -325,3 +325,22 @@ def test_a_write_refused_under_tune_hooks_is_kept_and_other_errors_propagate(
     searcher._guarded(refused_write, "t1")
     assert isinstance(searcher.storage_failed, StorageError)
     assert "cannot be written" in str(searcher.storage_failed)
+
+
+def test_tunes_pickle_of_the_searcher_holds_no_database_url(tmp_path: Path,
+                                                           sample_data_dir) -> None:
+    """Tune pickles its search algorithm into the experiment folder (tuner.pkl, for its own
+    restore): the study database's URL, which may hold a password, is not in it."""
+    import ray.cloudpickle
+
+    from weightsearch.sweep.gpu_gate import GpuGate
+
+    searcher = _searcher_with_two_trials(f"sqlite:///{tmp_path / 'named-db.db'}",
+                                         sample_data_dir)
+    searcher.claims.stop()
+    gate = GpuGate(searcher, 2, gpu=0.0, gpus=0.0, shares=None,
+                   studies={"rte": searcher.plans[0].study}, tell=print)
+    written = ray.cloudpickle.dumps(gate)
+    assert b"named-db" not in written and str(tmp_path).encode() not in written
+    copy = ray.cloudpickle.loads(written)
+    assert copy.max_concurrent == 2 and copy.searcher.ran == searcher.ran
