@@ -32,12 +32,21 @@ def check_ray_address(address: str) -> None:
     """Fail in seconds on an address nothing listens on; Ray itself would retry for minutes."""
     if address in ("auto", "local"):
         return
+    if address.startswith("ray://"):
+        # Tune would run the whole experiment, this study's searcher included, on the
+        # cluster from a pickled copy: the searcher's database connection and claims stay here.
+        raise ClusterError(
+            f"--ray-address {address!r} is a Ray Client address, which a study cannot run "
+            "through (its searcher must stay in this process, beside the study database); "
+            "run the command on a machine inside the cluster's network with the head's "
+            "address, e.g. --ray-address 10.0.0.5:6379"
+        )
     hostport = address.split("://", 1)[-1].rstrip("/")
     host, sep, port_text = hostport.rpartition(":")
     if not sep or not port_text.isdigit():
         raise ClusterError(
             f"--ray-address {address!r} is not host:port; give the head node's address, "
-            "e.g. 10.0.0.5:6379 (or ray://10.0.0.5:10001 for Ray Client)"
+            "e.g. 10.0.0.5:6379"
         )
     try:
         with socket.create_connection((host, int(port_text)), timeout=_CONNECT_TIMEOUT_S):
