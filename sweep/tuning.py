@@ -32,7 +32,7 @@ def check_ray_address(address: str) -> None:
     """Fail in seconds on an address nothing listens on; Ray itself would retry for minutes."""
     if address in ("auto", "local"):
         return
-    if address.startswith("ray://"):
+    if address.strip().lower().startswith("ray://"):
         # Tune would run the whole experiment, this study's searcher included, on the
         # cluster from a pickled copy: the searcher's database connection and claims stay here.
         raise ClusterError(

@@ -171,7 +171,7 @@ def _study_file(tmp_path: Path, sample_data_dir: Path) -> Path:
     [
         (["--ray-address", "127.0.0.1:9"], "no Ray cluster answers at 127.0.0.1:9"),
         (["--ray-address", "nonsense"], "is not host:port"),
-        (["--ray-address", "ray://127.0.0.1:10001"], "is a Ray Client address"),
+        (["--ray-address", "Ray://127.0.0.1:10001"], "is a Ray Client address"),
         (["--storage", "sqlite:////no/such/folder/x.db"], "folder /no/such/folder does not exist"),
     ],
 )
