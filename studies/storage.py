@@ -447,7 +447,8 @@ _RETRIED = (
 
 
 def _is_transient(exc: BaseException) -> bool:
-    """A lost or refused connection (OperationalError), possibly wrapped by Optuna."""
+    """A lost or refused connection (OperationalError), possibly wrapped by Optuna, or met
+    again by a session that lost it."""
     import sqlalchemy.exc
 
     seen = 0
@@ -460,6 +461,11 @@ def _is_transient(exc: BaseException) -> bool:
             return True
         if isinstance(exc, sqlalchemy.exc.DBAPIError) and exc.connection_invalidated:
             return True
+        if isinstance(exc, sqlalchemy.exc.PendingRollbackError):
+            # A session used again after its connection was lost (Optuna's trial read tries a
+            # second query when the first fails): what lost it is only the context.
+            exc, seen = exc.__cause__ or exc.__context__, seen + 1
+            continue
         exc, seen = exc.__cause__, seen + 1
     return False
 

@@ -151,3 +151,43 @@ def test_unreachable_server_is_a_clear_storage_error() -> None:
     assert time.monotonic() - started < 15
     message = str(info.value)
     assert url in message and "database server is running" in message
+
+
+def test_a_connection_killed_in_the_middle_of_reading_trials_is_retried(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Optuna's read of a study's trials catches the error of its first query and tries
+    another in the same session, which fails differently (its transaction is gone): the
+    first error is then only the context of the second. The read is retried whole."""
+    from sqlalchemy import event
+
+    storage = open_storage(postgres_url)
+    study = _create_study(storage)
+    _write_trial(study, 3.0, 1)
+    _write_trial(study, 6.0, 1)
+    admin = _admin(postgres_url)
+    killed: list[int] = []
+
+    def kill_once(conn, cursor, statement, parameters, context, executemany) -> None:
+        if killed or "FROM trial_intermediate_values" not in statement:
+            return
+        pid = conn.connection.dbapi_connection.info.backend_pid
+        killed.append(pid)
+        with admin.connect() as a:  # as a server restart does, mid-read
+            a.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            deadline = time.monotonic() + 10
+            while a.execute(text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"),
+                            {"pid": pid}).first() and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+    event.listen(storage.engine, "before_cursor_execute", kill_once)
+    try:
+        with caplog.at_level(logging.WARNING, logger="weightsearch.storage"):
+            trials = storage.get_all_trials(study._study_id)
+    finally:
+        event.remove(storage.engine, "before_cursor_execute", kill_once)
+        admin.dispose()
+    assert killed
+    assert any("retrying" in r.getMessage() for r in caplog.records)
+    assert [t.user_attrs[schema.T_CELL] for t in trials] == ["3|1", "6|1"]
+    assert trials[1].intermediate_values == {1: pytest.approx(0.561), 2: pytest.approx(0.562)}
