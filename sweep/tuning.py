@@ -33,14 +33,7 @@ def check_ray_address(address: str) -> None:
     if address in ("auto", "local"):
         return
     if address.strip().lower().startswith("ray://"):
-        # Tune would run the whole experiment, this study's searcher included, on the
-        # cluster from a pickled copy: the searcher's database connection and claims stay here.
-        raise ClusterError(
-            f"--ray-address {address!r} is a Ray Client address, which a study cannot run "
-            "through (its searcher must stay in this process, beside the study database); "
-            "run the command on a machine inside the cluster's network with the head's "
-            "address, e.g. --ray-address 10.0.0.5:6379"
-        )
+        raise _ray_client_refused(f"--ray-address {address!r}")
     hostport = address.split("://", 1)[-1].rstrip("/")
     host, sep, port_text = hostport.rpartition(":")
     if not sep or not port_text.isdigit():
@@ -59,11 +52,30 @@ def check_ray_address(address: str) -> None:
         ) from None
 
 
+def _ray_client_refused(what: str) -> ClusterError:
+    # Under Ray Client, Tune runs the whole experiment, this study's searcher included, on
+    # the cluster from a pickled copy: the searcher's database connection and claims stay here.
+    return ClusterError(
+        f"{what} is a Ray Client address, which a study cannot run through "
+        "(its searcher must stay in this process, beside the study database); run the "
+        "command on a machine inside the cluster's network with the head's address, e.g. "
+        "--ray-address 10.0.0.5:6379"
+    )
+
+
+def _through_ray_client() -> bool:
+    from ray.util.client import ray as client
+
+    return client.is_connected()
+
+
 def start_ray(address: str | None, verbose: bool = True) -> bool:
     """Join `address`, or start a local Ray; returns whether this call started it."""
     import ray
 
     if ray.is_initialized():
+        if _through_ray_client():  # joined before this call (the Python API)
+            raise _ray_client_refused("the Ray this process joined")
         return False
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
@@ -84,6 +96,10 @@ def start_ray(address: str | None, verbose: bool = True) -> bool:
             f"cannot start or join Ray at {where}: {str(exc).splitlines()[0]}; "
             "check `ray status` there, or leave out --ray-address to run locally"
         ) from None
+    if _through_ray_client():  # `auto` took a ray:// address from RAY_ADDRESS
+        ray.shutdown()
+        raise _ray_client_refused(f"RAY_ADDRESS {os.environ.get('RAY_ADDRESS')!r} (read by "
+                                  f"--ray-address {address})")
     res = ray.cluster_resources()
     say(f"Ray ready in {time.monotonic() - started:.0f}s: {res.get('CPU', 0):g} CPUs, "
         f"{res.get('GPU', 0):g} GPUs", verbose)

@@ -485,7 +485,7 @@ def test_postgres_restart_mid_study_loses_nothing(
     assert len(trials) == len(weights)  # no trial failed or had to be rerun
     after = {t.user_attrs[S.T_CELL] for t in trials if t.user_attrs.get(S.T_CELL)}
     assert done_before <= after
-    # Tune's experiment state is written at each of its checkpoints, the outage included.
+    # Tune writes its experiment state (tuner.pkl, search state) into the study's folder.
     holding = [p for p in (tmp_path / "runs").rglob("*")
                if p.is_file() and secret.encode() in p.read_bytes()]
     assert not holding and secret not in log.read_text(), holding

@@ -262,3 +262,34 @@ def test_stalled_driver_loses_its_cell_quietly(tiny_encoder: str, sample_data_di
     epochs = [json.loads(line)["epoch"] for line in
               (folder / "metrics.jsonl").read_text().splitlines()]
     assert max(epochs) < 4
+
+
+def test_a_ray_client_address_is_refused_before_anything_is_written(
+        tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
+    """Under Ray Client, Tune would run the study's searcher on the cluster, away from its
+    database connection: refused, whether named or taken by `auto` from RAY_ADDRESS, on a
+    real head with a client server, before the study is created."""
+    study = two_cell_study_file(tmp_path, "client", tiny_encoder, sample_data_dir)
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    ray_tmp = ray_temp_dir()
+    env = {**os.environ, "RAY_TMPDIR": ray_tmp, "PYTHONPATH": str(ROOT), **NO_OOM_KILLS}
+    ray = str(Path(sys.executable).with_name("ray"))
+    client_port = free_port()
+    try:
+        subprocess.run([ray, "start", "--head", f"--port={free_port()}", "--num-cpus=1",
+                        f"--ray-client-server-port={client_port}", "--include-dashboard=false",
+                        f"--temp-dir={ray_tmp}", "--disable-usage-stats"],
+                       env=env, check=True, capture_output=True, timeout=180)
+        client = f"ray://127.0.0.1:{client_port}"
+        for address, extra in ((client, {}), ("auto", {"RAY_ADDRESS": client})):
+            done = subprocess.run(
+                [*CMD, "launch", str(study), "--storage", url, "--ray-address", address,
+                 "--quiet"], cwd=tmp_path, env={**env, **extra}, capture_output=True,
+                text=True, timeout=300)
+            last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ""
+            assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-3000:]
+            assert "is a Ray Client address" in last and "Traceback" not in done.stderr, last
+            assert not _study_exists(url, "client")
+    finally:
+        kill_leftovers(ray_tmp)
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -165,10 +165,12 @@ def test_tunes_checkpoint_copy_of_the_gate_opens_no_connection_and_holds_no_url(
 
     gate, _, _ = _gate(storage)
     gate.suggest("t1")
-    connected: list[object] = []
+    connected: list[str] = []
 
-    def count(*_: object) -> None:
-        connected.append(1)
+    def count(dbapi_connection: Any, _record: object) -> None:
+        # Any engine's new connection (a copy makes its own engine): this test's file only.
+        files = [row[2] for row in dbapi_connection.execute("PRAGMA database_list")]
+        connected.extend(f for f in files if f.startswith(str(tmp_path)))
 
     event.listen(Pool, "connect", count)
     try:
