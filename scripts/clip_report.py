@@ -16,6 +16,12 @@ says how many. The tests, fixed before the run (RESULTS.md):
   H3  clipping x weight interaction: the F test in score ~ seed + clipping * weight (seeds as
       blocks), and its one-degree contrast, the paired t-test of [15 - 1 without clipping]
       minus [15 - 1 with clipping].
+
+The third arm (`<task>-uclip1`, `examples/study-clip-unweighted.yaml`), its tests fixed before
+its run (RESULTS.md):
+
+  H4  under unweighted clipping, weight 15 differs from weight 1: paired two-sided t-test at 5%;
+  H5  the three regimes x weight interaction: the F test in score ~ seed + regime * weight.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ CLIPPED, FREE, UNWEIGHTED = "clip1", "noclip", "uclip1"
 PLANNING_SDS = {"15 - 3 (ladder, clipped)": 0.43, "15 - 1 (ladder, clipped)": 0.99,
                 "between the two": 0.57}
 PLANNED_SEEDS = 8
+# Before the third arm's run: the first two arms' paired sd of 15 - 1 (accuracy points).
+H4_PLANNING_SDS = {"15 - 1 without clipping": 0.594, "15 - 1 with clipping": 0.682}
 
 _spec = importlib.util.spec_from_file_location(
     "ladder_report", Path(__file__).resolve().parent / "ladder_report.py")
@@ -179,10 +187,15 @@ def report(frame: pd.DataFrame, dev: int, left_out: list[int]) -> str:
             f"[{contrast['low']:+.3f}, {contrast['high']:+.3f}] | {contrast['sd']:.3f} | "
             f"t({n - 1}) = {contrast['t']:.2f} | {_p(contrast['p'])} | |"]
     if UNWEIGHTED in regimes:
-        u = paired_t(paired(frame, dev, UNWEIGHTED, 15, 1))
-        out.append(f"| unweighted clipping, 15 - 1 (not pre-registered) | {u['mean']:+.3f} | "
-                   f"95% [{u['low']:+.3f}, {u['high']:+.3f}] | {u['sd']:.3f} | t({n - 1}) = "
-                   f"{u['t']:.2f} | {_p(u['p'])} | |")
+        h4 = paired_t(paired(frame, dev, UNWEIGHTED, 15, 1))
+        h5 = interaction(frame, dev, [CLIPPED, FREE, UNWEIGHTED])
+        verdict4 = "differ" if h4["p"] < ALPHA else "not shown to differ"
+        out += [f"| H4: unweighted clipping, 15 - 1 | {h4['mean']:+.3f} | 95% "
+                f"[{h4['low']:+.3f}, {h4['high']:+.3f}] | {h4['sd']:.3f} | t({n - 1}) = "
+                f"{h4['t']:.2f} | {_p(h4['p'])} | {verdict4} |",
+                f"| H5: three regimes x weight | | | | F({h5['df']}, {h5['resid_df']}) = "
+                f"{h5['F']:.2f} | {_p(h5['p'])} | "
+                f"{'interaction' if h5['p'] < ALPHA else 'no interaction shown'} |"]
     same = [w for w in weights if w > 3 and
             np.array_equal(counts(frame, CLIPPED, w), counts(frame, CLIPPED, 3))]
     if same:
@@ -200,6 +213,57 @@ def power_report() -> str:
     return "\n".join(lines) + "\n"
 
 
+def interaction_power(resid_sd: float, delta: float, n: int = PLANNED_SEEDS,
+                      alpha: float = ALPHA) -> float:
+    """H5's power: the F test of regime x weight over 3 regimes x weights 1, 3, 15 x n seeds,
+    when only the third regime's weight-15 cell is shifted by `delta` points (noncentral F,
+    its noncentrality the shift's part outside the main effects over the residual variance)."""
+    seeds, regimes, weights = range(n), range(3), range(3)
+    rows = list(itertools.product(seeds, regimes, weights))
+    mean = np.array([delta if (r, w) == (2, 2) else 0.0 for _, r, w in rows])
+
+    def onehot(index: int, levels: int) -> np.ndarray:
+        return np.array([[1.0 if row[index] == k else 0.0 for k in range(1, levels)]
+                         for row in rows])
+
+    seed_d, regime_d, weight_d = onehot(0, n), onehot(1, 3), onehot(2, 3)
+    main = np.column_stack([np.ones(len(rows)), seed_d, regime_d, weight_d])
+    full = np.column_stack([main] + [regime_d[:, [a]] * weight_d[:, [b]]
+                                     for a in range(2) for b in range(2)])
+
+    def fitted(design: np.ndarray) -> np.ndarray:
+        return design @ np.linalg.lstsq(design, mean, rcond=None)[0]
+
+    nc = float(np.sum((fitted(full) - fitted(main)) ** 2)) / resid_sd ** 2
+    df, resid_df = 4, len(rows) - np.linalg.matrix_rank(full)
+    crit = stats.f.ppf(1 - alpha, df, resid_df)
+    return float(stats.ncf.sf(crit, df, resid_df, nc))
+
+
+def third_arm_power_report(resid_sd: float) -> str:
+    lines = ["", f"Power before the third arm's run, {PLANNED_SEEDS} paired seeds, 5%:", ""]
+    for name, sd in H4_PLANNING_SDS.items():
+        lines.append(f"- H4 at paired sd {sd:.3f} points ({name}): a paired t-test detects "
+                     f"{detectable(sd, PLANNED_SEEDS):.2f} points with 80% power")
+    for delta in (0.5, 1.0, 1.5):
+        lines.append(f"- H5, residual sd {resid_sd:.3f} points (the first two arms' two-way "
+                     f"model), the unweighted arm's weight 15 alone {delta:+.1f} points off "
+                     f"the additive pattern: power {interaction_power(resid_sd, delta):.2f}")
+    return "\n".join(lines) + "\n"
+
+
+def residual_sd(frame: pd.DataFrame, dev: int, regimes: list[str]) -> float:
+    """The residual sd (accuracy points) of score ~ seed + regime * weight."""
+    data = frame[frame["regime"].isin(regimes)]
+    y = (data["count"] * 100 / dev).to_numpy()
+    cells = pd.get_dummies(data["regime"] + "/" + data["central_weight"].astype(str),
+                           dtype=float)
+    design = np.column_stack([pd.get_dummies(data["seed"].astype(str), dtype=float), cells])
+    beta, *_ = np.linalg.lstsq(design, y, rcond=None)
+    resid_df = len(y) - np.linalg.matrix_rank(design)
+    return math.sqrt(float(np.sum((y - design @ beta) ** 2)) / resid_df)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("evidence", nargs="?", type=Path, help="the exported study (csv/tsv)")
@@ -209,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(power_report())
     if args.evidence is not None:
         frame, dev, left_out = read_cells(args.evidence)
+        if args.power:
+            sys.stdout.write(third_arm_power_report(residual_sd(frame, dev, [CLIPPED, FREE])))
+            sys.stdout.write("\n")
         sys.stdout.write(report(frame, dev, left_out))
     elif not args.power:
         parser.error("give the evidence file, or --power")
