@@ -10,7 +10,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -617,10 +617,12 @@ def file_identity(url: str) -> tuple[int, int] | None:
     return None if found is None else (found.st_dev, found.st_ino)
 
 
-def check_same_file(url: str, identity: tuple[int, int] | None) -> None:
+def check_same_file(url: str, identity: tuple[int, int] | None,
+                    written: Sequence[str] = ()) -> None:
     """Raise StorageError when the SQLite file opened as `identity` is no longer the file at
     its path: deleted, or replaced. A process keeps writing to an unlinked file without an
-    error, so its results would exist nowhere."""
+    error, so its results would exist nowhere. `written`: the cells this command wrote
+    results of, which the message names as lost."""
     path = sqlite_path(url)
     if identity is None or path is None:
         return
@@ -632,10 +634,18 @@ def check_same_file(url: str, identity: tuple[int, int] | None) -> None:
         if (found.st_dev, found.st_ino) == identity:
             return
         now = "was replaced by another file"
+    lost = ""
+    if written:
+        shown = ", ".join(written[:10]) + (f" and {len(written) - 10} more"
+                                           if len(written) > 10 else "")
+        lost = (f" The results of the {len(written)} cell(s) this command finished ({shown}) "
+                "went to the lost file and are nowhere now: they train again when the study "
+                "is resumed or launched again.")
     raise StorageError(f"the study database {shown_url(url)} {now} while this command ran, "
-                       "so it stopped: no result is written where nobody can read it. Restore "
-                       "the file (the trials finished before are in it), then `weightsearch "
-                       "resume` the study")
+                       f"so it stopped: no result is written where nobody can read it.{lost} "
+                       "Restore the file if you have a copy (the trials finished before this "
+                       "command are in it), then `weightsearch resume` the study; without one, "
+                       "`weightsearch launch` the study file again")
 
 
 def sqlite_path(url: str) -> str | None:

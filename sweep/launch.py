@@ -17,7 +17,13 @@ from typing import Any
 
 from weightsearch.core.errors import ClusterError, ConfigError
 from weightsearch.studies import schema as S
-from weightsearch.studies.storage import check_url, default_storage_url, open_storage
+from weightsearch.studies.storage import (
+    check_same_file,
+    check_url,
+    default_storage_url,
+    file_identity,
+    open_storage,
+)
 from weightsearch.sweep import lookup, study_db, tuning
 from weightsearch.sweep.claims import Claims
 from weightsearch.sweep.progress import Progress, say
@@ -50,12 +56,17 @@ def launch(
     # SQLite file), nothing written yet
     centrals = [study_db.describe(spec, c) for c in spec.central_tasks]
     storage = _open(url)
+    # The file every write and the summary go to: a driver whose file is deleted or replaced
+    # under it says so instead of summarising results that exist nowhere.
+    identity = file_identity(url)
     existing = study_db.existing_studies(spec, storage, url, centrals)
     _refuse_foreign_runs(spec, [c.name for c in centrals if c.name not in existing], url)
     first = first_points(spec, centrals, url, existing)  # before the studies record it
     pending = _pending(spec, centrals, existing, first)
     if pending == 0:
-        return summarise(spec, storage, url, centrals, ran=0, failed=0, first=first)
+        summary = summarise(spec, storage, url, centrals, ran=0, failed=0, first=first)
+        check_same_file(url, identity)
+        return summary
 
     # run
     started_ray = tuning.start_ray(ray_address, verbose=progress)
@@ -70,11 +81,15 @@ def launch(
         meter = Progress(spec.study, pending, parallel * spec.fuse_cells, enabled=progress,
                          metric=metrics)
         try:
-            ran, failed = _rounds(spec, plans, parallel, meter, Claims(storage.engine))
+            ran, failed = _rounds(spec, plans, parallel, meter, Claims(storage.engine),
+                                  identity)
         finally:
             meter.close()
-        # summarise
-        return summarise(spec, storage, url, centrals, ran=ran, failed=failed, first=first)
+        check_same_file(url, identity, meter.finished_cells)
+        # summarise, from the file that is still the one at its path once read
+        summary = summarise(spec, storage, url, centrals, ran=ran, failed=failed, first=first)
+        check_same_file(url, identity, meter.finished_cells)
+        return summary
     finally:
         if started_ray:
             import ray
@@ -132,7 +147,7 @@ def _pending(spec: StudySpec, centrals: list[Central], existing: dict[str, Any],
 
 
 def _rounds(spec: StudySpec, plans: list[CentralPlan], parallel: int, meter: Progress,
-            claims: Claims) -> tuple[int, int]:
+            claims: Claims, identity: tuple[int, int] | None) -> tuple[int, int]:
     """Tune runs until no unit is left that this driver could train. Between runs it waits for
     the units other drivers hold: every driver reports the study's final state."""
     ran = failed = lost = 0
@@ -148,7 +163,7 @@ def _rounds(spec: StudySpec, plans: list[CentralPlan], parallel: int, meter: Pro
                 break
             try:
                 n_ran, n_failed = tuning.run_round(spec, plans, parallel, meter, claims,
-                                                   round_no)
+                                                   round_no, identity)
             except tuning.WorkerLost as exc:
                 lost += 1
                 if lost > MAX_LOST_ROUNDS:

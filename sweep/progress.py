@@ -58,6 +58,9 @@ class Progress:
         self.finished_count = 0
         self.counts = {"COMPLETE": 0, "PRUNED": 0, "FAIL": 0, "LOST": 0}
         self.durations: list[float] = []
+        # the cells this driver finished with a result ("rte w=9 seed 1"): what a lost study
+        # file would lose, named when that happens
+        self.finished_cells: list[str] = []
         # central -> (value, which trial) of the study's best single trial, all drivers' (the
         # searcher reads it at each trial end); a trial, not a weight: the summary's verdict
         # compares weights over seeds
@@ -104,9 +107,10 @@ class Progress:
         run = self.running.pop(trial_id, None)
         self.finished_count += 1
         self.counts[state] = self.counts.get(state, 0) + 1
+        what = f"{run.central} {run.label}" if run else trial_id
         if state not in ("FAIL", "LOST"):
             self.durations.append(elapsed)
-        what = f"{run.central} {run.label}" if run else trial_id
+            self.finished_cells.append(what)
         if value is not None and run is not None and state == "COMPLETE":
             best = self.best.get(run.central)
             if best is None or value > best[0]:

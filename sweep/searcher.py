@@ -129,7 +129,8 @@ class _Live:
 
 class CellSearcher(Searcher):
     def __init__(self, spec: StudySpec, plans: list[CentralPlan], progress: Progress,
-                 stopped_by_scheduler: set[str], claims: Claims) -> None:
+                 stopped_by_scheduler: set[str], claims: Claims,
+                 identity: tuple[int, int] | None = None) -> None:
         super().__init__(metric=OBJECTIVE, mode="max")
         self.spec = spec
         self.plans = plans
@@ -138,9 +139,10 @@ class CellSearcher(Searcher):
         self.claims = claims
         self.tune_trials: dict[str, Any] = {}  # trial_id -> ray Trial, filled by a callback
         # The SQLite file this driver writes, checked before each write (deleted or replaced
-        # under a running launch, its results would land in an unlinked file).
+        # under a running launch, its results would land in an unlinked file): the one the
+        # launch opened (`identity`), not whatever is at the path when a round starts.
         self.url = claims.engine.url.render_as_string(hide_password=False)
-        self.identity = file_identity(self.url)
+        self.identity = identity if identity is not None else file_identity(self.url)
         # A failure of the study database inside a Tune hook: Tune would log it and go on
         # (it catches what `on_trial_complete` raises), so the searcher keeps it, hands out
         # nothing more, has the scheduler stop its trials, and `run_round` raises it.
@@ -212,7 +214,7 @@ class CellSearcher(Searcher):
             hook(*args)
         except Exception as exc:
             try:
-                check_same_file(self.url, self.identity)  # "deleted" says more than "readonly"
+                self._check_file()  # "deleted" says more than "readonly"
             except StorageError as gone:
                 self.storage_failed = gone
                 return
@@ -220,6 +222,11 @@ class CellSearcher(Searcher):
             if failure is None:
                 raise
             self.storage_failed = failure
+
+    def _check_file(self) -> None:
+        """Raise StorageError when the study file is no longer the one at its path, naming
+        the cells whose results went to it."""
+        check_same_file(self.url, self.identity, self.progress.finished_cells)
 
     def _on_result(self, trial_id: str, result: dict[str, Any]) -> None:
         members = self._live.get(trial_id)
@@ -400,7 +407,7 @@ class CellSearcher(Searcher):
     def _start(self, trial_id: str, plan: CentralPlan, picked: list[Picked]) -> dict[str, Any]:
         """Create the Optuna trial of each picked unit and the Tune trial's config: one cell's,
         or a fused unit's (`MEMBERS`) when several units train together."""
-        check_same_file(self.url, self.identity)
+        self._check_file()
         space = plan.strategy.space
         cells = [self._cell_config(plan, *one) for one in picked]
         if len(cells) > 1:
@@ -471,7 +478,7 @@ class CellSearcher(Searcher):
     def _record(self, trial_id: str, live: _Live, error: bool, elapsed: float,
                 reason: str | None = None) -> tuple[str, float | None, str | None]:
         """Write the trial's end, all of it in one transaction (`weightsearch.sweep.trial_end`)."""
-        check_same_file(self.url, self.identity)
+        self._check_file()
         trial, plan = live.trial, live.plan
         if not error and live.summary is not None:
             value, attrs, steps = self._complete(live)
@@ -506,7 +513,7 @@ class CellSearcher(Searcher):
         if epoch not in live.values and math.isfinite(value):
             live.values[epoch] = value
             if live.plan.stage == "multitask":  # Optuna's intermediate values: the scored stage's
-                check_same_file(self.url, self.identity)
+                self._check_file()
                 live.trial.report(value, step=epoch)  # a retried trial re-reports nothing twice
 
     def _complete(self, live: _Live) -> tuple[float, dict[str, Any], dict[int, float]]:

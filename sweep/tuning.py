@@ -145,9 +145,10 @@ class WorkerLost(Exception):
 
 
 def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, claims: Claims,
-              round_no: int) -> tuple[int, int]:
+              round_no: int, identity: tuple[int, int] | None = None) -> tuple[int, int]:
     """Run this driver's share of the units the plans hold now through one Tune run; returns
-    how many trials it ran and how many of them ended FAIL."""
+    how many trials it ran and how many of them ended FAIL. `identity`: the SQLite study
+    file's as the launch opened it (`storage.file_identity`)."""
     from ray import tune
 
     from weightsearch.sweep.gpu_share import TrialResources
@@ -159,7 +160,7 @@ def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, clai
     # database is its state) can fail to sync when Ctrl-C lands mid-copy; that is no news.
     logging.getLogger("ray.tune.execution.experiment_state").setLevel(logging.CRITICAL)
     stopped: set[str] = set()
-    searcher = CellSearcher(spec, plans, meter, stopped, claims)
+    searcher = CellSearcher(spec, plans, meter, stopped, claims, identity)
     gate = _gpu_gate(spec, plans, parallel, meter, claims, searcher)
     budget = sum(p.strategy.max_units() for p in plans)
     # One experiment folder per driver and round: two drivers started in the same second
