@@ -46,7 +46,7 @@ def run_serve(args) -> int:
     import uvicorn
 
     from weightsearch.service.app import create_app
-    from weightsearch.service.http_limits import LimitedH11Protocol
+    from weightsearch.service.http_limits import ACCEPT_BURST, LimitedH11Protocol
     from weightsearch.service.request_guard import is_loopback
     from weightsearch.studies.storage import check_persistent
 
@@ -64,5 +64,6 @@ def run_serve(args) -> int:
     # read-only file is served (GETs work; a launch's job says why it cannot write).
     check_persistent(storage_url(args))
     app = create_app(storage_url(args), token_env=TOKEN_ENV, require_token=exposed, hosts=hosts)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info", http=LimitedH11Protocol)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", http=LimitedH11Protocol,
+                backlog=ACCEPT_BURST)
     return 0

@@ -8,15 +8,22 @@
 - A request head must arrive whole within HEAD_TIMEOUT_S of the connection (or of the previous
   response, on a kept-alive connection); else 408 and the connection closes. A slow client can
   otherwise hold a connection, and a file descriptor, forever.
-- At most MAX_CONNECTIONS connections are open; a new one beyond that closes the one that has
-  waited longest for its request head (or, with none waiting, is itself refused), so stalled
-  clients cannot lock others out and the server never runs out of file descriptors.
+- At most `connection_cap()` connections are open: MAX_CONNECTIONS, or fewer where the
+  process's limit on open files leaves less room (the descriptors open when serving starts and
+  FD_RESERVE for the database, logs and jobs stay free). Had the sockets used the last
+  descriptors, the kernel would refuse every new accept (EMFILE), asyncio would log each
+  refusal and wait before accepting again, and /health would time out with the rest. A client
+  address holds at most half of the cap. A new connection beyond either cap closes the one
+  that has waited longest for its request head (its address's own, for the address cap), or,
+  with none waiting, is itself refused: stalled clients cannot lock others out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import os
 
 from h11._connection import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -24,6 +31,35 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 DRAIN_S = 1.0  # how long a refused connection keeps swallowing what the client still sends
 HEAD_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 256  # well below the usual 1024 open files
+FD_RESERVE = 64  # descriptors kept free for the database pool, logs and jobs
+# The listening socket's backlog, which is also how many connections asyncio accepts in one go
+# before any of them reaches `connection_made` (uvicorn's default is 2,048): kept small, so a
+# burst cannot take the descriptors the cap leaves free.
+ACCEPT_BURST = 32
+MIN_CONNECTIONS = 8
+
+
+@functools.cache
+def connection_cap() -> int:
+    """How many client connections this process may hold: MAX_CONNECTIONS, or what its open
+    file limit leaves beside the descriptors open now (read once, at the first connection,
+    when the server's own files are open) and FD_RESERVE."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        open_now = len(os.listdir("/proc/self/fd"))
+    except (ImportError, OSError):  # no resource module or no /proc: the fixed cap
+        return MAX_CONNECTIONS
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(MIN_CONNECTIONS,
+               min(MAX_CONNECTIONS, soft - open_now - FD_RESERVE - 3 * ACCEPT_BURST))
+
+
+def _peer(transport: asyncio.BaseTransport) -> str | None:
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else None
 
 
 def refused_head_status(buffered: bytes, limit: int) -> int:
@@ -50,9 +86,17 @@ class LimitedH11Protocol(H11Protocol):
     _waiting_since = 0.0
     _cycle_seen: object = None
 
+    _address: str | None = None
+
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > MAX_CONNECTIONS and not self._evict_a_stalled_one():
+        self._address = _peer(transport)
+        cap = connection_cap()
+        mine = [c for c in self.connections if c is not self
+                and isinstance(c, LimitedH11Protocol) and c._address == self._address]
+        if ((len(mine) >= cap // 2 and not self._evict_a_stalled_one(mine))
+                or (len(self.connections) > cap
+                    and not self._evict_a_stalled_one(list(self.connections)))):
             self.connections.discard(self)
             transport.close()
             return
@@ -96,8 +140,10 @@ class LimitedH11Protocol(H11Protocol):
             self._refuse(408, b"Request Timeout",
                          f"the request head did not arrive within {HEAD_TIMEOUT_S:.0f} s")
 
-    def _evict_a_stalled_one(self) -> bool:
-        stalled = [c for c in self.connections if c is not self
+    def _evict_a_stalled_one(self, among: list) -> bool:
+        """Close the connection of `among` that has waited longest for its request head;
+        False when none is waiting."""
+        stalled = [c for c in among if c is not self
                    and isinstance(c, LimitedH11Protocol) and c._head_timer is not None]
         if not stalled:
             return False

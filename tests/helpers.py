@@ -199,9 +199,17 @@ def launched_study(url: str, name: str, data_dir: Path, workdir: Path) -> None:
     study_db.create_studies(spec, open_storage(url), url, centrals, {})
 
 
-def serve(url: str, folder: Path, token: str) -> tuple[subprocess.Popen, int]:
+def serve(url: str, folder: Path, token: str,
+          open_files: int | None = None) -> tuple[subprocess.Popen, int]:
     """`weightsearch serve` of `url` with `token`, on a free port, up (its /health answers);
-    its output goes to folder/server.log (a file, not a pipe: a full pipe would stall it)."""
+    its output goes to folder/server.log (a file, not a pipe: a full pipe would stall it).
+    `open_files`: the server's limit on open file descriptors (`ulimit -n`)."""
+    import resource
+
+    def limit_files() -> None:
+        if open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+
     log = folder / "server.log"
     for _ in range(3):  # another test may take the free port first
         port = free_port()
@@ -209,7 +217,7 @@ def serve(url: str, folder: Path, token: str) -> tuple[subprocess.Popen, int]:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "weightsearch.cli", "serve", "--port", str(port),
                  "--storage", url], stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
-                env={**os.environ, "WEIGHTSEARCH_TOKEN": token})
+                env={**os.environ, "WEIGHTSEARCH_TOKEN": token}, preexec_fn=limit_files)
         if _serving(proc, port, log):
             return proc, port
     raise AssertionError(f"no free port stayed free for the server; see {log}")

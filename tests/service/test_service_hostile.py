@@ -275,6 +275,42 @@ def test_slow_clients_cannot_hold_the_server(server):
 
 
 @pytest.mark.slow
+def test_half_open_heads_beyond_the_file_limit_leave_health_answering(tmp_path):
+    """One client holds more half-open connections (a head never finished) than the server has
+    file descriptors (`ulimit -n 256`, 300 connections): every fresh /health still answers
+    within 2 s (stretched only on a machine too loaded to answer one at once), and the
+    server's log does not fill with accept errors."""
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    import_file(TABLE2, "siwlm-paper", url)
+    proc, port = serve(url, tmp_path, TOKEN, open_files=256)
+    stalled = []
+    try:
+        limit = max(2.0, 20 * _budget(port) / 3)
+        log = tmp_path / "server.log"
+        lines_before = len(log.read_text().splitlines())
+        for _ in range(300):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")  # never ends
+            stalled.append(s)
+        took = []
+        for _ in range(5):
+            start = time.monotonic()
+            with contextlib.suppress(httpx.TimeoutException):
+                assert httpx.get(f"http://127.0.0.1:{port}/health",
+                                 timeout=limit + 1).status_code == 200
+            took.append(time.monotonic() - start)
+        assert max(took) < limit, took
+        time.sleep(1.0)  # what the server would log about refused accepts, logged by now
+        grown = log.read_text().splitlines()[lines_before:]
+        assert len(grown) <= 5, grown[:10]
+    finally:
+        for s in stalled:
+            s.close()
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+@pytest.mark.slow
 def test_a_pipelined_connection_still_owes_its_next_head_in_time(server):
     """Two whole requests sent at once, then a head trickled a line at a time (each line would
     reset a keep-alive timer): both requests are answered, and the trickled head gets 408 when
