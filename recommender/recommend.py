@@ -64,7 +64,7 @@ from weightsearch.recommender.regime import (
     short_name,
 )
 from weightsearch.recommender.shipped import SHIPPED
-from weightsearch.recommender.task_curve import locate_best
+from weightsearch.recommender.task_curve import locate_best, saturated_top
 from weightsearch.studies import schema
 from weightsearch.studies.verdict import by_seed, judge
 from weightsearch.trainer.task_types import (
@@ -177,8 +177,8 @@ class Recommendation:
 def _point(task, study, size, task_type, source, values, maximize, encoder, stage, variant,
            size_of_encoder: str | None = None, paired: bool = False,
            dataset: str | None = None, clipping: str | None = None,
-           imported: bool = False) -> EvidencePoint | None:
-    located = locate_best(values, maximize, int(size), paired)
+           imported: bool = False, plateau_from: float | None = None) -> EvidencePoint | None:
+    located = locate_best(values, maximize, int(size), paired, plateau_from)
     if located is None:
         return None
     sign = 1.0 if maximize else -1.0
@@ -227,7 +227,8 @@ def _shipped_points() -> tuple[EvidencePoint, ...]:
             point = _point(task, shipped.study, head.train_size, head.task_type, "prior",
                            values, True, head.regime.get("encoder"), head.regime.get("stage"),
                            head.regime.get("variant"), paired=paired, dataset=head.dataset,
-                           clipping=head.regime.get("clipping"))
+                           clipping=head.regime.get("clipping"),
+                           plateau_from=_saturated_rows(rows))
             if point is not None:
                 out.append(point)
     return tuple(out)
@@ -290,12 +291,35 @@ def study_evidence(studies) -> Evidence:
             s.central_task, s.name, s.train_size, s.task_type, "studies", paired or values,
             s.maximize, s.encoder, s.stage, s.variant, s.encoder_size,
             paired=paired is not None, dataset=s.dataset, clipping=s.clipping,
-            imported=s.source == schema.SOURCE_IMPORTED)
+            imported=s.source == schema.SOURCE_IMPORTED, plateau_from=_saturated_cells(s))
         if point is not None:
             out.append(point)
         else:
             out.skipped.append(why or f"study {s.name} contributes nothing")
     return out
+
+
+def _saturated_cells(s) -> float | None:
+    """Where a study's saturated top begins: the weights from which every complete cell
+    clipped all its central updates under global clipping (`task_curve.saturated_top`)."""
+    from weightsearch.studies.treatments import clipped_away
+
+    by_weight: dict[float, list[bool]] = {}
+    for c in s.cells:
+        if c.state == "complete" and c.weight is not None:
+            by_weight.setdefault(float(c.weight), []).append(clipped_away(c))
+    return saturated_top({w: all(flags) for w, flags in by_weight.items()})
+
+
+def _saturated_rows(rows) -> float | None:
+    """`_saturated_cells` for a shipped file's rows: a row is saturated when its run clipped
+    globally at a positive norm and every central update was clipped (clip_share 1)."""
+    by_weight: dict[float, list[bool]] = {}
+    for r in rows:
+        clip, mode = r.clipping or (0.0, "")
+        by_weight.setdefault(float(r.weight), []).append(
+            mode == "global" and clip > 0 and r.clip_share == 1.0)
+    return saturated_top({w: all(flags) for w, flags in by_weight.items()})
 
 
 def _clipped_away(s) -> str | None:

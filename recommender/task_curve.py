@@ -33,6 +33,17 @@ one end weight wins at least CENSORED of the draws, and the task is informative 
 CENSOR_MIN_INFO), the task is also marked censored there (`at_least` / `at_most`), and the law
 treats its best as bounded (`weightsearch.recommender.hierarchy`).
 
+A saturated top (`plateau_from`): under global clipping, a weight at which every central
+update was clipped trains g/||g|| whatever its value, and so does every larger weight: the
+weights from there up are one treatment, and their labels say nothing about where the best
+lies. They enter as one point, the plateau, with the scores of its smallest weight. A draw
+that the plateau wins says only that the best lies at or above the largest weight below it
+that still acted (L), somewhere up to the range's end (uniform there), and a plateau that
+wins most draws censors the task at L (`at_least` L). A draw that an acting weight wins is
+located among the acting weights alone, its cell ending at L: no parabola reaches into the
+plateau, whose position is no measurement. So relabelling a saturated weight (15 called 9)
+moves nothing.
+
 Alternatives considered: a quadratic fit of score over all the weights with the vertex's
 delta-method variance (unstable when the curvature is near zero -- exactly the flat curves -- and
 wrong for curves that peak at an end of the range); a full Bayesian posterior over a parametric
@@ -139,15 +150,46 @@ def paired_noise(values: dict[float, list[float]]) -> tuple[float, int]:
     return math.sqrt(float((residual ** 2).sum()) / df), df
 
 
+def saturated_top(saturated: dict[float, bool]) -> float | None:
+    """The smallest weight from which every weight up is saturated (`saturated`: per weight,
+    whether every central update of its cells was clipped under global clipping), or None
+    when the grid's top weight still acted."""
+    start = None
+    for weight in sorted(saturated, reverse=True):
+        if not saturated[weight]:
+            break
+        start = weight
+    return start
+
+
 def locate_best(values: dict[float, list[float]], maximize: bool = True,
-                train_size: int | None = None, paired: bool = False) -> Located | None:
-    """None with fewer than two weights (one weight has no best). `paired`: the lists are
-    aligned by seed (the same seeds at every weight), so the comparison is paired."""
+                train_size: int | None = None, paired: bool = False,
+                plateau_from: float | None = None) -> Located | None:
+    """None with fewer than two weights (one weight has no best), or with no weight below a
+    saturated top. `paired`: the lists are aligned by seed (the same seeds at every weight), so
+    the comparison is paired. `plateau_from`: the weights from this one up trained one
+    treatment (`saturated_top`); they count once, as the plateau (module docstring)."""
     values = {float(w): [float(v) for v in vs if math.isfinite(v)] for w, vs in values.items()}
     values = {w: vs for w, vs in values.items() if vs and math.isfinite(w)}
+    if plateau_from is not None:
+        inert = sorted(w for w in values if w >= plateau_from)
+        acting = {w: vs for w, vs in values.items() if w < plateau_from}
+        if not inert or not acting:
+            return None if not acting else _locate(acting, maximize, train_size, paired, None)
+        return _locate(acting, maximize, train_size, paired, values[inert[0]])
     if len(values) < 2:
         return None
+    return _locate(values, maximize, train_size, paired, None)
+
+
+def _locate(values: dict[float, list[float]], maximize: bool, train_size: int | None,
+            paired: bool, plateau: list[float] | None) -> Located | None:
+    """`locate_best` over the acting weights `values`, with the plateau's scores (or None)."""
+    if len(values) + (plateau is not None) < 2:
+        return None
     grid = np.array(sorted(values))
+    if plateau is not None:
+        return _locate_with_plateau(values, grid, plateau, maximize, train_size, paired)
     means = np.array([np.mean(values[w]) for w in grid]) * (1 if maximize else -1)
     n = np.array([len(values[w]) for w in grid])
     sigma, pooled = seed_noise(values, train_size)
@@ -178,4 +220,58 @@ def locate_best(values: dict[float, list[float]], maximize: bool = True,
     return Located(location=float(np.mean(best)), variance=var / info, noise_sd=sigma,
                    informativeness=round(info, 4), pooled=pooled,
                    at_least=float(low[-1]) if sure and top >= CENSORED else None,
+                   at_most=float(high[0]) if sure and bottom >= CENSORED else None)
+
+
+def _locate_with_plateau(values: dict[float, list[float]], grid: np.ndarray,
+                         plateau: list[float], maximize: bool, train_size: int | None,
+                         paired: bool) -> Located:
+    """`locate_best` when the weights above `grid` are one saturated treatment: the plateau
+    is a contender whose draws place the best at the top acting weight L, censored there."""
+    everything = {**values, math.inf: plateau}  # the plateau sorts last, whatever its label
+    keys = sorted(everything)
+    means = np.array([np.mean(everything[k]) for k in keys]) * (1 if maximize else -1)
+    n = np.array([len(everything[k]) for k in keys])
+    # One seed per weight: the noise comes from the acting weights' curve (the plateau has no
+    # position to fit it at).
+    replicated = any(len(vs) > 1 for vs in everything.values())
+    sigma, pooled = seed_noise(everything if replicated else values, train_size)
+    df = int((n - 1).sum())
+    if paired and min(n) == max(n) >= 2:
+        within, df = paired_noise(everything)
+        sigma = max(within, 0.1 * noise_floor(float(np.mean(np.abs(means))) or 1.0,
+                                              train_size))
+    rng = np.random.default_rng(0)
+    scale = np.full((DRAWS, 1), sigma)
+    if pooled and df:
+        scale = sigma * np.sqrt(df / rng.chisquare(df, (DRAWS, 1)))
+    draws = means + rng.standard_normal((DRAWS, len(keys))) * (scale / np.sqrt(n))
+    won = np.argmax(draws, axis=1)
+    top = float(grid[-1])
+    on_plateau = won == len(grid)
+    acting = np.where(on_plateau, len(grid) - 1, won)  # a plateau draw counts at L
+    if len(grid) >= 2:
+        low, high = _cells(grid)
+        high[-1] = top  # the acting weights' cells end at L: above it is the plateau
+    else:
+        low, high = np.array([min(WEIGHT_LOW, top)]), np.array([top])
+    if len(grid) >= 3:
+        best = _vertex(grid, draws[:, :len(grid)], acting).clip(low[acting], high[acting])
+        spread = np.full(DRAWS, float(np.min(np.diff(grid))) ** 2 / 48)
+    else:
+        best, spread = (low + high)[acting] / 2, (high - low)[acting] ** 2 / 12
+    # A plateau draw: the best is somewhere from L up to the range's end, the data cannot say
+    # where (uniform there; the range's end, not the plateau's label).
+    end = max(WEIGHT_HIGH, top)
+    best = np.where(on_plateau, (top + end) / 2, best)
+    spread = np.where(on_plateau, (end - top) ** 2 / 12, spread)
+    var = float(np.var(best) + np.mean(spread))
+    ignorant = (end - low[0]) ** 2 / 12
+    info = max(1.0 - var / ignorant, MIN_INFORMATIVENESS)
+    raised = float(np.mean(on_plateau))
+    bottom = float(np.mean(won == 0))
+    sure = info >= CENSOR_MIN_INFO and min(raised, bottom) < CENSORED
+    return Located(location=float(np.mean(best)), variance=var / info, noise_sd=sigma,
+                   informativeness=round(info, 4), pooled=pooled,
+                   at_least=top if sure and raised >= CENSORED else None,
                    at_most=float(high[0]) if sure and bottom >= CENSORED else None)

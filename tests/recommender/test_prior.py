@@ -29,8 +29,10 @@ def test_shipped_csv_matches_the_prior(tmp_path):
 
 
 @pytest.mark.parametrize("size", [2490, 2500, 3668])
-def test_small_tasks_get_nine_or_more(size):
-    rec = recommend(size)
+def test_small_tasks_get_nine_or_more_from_the_paper_alone(size):
+    """The paper's claim, from its table alone. With the shipped MiniLM studies the answer is
+    lower: their clipped cells say only "at least 3" (tests/recommender/test_saturated_top.py)."""
+    rec = recommend_from(prior_evidence(), size)
     assert rec.central_weight >= 9
     assert rec.source == "prior"
     assert rec.interval[0] <= rec.central_weight <= rec.interval[1]
