@@ -88,23 +88,52 @@ def tiny_run_1_epoch(tmp_path_factory: pytest.TempPathFactory, sample_data_dir: 
     return train_tiny_run(sample_data_dir, tiny_encoder, out, epochs=1)
 
 
-PG_ADMIN_URL = os.environ.get(
-    "WEIGHTSEARCH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
+# A PostgreSQL server named explicitly (its admin URL); else the session starts its own.
+EXTERNAL_PG = os.environ.get("WEIGHTSEARCH_TEST_PG")
 REQUIRE_PG = os.environ.get("CI", "").lower() == "true" or bool(
     os.environ.get("WEIGHTSEARCH_REQUIRE_PG")
 )
 
 
-def _pg_admin():
+@pytest.fixture(scope="session")
+def pg_server():
+    """The PostgreSQL the tests use: the server WEIGHTSEARCH_TEST_PG names, or a private
+    throwaway cluster started for this session (`tests.pg_private`; None as `.cluster` for a
+    named server, which the tests never restart). Skips with the fix when neither is possible;
+    in CI (CI=true) that fails instead."""
+    from types import SimpleNamespace
+
+    from tests import pg_private
+
+    if EXTERNAL_PG:
+        yield SimpleNamespace(admin_url=EXTERNAL_PG, cluster=None)
+        return
+    reason = pg_private.missing()
+    cluster = None
+    if reason is None:
+        try:
+            cluster = pg_private.PrivateCluster()
+        except (OSError, RuntimeError) as exc:
+            reason = f"a private PostgreSQL cluster did not start: {exc}"
+    if cluster is None:
+        if REQUIRE_PG:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    try:
+        yield SimpleNamespace(admin_url=cluster.admin_url, cluster=cluster)
+    finally:
+        cluster.close()
+
+
+def _pg_admin(admin_url: str):
     from sqlalchemy import create_engine
 
-    return create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
+    return create_engine(admin_url, isolation_level="AUTOCOMMIT", pool_pre_ping=True)
 
 
 @pytest.fixture
-def postgres_url() -> str:
-    """A fresh PostgreSQL database for one test, dropped afterwards.
+def postgres_url(pg_server) -> str:
+    """A fresh database for one test on the tests' PostgreSQL (`pg_server`), dropped afterwards.
 
     Skips with the fix when no server answers; in CI (CI=true) a missing server fails instead.
     """
@@ -114,14 +143,13 @@ def postgres_url() -> str:
     from sqlalchemy.exc import OperationalError
 
     try:
-        admin = _pg_admin()
+        admin = _pg_admin(pg_server.admin_url)
         with admin.connect() as conn:
             conn.execute(text("SELECT 1"))
     except OperationalError as exc:
         reason = (
-            f"PostgreSQL not reachable at {PG_ADMIN_URL} ({str(exc).splitlines()[0]}); start it "
-            "with `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` or "
-            "set WEIGHTSEARCH_TEST_PG to a server's admin URL"
+            f"PostgreSQL not reachable at {pg_server.admin_url} ({str(exc).splitlines()[0]}); "
+            "unset WEIGHTSEARCH_TEST_PG to let the tests start their own, or start that server"
         )
         if REQUIRE_PG:
             pytest.fail(reason)
@@ -129,7 +157,7 @@ def postgres_url() -> str:
     name = f"ws_test_{uuid.uuid4().hex[:12]}"
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    url = pg_server.admin_url.rsplit("/", 1)[0] + f"/{name}"
     yield url
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

@@ -437,29 +437,23 @@ def _trials_or_none(url: str, name: str) -> list | None:
         return None
 
 
-def _pg_cluster() -> list[str]:
-    version = sorted(os.listdir("/etc/postgresql"))[-1]
-    return ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main"]
-
-
-def _pg_running() -> bool:
-    return subprocess.run([*_pg_cluster(), "status"], capture_output=True).returncode == 0
-
-
 @pytest.fixture
-def restartable_postgres(postgres_url: str) -> Iterator[str]:
-    if shutil.which("pg_ctlcluster") is None or not Path("/etc/postgresql").is_dir():
-        pytest.skip("restarting PostgreSQL needs pg_ctlcluster (Debian's postgresql-common)")
+def restartable_postgres(postgres_url: str, pg_server) -> Iterator[str]:
+    """A database on the session's private cluster, which this test may restart (a server
+    WEIGHTSEARCH_TEST_PG names is someone else's: never restarted)."""
+    if pg_server.cluster is None:
+        pytest.skip("restarting PostgreSQL needs the tests' own cluster; unset "
+                    "WEIGHTSEARCH_TEST_PG")
     try:
         yield postgres_url
     finally:
-        if not _pg_running():  # never leave the server down for the tests that follow
-            subprocess.run([*_pg_cluster(), "start"], check=True, timeout=120)
+        if not pg_server.cluster.running():  # never leave it down for the tests that follow
+            pg_server.cluster.start()
 
 
 def test_postgres_restart_mid_study_loses_nothing(
-    cluster: Cluster, restartable_postgres: str, tiny_encoder: str, sample_data_dir: Path,
-    tmp_path: Path,
+    cluster: Cluster, restartable_postgres: str, pg_server, tiny_encoder: str,
+    sample_data_dir: Path, tmp_path: Path,
 ) -> None:
     # With a password (the test server trusts any): nothing the study writes may hold it.
     secret = "pw-" + uuid.uuid4().hex[:12]
@@ -475,7 +469,7 @@ def test_postgres_restart_mid_study_loses_nothing(
         done_before = {t.user_attrs[S.T_CELL] for t in done}
         _poll(lambda: cluster.trial_nodes(), 60, "trials running", proc)
         started = time.time()
-        subprocess.run([*_pg_cluster(), "restart"], check=True, capture_output=True, timeout=120)
+        pg_server.cluster.restart()
         outage_s = time.time() - started
         text = _wait(proc, log)
     finally:
