@@ -47,6 +47,7 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from weightsearch.core.errors import ConfigError
 from weightsearch.recommender import prior
@@ -121,6 +122,9 @@ class EvidencePoint:
     # `studies.verdict.judge`): how flat its curve is. None where seed noise is unknown (one
     # seed per weight, no spread between seeds, a score that is not a number).
     within_noise: tuple[float, ...] | None = None
+    # Under global clipping, the smallest grid weight from which every weight up clipped all
+    # its central updates (`task_curve.saturated_top`): the weight acts below it at most.
+    saturated_from: float | None = None
 
     @property
     def family(self) -> str:
@@ -165,12 +169,24 @@ class Recommendation:
     # the asked regime, its best weight and how flat its curve is, and whether the weight
     # hardly matters at sizes like the one asked (`_lead_notes`).
     summary: list[str] = field(default_factory=list)
+    # What the evidence at sizes like the one asked can and cannot tell (`_equivalence`): the
+    # weights no measurement there separates from its best ([low, high], None where nothing
+    # near was measured with seed noise known or the measurements disagree), whether the choice
+    # matters there (a weight measured worse than the best by more than seed noise), and the
+    # weight from which clipping left every central update the same (None: not seen).
+    equivalent: list[float] | None = None
+    choice_matters: bool | None = None
+    saturates_at: float | None = None
+    # The law's own 80% interval, before `interval` was widened to the equivalent weights: what
+    # the calibration benchmark scores (recommender.synthetic).
+    law_interval: tuple[float, float] = (0.0, 0.0)
     method: str = ("hierarchical: each task's best weight estimated from all its trials, "
                    "combined as a trend in log10 size plus a Gaussian-process deviation")
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["interval"] = list(self.interval)
+        d["law_interval"] = list(self.law_interval)
         return d
 
 
@@ -195,7 +211,7 @@ def _point(task, study, size, task_type, source, values, maximize, encoder, stag
         dataset=dataset if dataset and dataset.lower() != str(task).lower() else None,
         means=tuple(sorted(means.items())), maximize=maximize,
         clipping=clipping if clipping and clipping != "mixed" else UNKNOWN, imported=imported,
-        within_noise=_within_noise(values, maximize, paired),
+        within_noise=_within_noise(values, maximize, paired), saturated_from=plateau_from,
     )
 
 
@@ -659,10 +675,16 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
     n_eff = total * total / (sum(s * s for s in say) or 1.0)
     sources = {p.source for p in evidence}
     rows = sorted(zip(evidence, say, variances, groups, strict=True), key=lambda r: -r[1])
-    lead = _lead_notes(evidence, groups, train_size, clip(answer.median))
+    equivalence = _equivalence(evidence, groups, train_size)
+    low, high = clip(answer.low), clip(answer.high)
+    if equivalence["equivalent"] is not None:  # never exclude what the evidence cannot tell
+        low = min(low, equivalence["equivalent"][0])  # from the best
+        high = max(high, equivalence["equivalent"][1])
+    lead = [*_equivalence_lead(equivalence, train_size),
+            *_lead_notes(evidence, groups, train_size, clip(answer.median))]
     notes = [*lead, *notes]
     return Recommendation(
-        central_weight=clip(answer.median), interval=(clip(answer.low), clip(answer.high)),
+        central_weight=clip(answer.median), interval=(low, high),
         train_size=train_size, task_type=task_type,
         source="both" if len(sources) > 1 else sources.pop(), regime=regime.as_dict(),
         notes=[*notes, f"task scatter around the law: sd {math.sqrt(law.tau2):.2f}"],
@@ -681,7 +703,65 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
         effective_points=round(n_eff, 2), unmatched_encoder=unmatched,
         regime_offsets=[{k: v for k, v in o.items() if k != "name"} for o in regime_offsets],
         law=summary, evidence_shares=shares, asked_regime_sizes=sizes, summary=lead,
+        equivalent=equivalence["equivalent"], choice_matters=equivalence["choice_matters"],
+        saturates_at=equivalence["saturates_at"],
+        law_interval=(clip(answer.low), clip(answer.high)),
     )
+
+
+def _equivalence(evidence: list[EvidencePoint], groups: list[str | None],
+                 train_size: int) -> dict[str, Any]:
+    """What the asked regime's evidence at sizes like the one asked (within NEAR_DECADES) says
+    about the choice: `equivalent`, the weights every such measurement places within seed noise
+    of its best (their common range; None where none is near, seed noise is unknown, or the
+    measurements disagree); `choice_matters`, whether some weight there measured worse than
+    the best by more than seed noise (None: unknown); `saturates_at`, the smallest weight that
+    clipping saturated there; `near`, the tasks it rests on."""
+    near = [p for p, g in zip(evidence, groups, strict=True)
+            if g is None and abs(math.log10(p.train_size / train_size)) <= NEAR_DECADES]
+    known = [p for p in near if p.within_noise]
+    saturated = [p.saturated_from for p in near if p.saturated_from is not None]
+    out: dict[str, Any] = {"equivalent": None, "choice_matters": None,
+                           "saturates_at": min(saturated) if saturated else None,
+                           "near": sorted({p.task for p in known}), "disagree": False}
+    if not known:
+        return out
+    low = max(min(p.within_noise) for p in known)  # type: ignore[arg-type]
+    high = min(max(p.within_noise) for p in known)  # type: ignore[arg-type]
+    if low > high:
+        out["disagree"] = True
+    else:
+        out["equivalent"] = [float(low), float(high)]
+    out["choice_matters"] = any(set(p.grid) - set(p.within_noise or ()) for p in known)
+    return out
+
+
+def _equivalence_lead(equivalence: dict[str, Any], train_size: int) -> list[str]:
+    """The answer's first lines: which weights the evidence at this size cannot tell apart,
+    whether the choice matters, and where clipping saturates the weight."""
+    near = ", ".join(equivalence["near"])
+    if equivalence["equivalent"] is not None:
+        low, high = equivalence["equivalent"]
+        span = f"weight {low:g}" if low == high else f"weights {low:g}-{high:g}"
+        line = (f"equivalent: {span} cannot be told apart from the best at sizes like yours "
+                f"({near}); ")
+        line += ("some weight measured there did worse by more than seed noise: the choice "
+                 "matters, within this range it does not" if equivalence["choice_matters"]
+                 else "no weight measured there did worse by more than seed noise: the choice "
+                 "hardly matters")
+        lines = [line]
+    elif equivalence["disagree"]:
+        lines = [f"equivalent: the measurements at sizes like yours ({near}) disagree on which "
+                 "weights are within seed noise of the best"]
+    else:
+        lines = [f"equivalent: not measured here (no evidence of the asked regime within a "
+                 f"factor of 3 of {train_size:,} examples with its seed noise known); the "
+                 "answer comes from other sizes, other regimes and the prior"]
+    if equivalence["saturates_at"] is not None:
+        lines.append(f"saturates at: from weight {equivalence['saturates_at']:g} up every central "
+                     "update was clipped at sizes like yours (global clipping): larger weights "
+                     "train the same updates")
+    return lines
 
 
 def _asked_regime_sizes(evidence: list[EvidencePoint], groups: list[str | None],
@@ -692,13 +772,15 @@ def _asked_regime_sizes(evidence: list[EvidencePoint], groups: list[str | None],
     mine = [p.train_size for p, g in zip(evidence, groups, strict=True) if g is None]
     others = [p.train_size for p, g in zip(evidence, groups, strict=True) if g is not None]
     if not mine:
-        return ({"smallest": None, "largest": None, "points": 0, "position": "no evidence"},
+        return ({"smallest": None, "largest": None, "points": 0, "position": "no evidence",
+                 "sizes": []},
                 [f"no training size was measured in the asked regime: the evidence behind the "
                  f"answer at {train_size:,} examples is other regimes' (sizes {min(others):,} "
                  f"to {max(others):,}), each counting through its offset"])
     low, high = min(mine), max(mine)
     position = "below" if train_size < low else "above" if train_size > high else "inside"
-    sizes = {"smallest": low, "largest": high, "points": len(mine), "position": position}
+    sizes = {"smallest": low, "largest": high, "points": len(mine), "position": position,
+             "sizes": sorted(set(mine))}
     if position == "inside":
         return sizes, []
     above = position == "above"
@@ -714,9 +796,8 @@ def _asked_regime_sizes(evidence: list[EvidencePoint], groups: list[str | None],
 def _lead_notes(evidence: list[EvidencePoint], groups: list[str | None],
                 train_size: int, weight: float) -> list[str]:
     """What decides the answer, in plain words: the asked regime's evidence nearest the size
-    asked (its task, size, best weight and how flat its curve is) and, where every point of that
-    regime within a factor of ~3 of the size (NEAR_DECADES) has most of its grid within seed
-    noise of the best, the range of weights among which the choice hardly matters."""
+    asked (its task, size, best weight and how flat its curve is). Which weights are within
+    seed noise of the best at sizes like the one asked is said before it (`_equivalence_lead`)."""
     mine = [p for p, g in zip(evidence, groups, strict=True) if g is None]
     if not mine:
         return ["nothing was measured in the asked regime: the answer rests on other regimes' "
@@ -730,19 +811,6 @@ def _lead_notes(evidence: list[EvidencePoint], groups: list[str | None],
                      key=lambda p: (distance(p), p.variance, p.task))[:NEAREST_SHOWN]
     lines = [f"nearest evidence in the asked regime: {_point_text(p, train_size)}"
              for p in nearest]
-    near = [p for p in mine if distance(p) <= NEAR_DECADES and p.within_noise is not None]
-    if near and all(_flat(p) for p in near):
-        low = max(min(p.within_noise) for p in near)  # type: ignore[arg-type]
-        high = min(max(p.within_noise) for p in near)  # type: ignore[arg-type]
-        if high > low:
-            every = all(low <= min(p.grid) and max(p.grid) <= high for p in near)
-            names = ", ".join(sorted({p.task for p in near}))
-            inside = f", and the recommended {weight:g} lies among them" \
-                if low <= weight <= high else ""
-            lines.append(f"at sizes like yours ({names}), weights {low:g}-{high:g} are within "
-                         "seed noise of each other: the choice "
-                         + ("hardly matters" if every else "among them hardly matters")
-                         + inside)
     return lines
 
 

@@ -26,15 +26,23 @@ TABLE_KEY = ("key: best measured = the grid weight with the best mean score; bes
              "than the one answered for")
 
 
+# The answer's lines that come before its point: what the evidence can tell at this size.
+LEAD_PREFIXES = ("equivalent:", "saturates at:")
+
+
 def recommendation_text(rec: Recommendation, shown: int = 8) -> str:
-    """The answer first, then what decides it (the nearest evidence in the asked regime and
-    whether the weight matters at that size), then the notes and the evidence table."""
+    """The answer first: the weights the evidence at this size cannot tell apart (and whether
+    the choice matters), then the point and its range, what decides it (the nearest evidence in
+    the asked regime), the notes and the evidence table."""
     lo, hi = rec.interval
+    first = [n for n in rec.summary if n.startswith(LEAD_PREFIXES)]
     lines = [
-        f"recommended central weight: {rec.central_weight:g}  (plausible range {lo:g}-{hi:g}) "
+        *first,
+        f"recommended central weight: {rec.central_weight:g}  (plausible range {lo:g}-{hi:g}, "
+        "never narrower than the equivalent weights) "
         f"for {rec.train_size:,} training examples"
         + (f", task type {rec.task_type}" if rec.task_type else ""),
-        *rec.summary,
+        *(n for n in rec.summary if n not in first),
         f"evidence: {SOURCE_WORDS.get(rec.source, rec.source)}; together as informative as "
         f"about {rec.effective_points:.1f} tasks counted equally",
         f"method: {rec.method}",

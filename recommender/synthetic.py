@@ -312,10 +312,10 @@ def coverage_and_error(worlds: int, tasks: int, seeds: int, held_out: int = 4,
         for j in range(held_out):
             new = world_task(world, 1, j, seeds, kind)
             rec = recommend_from(train, new.train_size, encoder="synthetic")
-            hit = rec.interval[0] <= new.true_best <= rec.interval[1]
+            hit = rec.law_interval[0] <= new.true_best <= rec.law_interval[1]
             hits += hit
             errors.append(abs(rec.central_weight - new.true_best))
-            widths.append(rec.interval[1] - rec.interval[0])
+            widths.append(rec.law_interval[1] - rec.law_interval[0])
             for axis, cell in cells(new.train_size, new.true_best,
                                     [e.train_size for e in train]).items():
                 by_cell.setdefault(f"{axis}:{cell}", []).append(hit)

@@ -89,7 +89,23 @@ class StudyDetail(BaseModel):
 
 class Recommendation(BaseModel):
     central_weight: float
-    interval: list[float] = Field(description="plausible range of the best weight")
+    interval: list[float] = Field(description="plausible range of the best weight (80%), "
+                                  "never narrower than `equivalent`")
+    equivalent: list[float] | None = Field(
+        None, description="[low, high]: the weights that no measurement in the asked regime at "
+        "sizes like the one asked (within a factor of 3) separates from its best by seed "
+        "noise; null where nothing near was measured with its seed noise known, or the "
+        "measurements disagree")
+    choice_matters: bool | None = Field(
+        None, description="whether some weight measured at sizes like the one asked did worse "
+        "than the best by more than seed noise; null where unknown")
+    saturates_at: float | None = Field(
+        None, description="the smallest weight from which every central update was clipped "
+        "(global clipping) at sizes like the one asked: larger weights train the same updates; "
+        "null where not seen")
+    law_interval: list[float] = Field(
+        default_factory=list, description="the law's own 80% interval for the best weight, "
+        "before it was widened to the equivalent weights")
     train_size: int
     task_type: str | None
     source: str = Field(description="prior, studies or both")
@@ -126,8 +142,8 @@ class Recommendation(BaseModel):
         "points), say (its points' summed say, as in the evidence list)")
     asked_regime_sizes: dict[str, Any] = Field(
         default_factory=dict, description="the training sizes measured in the asked regime: "
-        "smallest, largest, points, and position of the size asked (inside, below, above, or "
-        "no evidence)")
+        "smallest, largest, points, position of the size asked (inside, below, above, or "
+        "no evidence), and sizes (each size measured)")
 
 
 class Started(BaseModel):

@@ -232,7 +232,9 @@ def first_points(spec: StudySpec, centrals: list[Central], url: str,
                             encoder=asked_encoder(c.attrs.get(S.A_ENCODER)),
                             stage=c.attrs.get(S.A_STAGE), variant=c.attrs.get(S.A_VARIANT),
                             encoder_size=c.attrs.get(S.A_ENCODER_SIZE), typed_by_user=False)
-            answer = {"central_weight": rec.central_weight, "interval": list(rec.interval),
+            # The law's own 80% interval: where the best weight probably lies, which a search
+            # narrows to; `interval` also spans every weight within noise of the best nearby.
+            answer = {"central_weight": rec.central_weight, "interval": list(rec.law_interval),
                       "regime": rec.regime}
             c.attrs[S.A_RECOMMENDATION] = answer  # written when the study is created
         out[c.name] = strategy.recommended_first(settings, spec.space, c.name,

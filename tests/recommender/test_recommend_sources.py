@@ -120,7 +120,7 @@ def test_a_size_outside_the_asked_regimes_sizes_is_said():
     evidence = mine + theirs
     above = recommend_from(evidence, 50_000, encoder="mine")
     assert above.asked_regime_sizes == {"smallest": 1000, "largest": 4000, "points": 3,
-                                        "position": "above"}
+                                        "position": "above", "sizes": [1000, 2000, 4000]}
     assert any(n.startswith("train size 50,000 lies above the largest size measured in this "
                             "regime (4,000): the answer extrapolates the trend") and
                "other regimes measured sizes to 300,000" in n for n in above.notes)
@@ -135,7 +135,7 @@ def test_a_size_outside_the_asked_regimes_sizes_is_said():
     none = recommend_from(evidence, 2500, encoder="roberta-base")
     assert none.unmatched_encoder is not None
     assert none.asked_regime_sizes == {"smallest": None, "largest": None, "points": 0,
-                                       "position": "no evidence"}
+                                       "position": "no evidence", "sizes": []}
     assert any("no training size was measured in the asked regime" in n
                and "(sizes 100 to 300,000)" in n for n in none.notes)
     assert [r["source"] for r in none.evidence_shares if r["source"] == "asked regime"] == []

@@ -70,30 +70,36 @@ def _before_table(text: str) -> list[str]:
     return lines[:lines.index("")]
 
 
-def test_the_text_leads_with_the_nearest_evidence_in_the_asked_regime():
+def test_the_text_leads_with_the_equivalent_weights_then_the_nearest_evidence():
     """At 4,000 examples (MiniLM, the default regime) the evidence nearest the size is the
-    shipped ladder's sst2_4000, whose curve is flat: the second line names it, the third says
-    the weight hardly matters, both before the notes and the table."""
+    shipped ladder's sst2_4000, whose curve is flat: the first line says which weights cannot
+    be told apart from the best and that the choice hardly matters, the second gives the point
+    and a range that includes them, the third names the evidence, all before the notes and the
+    table; the JSON carries the same."""
     evidence = builtin_evidence()
     rec = recommend_from(evidence, 4000)
     sst2 = next(p for p in evidence if p.task == "sst2_4000")
+    low, high = min(sst2.within_noise), max(sst2.within_noise)
     text = recommendation_text(rec)
     first, second, third = text.splitlines()[:3]
-    assert first.startswith(f"recommended central weight: {rec.central_weight:g}  (plausible "
-                            f"range {rec.interval[0]:g}-{rec.interval[1]:g}) for 4,000 training")
-    assert second.startswith("nearest evidence in the asked regime: sst2_4000, 4,000 training "
-                             "examples (built-in study sst2-ladder, 3 seeds per weight): best "
-                             f"measured weight {sst2.best_weight:g}")
+    assert first.startswith(f"equivalent: weights {low:g}-{high:g} cannot be told apart from the "
+                            f"best at sizes like yours (sst2_4000); ")
+    assert first.endswith(HARDLY)
+    assert second.startswith(f"recommended central weight: {rec.central_weight:g}  (plausible "
+                             f"range {rec.interval[0]:g}-{rec.interval[1]:g}, never narrower")
+    assert rec.interval[0] <= low and high <= rec.interval[1]
+    assert third.startswith("nearest evidence in the asked regime: sst2_4000, 4,000 training "
+                            "examples (built-in study sst2-ladder, 3 seeds per weight): best "
+                            f"measured weight {sst2.best_weight:g}")
     # How flat: from the point's own verdict, not written in.
-    low, high = min(sst2.within_noise), max(sst2.within_noise)
-    assert f"every weight measured ({low:g}-{high:g}) is within seed noise" in second
-    assert third.startswith(f"at sizes like yours (sst2_4000), weights {low:g}-{high:g} are "
-                            f"within seed noise of each other: {HARDLY}")
-    assert rec.summary == [second, third] and rec.notes[:2] == rec.summary
+    assert f"every weight measured ({low:g}-{high:g}) is within seed noise" in third
+    assert rec.summary == [first, third] and rec.notes[:2] == rec.summary
+    assert rec.equivalent == [low, high] and rec.choice_matters is False
+    assert rec.to_dict()["equivalent"] == [low, high]
     # The point has almost no influence on the answer, which is why it must be said first.
     row = next(e for e in rec.evidence if e["task"] == "sst2_4000")
     assert row["within_seed_noise"] == list(sst2.within_noise)
-    assert text.index(second) < text.index("\ntask  ")
+    assert text.index(third) < text.index("\ntask  ")
 
 
 def test_a_flat_curve_near_the_size_says_the_weight_hardly_matters(tmp_path, capsys):
@@ -101,49 +107,61 @@ def test_a_flat_curve_near_the_size_says_the_weight_hardly_matters(tmp_path, cap
     assert main(["recommend", "--train-size", "3000", "--encoder", ENCODER,
                  "--storage", url]) == 0
     head = _before_table(capsys.readouterr().out)
-    assert head[1].startswith("nearest evidence in the asked regime: mytask, 3,000 training "
+    assert head[0].startswith("equivalent: weights 1-15 cannot be told apart from the best at "
+                              "sizes like yours (mytask); ") and head[0].endswith(HARDLY)
+    assert head[1].startswith("recommended central weight: ") and "range 1-15" in head[1]
+    assert head[2].startswith("nearest evidence in the asked regime: mytask, 3,000 training "
                               "examples (your study mine/mytask, 3 seeds per weight)")
-    assert "its curve is flat: every weight measured (1-15) is within seed noise" in head[1]
-    assert head[2].startswith(f"at sizes like yours (mytask), weights 1-15 are within seed "
-                              f"noise of each other: {HARDLY}")
+    assert "its curve is flat: every weight measured (1-15) is within seed noise" in head[2]
 
 
-def test_a_peaked_curve_near_the_size_says_nothing_of_the_kind(tmp_path, capsys):
+def test_a_peaked_curve_near_the_size_says_the_choice_matters(tmp_path, capsys):
     url = import_study(tmp_path, peaked)
+    assert main(["recommend", "--train-size", "3000", "--encoder", ENCODER,
+                 "--storage", url, "--format", "json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer["equivalent"] == [9.0, 9.0] and answer["choice_matters"] is True
     assert main(["recommend", "--train-size", "3000", "--encoder", ENCODER,
                  "--storage", url]) == 0
     text = capsys.readouterr().out
     head = _before_table(text)
-    assert head[1].startswith("nearest evidence in the asked regime: mytask, 3,000 training")
+    assert head[0].startswith("equivalent: weight 9 cannot be told apart from the best")
+    assert "the choice matters" in head[0]
+    assert head[2].startswith("nearest evidence in the asked regime: mytask, 3,000 training")
     assert "best measured weight 9, ahead of every other weight by more than seed noise: a " \
-        "clear peak" in head[1]
-    assert "within seed noise of each other" not in text and "hardly matters" not in text
+        "clear peak" in head[2]
+    assert "hardly matters" not in text
 
 
-def test_the_sentence_needs_evidence_at_sizes_like_the_one_asked():
+def test_the_equivalent_weights_need_evidence_at_sizes_like_the_one_asked():
     """A flat curve 30x away is named as the nearest evidence, not as one like yours; a curve
-    peaked on a plateau (6-12 within noise) makes the sentence name that range only; one seed
+    peaked on a plateau (6-12 within noise) makes the equivalent set that range only; one seed
     per weight says seed noise is unknown."""
     far = recommend_from([*prior_evidence(), point(flat)], 90_000, encoder=ENCODER)
-    assert far.summary[0].startswith("nearest evidence in the asked regime: mytask, 3,000 "
-                                      "training examples, 30x fewer than yours")
-    assert len(far.summary) == 1
+    assert far.summary[0].startswith("equivalent: not measured here")
+    assert far.equivalent is None and far.choice_matters is None
+    assert far.summary[1].startswith("nearest evidence in the asked regime: mytask, 3,000 "
+                                     "training examples, 30x fewer than yours")
+    assert len(far.summary) == 2
 
     def plateau(weight: float, seed: int) -> float:
         return (0.80 if 6 <= weight <= 12 else 0.75) + _noise(weight, seed)
 
     rec = recommend_from([*prior_evidence(), point(plateau)], 3000, encoder=ENCODER)
+    assert rec.summary[0].startswith("equivalent: weights 6-12 cannot be told apart from the "
+                                     "best at sizes like yours (mytask); some weight measured "
+                                     "there did worse")
+    assert rec.equivalent == [6.0, 12.0] and rec.choice_matters is True
+    assert rec.interval[0] <= 6 and rec.interval[1] >= 12
     assert "weights 6-12 are within seed noise of the best, weights 1, 3 and 15 do worse" \
-        in rec.summary[0]
-    assert rec.summary[1].startswith("at sizes like yours (mytask), weights 6-12 are within "
-                                     "seed noise of each other: the choice among them hardly "
-                                     "matters")
+        in rec.summary[1]
     one_seed = recommend_from(prior_evidence(), 2490, encoder="bert-base-uncased",
                               stage="finetuned")
+    assert one_seed.summary[0].startswith("equivalent: not measured here")
     assert "rte, 2,490 training examples (the SIWLM paper's Table 2, 1 seed per weight)" in \
-        one_seed.summary[0]
-    assert "seed noise is unknown with one seed" in one_seed.summary[0]
-    assert len(one_seed.summary) == 1
+        one_seed.summary[1]
+    assert "seed noise is unknown with one seed" in one_seed.summary[1]
+    assert len(one_seed.summary) == 2
 
 
 def test_plain_words_in_the_text_and_the_json_names_kept(tmp_path, capsys):

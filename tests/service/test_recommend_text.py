@@ -26,13 +26,17 @@ def test_the_notes_name_query_parameters_not_flags(client):
     assert "inspect" not in typo.text
 
 
-def test_the_notes_begin_with_the_nearest_evidence_and_whether_the_weight_matters(client):
+def test_the_notes_begin_with_the_equivalent_weights_and_the_nearest_evidence(client):
     body = client.get("/recommend", params={"train_size": 3000, "encoder": ENCODER}).json()
     first, second = body["notes"][:2]
-    assert first.startswith("nearest evidence in the asked regime: mytask, 3,000 training "
-                            "examples (your study mine/mytask, 3 seeds per weight)")
-    assert second.startswith("at sizes like yours (mytask), weights 1-15 are within seed noise "
-                             "of each other: the choice hardly matters")
+    assert first.startswith("equivalent: weights 1-15 cannot be told apart from the best at "
+                            "sizes like yours (mytask); ")
+    assert first.endswith("the choice hardly matters")
+    assert second.startswith("nearest evidence in the asked regime: mytask, 3,000 training "
+                             "examples (your study mine/mytask, 3 seeds per weight)")
+    assert body["equivalent"] == [1, 15] and body["choice_matters"] is False
+    assert body["saturates_at"] is None and body["asked_regime_sizes"]["sizes"] == [3000]
+    assert body["interval"][0] <= 1 and body["interval"][1] >= 15
     row = next(e for e in body["evidence"] if e["task"] == "mytask")
     assert row["within_seed_noise"] == [1, 3, 6, 9, 12, 15]
     assert body["summary"] == [first, second]  # the same sentences, as a field of their own
