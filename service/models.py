@@ -55,7 +55,14 @@ class SameUpdates(BaseModel):
     rest: str | None = Field(description="the rest of the search point, e.g. grad_clip=1")
     grad_clip: float
     acts_below: float | None = Field(description="the weight above which the median central "
-                                     "update is clipped")
+                                     "update is clipped (a mix of in-focus and off-focus "
+                                     "updates)")
+    saturates_in_focus: float | None = Field(
+        None, description="the weight above which every in-focus central update is clipped "
+        "(median over the arm's runs; null where not recorded)")
+    saturates_off_focus: float | None = Field(
+        None, description="the weight above which every off-focus central update is clipped "
+        "(median over the arm's runs; null where not recorded)")
     whole_grid: bool = Field(description="every weight trained at this point is in it")
     text: str
 
@@ -73,7 +80,7 @@ class CentralTaskDetail(BaseModel):
         default_factory=list, description="weights that trained the same updates")
     clipping: list[dict[str, Any]] = Field(
         default_factory=list, description="the central task's clipping per weight: clip_share, "
-        "median_norm, acts_below, all_clipped")
+        "median_norm, acts_below, saturates_in_focus, saturates_off_focus, all_clipped")
     not_separated: list[Any] = Field(
         default_factory=list, description="weights the trials do not separate from the best")
     ties: list[Any] = Field(default_factory=list,

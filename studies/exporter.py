@@ -31,7 +31,7 @@ from weightsearch.studies.storage import shown_url
 FORMATS = {".csv": ",", ".tsv": "\t"}
 COLUMNS = ("central_task", "dataset", "task_type", "train_size", "central_weight", "seed",
            "metric", "metric_name", "encoder", "stage", "variant", "grad_clip", "grad_clip_mode",
-           "clip_share", "central_norm")
+           "clip_share", "central_norm", "saturates_in_focus", "saturates_off_focus")
 
 
 def export_rows(members: list[CentralStudy]) -> list[dict]:
@@ -76,13 +76,16 @@ def export_rows(members: list[CentralStudy]) -> list[dict]:
 
 def _clip_columns(s: CentralStudy, c: Cell) -> dict:
     """The cell's clipping regime and, where its run recorded them, the share of the central
-    task's updates clipped and their median unweighted gradient norm (blank otherwise)."""
+    task's updates clipped, their median unweighted gradient norm and the weights above which
+    every in-focus and every off-focus update is clipped (blank otherwise)."""
     regime = s.cell_clipping(c)
     central = c.task_clipping()
     return {"grad_clip": regime[0] if regime else None,
             "grad_clip_mode": regime[1] if regime else "",
             "clip_share": central.get("clip_share"),
-            "central_norm": central.get("median_norm")}
+            "central_norm": central.get("median_norm"),
+            "saturates_in_focus": central.get("saturates_in_focus"),
+            "saturates_off_focus": central.get("saturates_off_focus")}
 
 
 def export_study(storage_url: str, study: str, output: str | Path) -> int:

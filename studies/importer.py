@@ -209,6 +209,10 @@ class ImportColumns:
     # unweighted gradient (what `weightsearch export` writes from a run's record).
     clip_share: float | None = setting(None, _Numeral(bounds=(0.0, 1.0)))
     central_norm: float | None = setting(None, _Numeral(bounds=(0.0, VALUE_LIMIT)))
+    # The weights above which every in-focus, every off-focus central update was clipped
+    # (global clipping; trainer.clipping.clip_summary).
+    saturates_in_focus: float | None = setting(None, _Numeral(bounds=(0.0, VALUE_LIMIT)))
+    saturates_off_focus: float | None = setting(None, _Numeral(bounds=(0.0, VALUE_LIMIT)))
 
 
 _COLUMNS = dataclasses.fields(ImportColumns)
@@ -233,6 +237,7 @@ class ImportRow:
     clipping: tuple[float, str] | None = None  # (grad_clip, grad_clip_mode) when given
     clip_share: float | None = None
     central_norm: float | None = None
+    saturates: tuple[float | None, float | None] = (None, None)  # in focus, off focus
 
 
 # --- reading and checking a file ---------------------------------------------------------
@@ -327,13 +332,15 @@ def _check_row(rec: Mapping[str, Any], line: int, metric_columns: list[str],
         regime["clipping"] = schema.clipping_label(*clipping)
     return ImportRow(line, cols.central_task, cols.task_type, cols.train_size,
                      cols.central_weight, cols.seed, cols.metric, cols.metric_name, extra,
-                     regime, cols.dataset, clipping, cols.clip_share, cols.central_norm)
+                     regime, cols.dataset, clipping, cols.clip_share, cols.central_norm,
+                     (cols.saturates_in_focus, cols.saturates_off_focus))
 
 
 def _clipping(cols: ImportColumns, problems: list[str]) -> tuple[float, str] | None:
     """The row's clipping regime from its two columns, or None when not given."""
     if cols.grad_clip is None:
-        given = [k for k in ("grad_clip_mode", "clip_share", "central_norm")
+        given = [k for k in ("grad_clip_mode", "clip_share", "central_norm",
+                             "saturates_in_focus", "saturates_off_focus")
                  if getattr(cols, k) is not None]
         if given:
             problems.append(f"{'/'.join(given)} given without grad_clip; give the norm the "
@@ -495,6 +502,10 @@ def _clip_record(row: ImportRow) -> dict[str, Any]:
         central["acts_below"] = (clip / row.central_norm
                                  if mode == "global" and clip > 0 and row.central_norm > 0
                                  else None)
+    for key, value in zip(("saturates_in_focus", "saturates_off_focus"), row.saturates,
+                          strict=True):
+        if value is not None:
+            central[key] = value
     return {"grad_clip": clip, "grad_clip_mode": mode,
             "tasks": {row.central_task: central} if central else {}}
 

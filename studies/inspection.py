@@ -354,7 +354,9 @@ def _render_text(studies: list[CentralStudy], plain: list[CentralStudy],
     if clipping:
         parts.append("gradient clipping of the central task (clip_share: its updates clipped, "
                      "all seeds; median_norm: of its unweighted gradient; acts_below: the "
-                     "weight above which its median update is clipped):\n"
+                     "weight above which its median update is clipped; saturates_in_focus, "
+                     "saturates_off_focus: the weight above which every in-focus, every "
+                     "off-focus update is clipped, median over seeds):\n"
                      + _table([{k: v for k, v in r.items() if k != "central_task"}
                                for r in clipping]))
     parts.extend(f"{s.central_task}: {a.text()}" for s in studies for a in s.arms)

@@ -38,6 +38,11 @@ class Arm:
     grad_clip: float
     acts_below: float | None  # the median central update is clipped above this weight
     whole_grid: bool  # every weight the study trained at this rest is in the arm
+    # Above these weights every in-focus (off-focus) central update was clipped: the median
+    # over the arm's cells of each run's limit (trainer.clipping.clip_summary); None where the
+    # records do not give them (older runs, imports without the columns).
+    saturates_in_focus: float | None = None
+    saturates_off_focus: float | None = None
 
     @property
     def label(self) -> str:
@@ -45,19 +50,33 @@ class Arm:
 
     def text(self) -> str:
         where = f" at {self.rest}" if self.rest else ""
-        acts = (f"; the weight acts below about {self.acts_below:.2g} here"
-                if self.acts_below is not None else "")
         weights = ", ".join(f"{w:g}" for w in self.weights)
+        same = (f"trained the same treatment: every central update was clipped at norm "
+                f"{self.grad_clip:g}{self._live_range()}, so the runs are identical in exact "
+                "arithmetic and differ by float rounding, which grows over training (bf16 "
+                "from the first update)")
         if self.whole_grid:
-            return (f"every weight of the grid{where} ({weights}) trained the same updates: "
-                    f"every central update was clipped at norm {self.grad_clip:g}{acts}; the "
-                    f"grid cannot tell weights apart: {FIX}")
-        return (f"weights {weights}{where} trained the same updates: every central update "
-                f"was clipped at norm {self.grad_clip:g}{acts}")
+            return (f"every weight of the grid{where} ({weights}) {same}; the grid cannot tell "
+                    f"weights apart: {FIX}")
+        return f"weights {weights}{where} {same}"
+
+    def _live_range(self) -> str:
+        """Where the weight stops acting: per focus group where the records give it, else
+        the median update's limit (a mix of both groups, older records)."""
+        focus, off = self.saturates_in_focus, self.saturates_off_focus
+        if focus is not None or off is not None:
+            parts = [f"every {name} update from about {v:.2g}"
+                     for name, v in (("in-focus", focus), ("off-focus", off)) if v is not None]
+            return " (" + " and ".join(parts) + ")"
+        if self.acts_below is not None:
+            return f" (the median update from about {self.acts_below:.2g})"
+        return ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"weights": list(self.weights), "rest": self.rest or None,
                 "grad_clip": self.grad_clip, "acts_below": self.acts_below,
+                "saturates_in_focus": self.saturates_in_focus,
+                "saturates_off_focus": self.saturates_off_focus,
                 "whole_grid": self.whole_grid, "text": self.text()}
 
 
@@ -94,12 +113,19 @@ def arms(study: Any) -> list[Arm]:
         inert = sorted(w for w, mine in by_weight.items() if all(map(clipped_away, mine)))
         if len(inert) < 2:
             continue
-        bounds = [b for c in cells if (b := c.task_clipping().get("acts_below")) is not None
-                  and math.isfinite(b)]
         found.append(Arm(tuple(inert), rest, float(by_weight[inert[0]][0].clipping["grad_clip"]),
-                         statistics.median(bounds) if bounds else None,
-                         whole_grid=set(inert) == tried[rest]))
+                         _median_of(cells, "acts_below"), whole_grid=set(inert) == tried[rest],
+                         saturates_in_focus=_median_of(cells, "saturates_in_focus"),
+                         saturates_off_focus=_median_of(cells, "saturates_off_focus")))
     return found
+
+
+def _median_of(cells: list[Any], key: str) -> float | None:
+    """The median over `cells` of their central task's clipping record's `key` (finite
+    values only), None where none records it."""
+    found = [v for c in cells if isinstance(v := c.task_clipping().get(key), int | float)
+             and math.isfinite(v)]
+    return statistics.median(found) if found else None
 
 
 def live_bound(study: Any) -> float | None:
@@ -150,6 +176,8 @@ def clip_rows(study: Any) -> list[dict[str, Any]]:
         shares = [r["clip_share"] for r in records if r.get("clip_share") is not None]
         norms = [r["median_norm"] for r in records if r.get("median_norm") is not None]
         bounds = [r["acts_below"] for r in records if r.get("acts_below") is not None]
+        live = {key: _median_of(cells, key)
+                for key in ("saturates_in_focus", "saturates_off_focus")}
         rows.append({"central_task": study.central_task, **({"point": rest} if rest else {}),
                      "central_weight": weight, "seeds": len(cells),
                      "grad_clip": cells[0].clipping.get("grad_clip"),
@@ -157,7 +185,7 @@ def clip_rows(study: Any) -> list[dict[str, Any]]:
                      "clip_share": clipped / updates if updates
                      else statistics.fmean(shares) if shares else None,
                      "median_norm": statistics.median(norms) if norms else None,
-                     "acts_below": statistics.median(bounds) if bounds else None,
+                     "acts_below": statistics.median(bounds) if bounds else None, **live,
                      "all_clipped": all(map(clipped_away, cells))})
     return rows
 

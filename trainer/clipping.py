@@ -82,9 +82,22 @@ def clip_summary(rows: Iterable[Mapping[str, Any]], grad_clip: float, mode: str,
       SIWLM's central or auxiliary weight, which the weight of each update scales) above which
       its median update is clipped: per update grad_clip x nominal / its weighted norm. Where
       the task has no nominal weight, in the weight the update applied. None where the weight
-      cannot be clipped away (no clipping, or `unweighted`).
+      cannot be clipped away (no clipping, or `unweighted`). A median of a mix: SIWLM's
+      in-focus updates apply the weight, its off-focus ones a tenth of it, so the median
+      describes neither group;
+    - `saturates_in_focus`, `saturates_off_focus`: the value of the nominal weight above which
+      every update of that group is clipped (the largest of its updates' limits above), so
+      that from there up the weight no longer changes that group's steps. In focus: the
+      updates that applied the full nominal weight; off focus: those that applied less (SIWLM's
+      off-focus factor). None where the group had no update or the weight cannot be clipped
+      away; `saturates_at`, the larger of the two: the weight above which every update of the
+      task is clipped, and two weights above it train the same steps (in exact arithmetic);
+    - `applied_norm`: the mean norm of the task's updates as applied (after the clip): with
+      the other tasks' it gives the run's effective treatment, the ratio of their steps.
     """
     limits: dict[str, list[float]] = {}
+    groups: dict[str, dict[bool, list[float]]] = {}  # task -> in focus? -> limits
+    applied: dict[str, list[float]] = {}
     norms: dict[str, list[float]] = {}
     counts: dict[str, list[int]] = {}
     for row in rows:
@@ -100,18 +113,30 @@ def clip_summary(rows: Iterable[Mapping[str, Any]], grad_clip: float, mode: str,
         norm = row.get("grad_norm")
         if norm is not None and math.isfinite(norm) and norm > 0:
             scale = (nominal or {}).get(task, row["weight"])
-            limits.setdefault(task, []).append(grad_clip * scale / norm)
+            limit = grad_clip * scale / norm
+            limits.setdefault(task, []).append(limit)
+            in_focus = row["weight"] >= scale * (1 - 1e-9)
+            groups.setdefault(task, {}).setdefault(in_focus, []).append(limit)
+            factor = row.get("clip_scale")
+            if factor is not None and math.isfinite(factor):
+                applied.setdefault(task, []).append(norm * min(float(factor), 1.0))
         if row.get("grad_norm_unweighted") is not None:
             norms.setdefault(task, []).append(float(row["grad_norm_unweighted"]))
     out = {}
     acting = mode == "global" and grad_clip > 0
     for task, (updates, clipped, unrecorded) in counts.items():
+        mine = groups.get(task, {})
+        focus, off = (max(mine[g]) if acting and mine.get(g) else None for g in (True, False))
         out[task] = {
             "updates": updates, "clipped": clipped,
             "clip_share": clipped / updates if updates else None,
             "median_norm": statistics.median(norms[task]) if task in norms else None,
             "acts_below": statistics.median(limits[task]) if acting and task in limits
             else None,
+            "saturates_in_focus": focus, "saturates_off_focus": off,
+            "saturates_at": max(v for v in (focus, off) if v is not None)
+            if focus is not None or off is not None else None,
+            "applied_norm": statistics.fmean(applied[task]) if task in applied else None,
             **({"unrecorded": unrecorded} if unrecorded else {}),
         }
     return out

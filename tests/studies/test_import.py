@@ -170,6 +170,32 @@ def test_clipping_columns_round_trip_through_export(url, tmp_path, capsys):
         (1.0, "global"), (0.0, "global")}
 
 
+def test_the_live_range_per_focus_group_round_trips_and_names_the_arm(url, tmp_path):
+    """saturates_in_focus / saturates_off_focus import into the runs' clipping records, state
+    the arm's live range, and export back unchanged."""
+    import pandas as pd
+
+    from weightsearch.studies.exporter import export_study
+
+    f = tmp_path / "live.csv"
+    f.write_text(
+        CLIP_HEADER.rstrip("\n") + ",saturates_in_focus,saturates_off_focus\n"
+        + "".join(f"sst2_700-clip1,classification,700,{w},{s},{0.8 + s / 100},1,global,1,3,"
+                  f"{0.3 + s / 100},{3 + s / 10}\n" for w in (6, 15) for s in (1, 2, 3)))
+    import_file(f, "live", url)
+    [arm] = read_central(open_quiet(url), "live/sst2_700-clip1").arms
+    assert (arm.saturates_in_focus, arm.saturates_off_focus) == (pytest.approx(0.32),
+                                                                pytest.approx(3.2))
+    assert "every in-focus update from about 0.32 and every off-focus update from about 3.2" \
+        in arm.text()
+    out = tmp_path / "back.csv"
+    export_study(url, "live", out)
+    key = ["central_weight", "seed"]
+    for column in ("saturates_in_focus", "saturates_off_focus"):
+        assert pd.read_csv(out).set_index(key)[column].to_dict() == \
+            pd.read_csv(f).set_index(key)[column].to_dict()
+
+
 def test_a_bad_clip_share_exits_2_from_the_command_line(url, tmp_path, capsys):
     from weightsearch.cli import main
 

@@ -63,9 +63,27 @@ def _cells(clipped_weights=(6, 15), record=_clipping):
     return out
 
 
+def _grouped(clip_share: float) -> dict:
+    """A record as runs now write it: the live range per focus group, differing by seed."""
+    record = _clipping(clip_share)
+    record["tasks"]["rte"].update(saturates_in_focus=2.0, saturates_off_focus=20.0)
+    return record
+
+
 @pytest.fixture
 def url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'studies.db'}"
+
+
+def test_an_arm_states_its_live_range_per_focus_group(url):
+    """Where the records give it, the arm says where each group of central updates saturates
+    (not the median of the two groups' mix), and carries both numbers in its JSON."""
+    _study(url, "grouped", _cells(record=_grouped))
+    [arm] = _read(url, "grouped").arms
+    assert (arm.saturates_in_focus, arm.saturates_off_focus) == (2.0, 20.0)
+    assert "(every in-focus update from about 2 and every off-focus update from about 20)" \
+        in arm.text()
+    assert arm.to_dict()["saturates_off_focus"] == 20.0
 
 
 def test_weights_clipped_away_are_one_arm_and_one_verdict_key(url):
@@ -74,8 +92,10 @@ def test_weights_clipped_away_are_one_arm_and_one_verdict_key(url):
     [arm] = s.arms
     assert (arm.weights, arm.grad_clip, arm.acts_below, arm.whole_grid) == ((6.0, 15.0), 1.0,
                                                                             2.0, False)
-    assert arm.text() == ("weights 6, 15 trained the same updates: every central update was "
-                          "clipped at norm 1; the weight acts below about 2 here")
+    assert arm.text() == ("weights 6, 15 trained the same treatment: every central update was "
+                          "clipped at norm 1 (the median update from about 2), so the runs are "
+                          "identical in exact arithmetic and differ by float rounding, which "
+                          "grows over training (bf16 from the first update)")
     verdict = s.verdict
     # Compared once: two weights, not three (15's scores are 6's, counted under 6).
     assert verdict.best == 6.0 and verdict.rival == 1.0 and verdict.seeds == 3
@@ -92,7 +112,7 @@ def test_a_whole_inert_grid_says_so_with_the_fix(url):
     [arm] = _read(url, "inert").arms
     assert arm.whole_grid
     text = arm.text()
-    assert "every weight of the grid (6, 15) trained the same updates" in text
+    assert "every weight of the grid (6, 15) trained the same treatment" in text
     assert "grad_clip_mode: unweighted" in text and "live range" in text
 
 
@@ -121,7 +141,7 @@ def test_inspect_and_the_service_report_the_arm(url, capsys):
     _study(url, "shown", _cells())
     assert main(["inspect", "shown", "--storage", url]) == 0
     out = capsys.readouterr().out
-    assert "rte: weights 6, 15 trained the same updates" in out
+    assert "rte: weights 6, 15 trained the same treatment" in out
     assert "gradient clipping of the central task" in out and "6=15" in out
     assert main(["inspect", "shown", "--storage", url, "--format", "json"]) == 0
     [central] = json.loads(capsys.readouterr().out)["central_tasks"]
@@ -169,13 +189,13 @@ def test_a_real_study_with_every_central_update_clipped(tiny_encoder, tmp_path):
         ray.shutdown()
     assert summary.finished and summary.failed == 0
     lines = "\n".join(summary.lines())
-    assert "every weight of the grid (6, 15) trained the same updates" in lines
+    assert "every weight of the grid (6, 15) trained the same treatment" in lines
     assert "one weight finished (6=15)" in lines  # one treatment: nothing to compare
     s = _read(spec.storage, "clipped")
     values = [c.value for c in s.cells]
     assert values[0] == pytest.approx(values[1], abs=1e-9)
     assert all(c.task_clipping()["clip_share"] == 1.0 for c in s.cells)
-    assert "trained the same updates" in inspect(spec.storage, "clipped")
+    assert "trained the same treatment" in inspect(spec.storage, "clipped")
     assert Path(spec.workdir).is_dir()
 
 
@@ -281,7 +301,7 @@ def test_a_wholly_inert_study_is_no_evidence_for_the_recommender(url):
 
     _study(url, "inert", [c for c in _cells() if c[0] != 1.0])
     found = study_evidence(read_all(open_quiet(url)))
-    assert found == [] and "trained the same updates" in found.skipped[0]
+    assert found == [] and "trained the same treatment" in found.skipped[0]
 
 
 def test_odd_clipping_records_in_a_shared_database_read_as_unknown(url):

@@ -54,6 +54,36 @@ def test_run_and_epochs_summarise_clipping_per_task(tiny_run):
     assert sum(per_epoch) == summary["tasks"]["rte"]["updates"]
 
 
+def test_the_live_range_per_focus_group_matches_the_logged_clip_factors(tiny_run):
+    """Per task, the weight above which every in-focus (every off-focus) update is clipped,
+    restated from steps.jsonl: an update applying weight a = f x w (f: 1 in focus, the
+    off-focus factor otherwise) at pre-clip norm n is clipped at nominal weight v exactly when
+    v x f x n / w > clip, so the group saturates above max(clip x w / n). At the run's own
+    weight the logged flags agree: every update of a group clipped iff w is above its limit.
+    And the applied norm is the logged norm times the logged factor."""
+    rows = read_jsonl(tiny_run.out / "steps.jsonl")
+    summary = tiny_run.result.extra["clipping"]["tasks"]
+    for task in ("rte", "mrpc", "stsb"):
+        nominal = 9.0 if task == "rte" else 1.0
+        mine = [r for r in rows if r["task"] == task]
+        got = summary[task]
+        for in_focus, key in ((True, "saturates_in_focus"), (False, "saturates_off_focus")):
+            group = [r for r in mine if (r["weight"] == nominal) == in_focus]
+            if not group:
+                assert got[key] is None
+                continue
+            limit = max(1.0 * nominal / r["grad_norm"] for r in group)
+            assert got[key] == pytest.approx(limit)
+            assert all(r["clipped"] for r in group) == (nominal > limit)
+        both = [v for v in (got["saturates_in_focus"], got["saturates_off_focus"]) if v]
+        assert got["saturates_at"] == pytest.approx(max(both))
+        applied = [r["grad_norm"] * min(1.0, r["clip_scale"]) for r in mine]
+        assert got["applied_norm"] == pytest.approx(float(np.mean(applied)))
+    # SIWLM trains the central task off focus too (at a tenth of its weight): both groups.
+    assert summary["rte"]["saturates_off_focus"] is not None
+    assert summary["rte"]["saturates_off_focus"] > summary["rte"]["saturates_in_focus"]
+
+
 def test_weights_clipped_away_train_the_same_run(sample_data_dir, tiny_encoder, tmp_path):
     """Global clipping at a norm every update exceeds: central weights 6 and 15 apply the
     same gradient at every update, so the runs are one (fp32, to rounding)."""
