@@ -35,13 +35,13 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 from ray.tune.search import Searcher
 
-from weightsearch.core.errors import StorageError
+from weightsearch.core.errors import ConfigError, StorageError
 from weightsearch.studies import schema as S
 from weightsearch.studies.storage import check_same_file, file_identity, storage_failure
 from weightsearch.sweep import lookup, study_db
 from weightsearch.sweep.claims import Claims
 from weightsearch.sweep.progress import Progress, say, trial_label
-from weightsearch.sweep.space import Point, Space
+from weightsearch.sweep.space import CENTRAL_WEIGHT, Point, Space
 from weightsearch.sweep.spec import StudySpec
 from weightsearch.sweep.strategies import Record, Strategy, Unit
 from weightsearch.sweep.strategies.base import done_units, taken_cells
@@ -143,10 +143,12 @@ class CellSearcher(Searcher):
         # launch opened (`identity`), not whatever is at the path when a round starts.
         self.url = claims.engine.url.render_as_string(hide_password=False)
         self.identity = identity if identity is not None else file_identity(self.url)
-        # A failure of the study database inside a Tune hook: Tune would log it and go on
-        # (it catches what `on_trial_complete` raises), so the searcher keeps it, hands out
-        # nothing more, has the scheduler stop its trials, and `run_round` raises it.
-        self.storage_failed: Exception | None = None
+        # Why the launch must stop: a failure of the study database inside a Tune hook (Tune
+        # would log it and go on: it catches what `on_trial_complete` raises), or a grid that
+        # global clipping makes one treatment (`_judge_live_range`). The searcher keeps it,
+        # hands out nothing more, has the scheduler stop its trials, and `run_round` raises it.
+        self.must_stop: Exception | None = None
+        self._told_live_range: set[str] = set()  # central tasks whose live range was judged
         self.ran = 0
         self._told_unfusable = False
         # Tune trial id -> the cells it trains that have not ended: one, or a fused unit's
@@ -164,7 +166,7 @@ class CellSearcher(Searcher):
 
     # --- Tune hooks -------------------------------------------------------------------
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        if self.storage_failed is not None:
+        if self.must_stop is not None:
             return Searcher.FINISHED
         for _ in range(len(self.plans)):
             plan = self.plans[self._turn % len(self.plans)]
@@ -188,7 +190,7 @@ class CellSearcher(Searcher):
         members = self._live.get(trial_id)
         if not members:
             return False
-        if self.storage_failed is not None:
+        if self.must_stop is not None:
             return True
         for live in members:
             if not live.lost and self.claims.lost(live.plan.name, live.unit.key):
@@ -205,9 +207,9 @@ class CellSearcher(Searcher):
 
     def _guarded(self, hook: Any, *args: Any) -> None:
         """Run a Tune hook, keeping a failure of the study database (the file deleted or
-        replaced, a write refused) as `storage_failed` instead of raising it into Tune, which
+        replaced, a write refused) as `must_stop` instead of raising it into Tune, which
         would log it and go on; any other error propagates as before."""
-        if self.storage_failed is not None:
+        if isinstance(self.must_stop, StorageError):
             self._live.pop(args[0], None)  # the study is unwritable: nothing more is recorded
             return
         try:
@@ -216,12 +218,12 @@ class CellSearcher(Searcher):
             try:
                 self._check_file()  # "deleted" says more than "readonly"
             except StorageError as gone:
-                self.storage_failed = gone
+                self.must_stop = gone
                 return
             failure = storage_failure(exc, self.url)
             if failure is None:
                 raise
-            self.storage_failed = failure
+            self.must_stop = failure
 
     def _check_file(self) -> None:
         """Raise StorageError when the study file is no longer the one at its path, naming
@@ -233,7 +235,7 @@ class CellSearcher(Searcher):
         if not members:
             return
         self.should_stop(trial_id)  # marks lost members; the others' rows still count
-        if self.storage_failed is not None:
+        if self.must_stop is not None:
             return
         if FUSE_NOTE in result:
             self._tell_unfusable(str(result[FUSE_NOTE]), "one after another in their trial")
@@ -292,16 +294,52 @@ class CellSearcher(Searcher):
             state, value, reason = "LOST", None, "claim lost; another driver took the cell over"
             live.plan.deferred.add(live.unit.key)
         self.progress.finished(live.shown_as, state, elapsed, value, reason)
+        if state == "COMPLETE":
+            self._judge_live_range(live)
         best = study_best(live.plan.study, live.plan.strategy.space)
         if best is not None:
             self.progress.study_best(live.plan.central, *best)
         self._release(live)
 
+    def _judge_live_range(self, live: _Live) -> None:
+        """Once per central task, from its first finished cell under global clipping: the
+        grid's weights above the one from which every central update was clipped train the
+        same treatment. Said as a note; where that is every weight of the grid, the launch
+        stops (exit 2) unless the study sets allow_inert."""
+        plan = live.plan
+        space = plan.strategy.space
+        dim = space.dim(CENTRAL_WEIGHT)
+        record = (live.summary or {}).get("clipping") or {}
+        if (plan.central in self._told_live_range or not space.central_weight_only
+                or dim is None or not dim.values or record.get("grad_clip_mode") != "global"
+                or not record.get("grad_clip")):
+            return
+        limit = ((record.get("tasks") or {}).get(plan.central) or {}).get("saturates_at")
+        if not isinstance(limit, int | float) or not math.isfinite(limit):
+            return
+        grid = sorted(float(w) for w in dim.values)
+        above = [w for w in grid if w > limit]
+        if len(above) < 2:
+            return
+        self._told_live_range.add(plan.central)
+        shown = ", ".join(f"{w:g}" for w in above)
+        fix = (f"set grad_clip_mode: unweighted (the weight then scales the step at any norm), "
+               f"weight by sampling instead, or search weights up to about {limit:.2g}")
+        said = (f"{plan.central}: in its first finished cell ({live.shown_as}) every central "
+                f"update was clipped from weight about {limit:.2g} up (global clipping at "
+                f"{record['grad_clip']:g}), so weights {shown} will train the same treatment")
+        if len(above) == len(grid) and not self.spec.allow_inert:
+            self.must_stop = ConfigError([
+                f"{said}: every weight of the grid, which cannot tell them apart; {fix}, or "
+                "set allow_inert: true to train them anyway"])
+            return
+        say(f"note: {said}; to tell them apart, {fix}", self.progress.enabled)
+
     def abandon_live(self) -> int:
         """Trials Tune never finished (the driver is stopping): FAIL, claims released, so any
         driver may continue them from their checkpoints at once. Returns how many."""
         left = len(self._live)
-        if self.storage_failed is not None:  # nothing can be written: `run_round` says why
+        if isinstance(self.must_stop, StorageError):  # nothing can be written (run_round says)
             self._live.clear()
             return 0
         for trial_id in list(self._live):

@@ -128,6 +128,7 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
     max_concurrent = plain.get("max_concurrent")
     max_failures = plain.get("max_failures", 1)
     reuse_workers = plain.get("reuse_workers", True)
+    allow_inert = plain.get("allow_inert", False)
     fuse_cells = _parse_fuse_cells(raw.get("fuse_cells"), scheduler, problems)
     if fuse_cells > 1 and isinstance(train, Mapping) and _precision(train) != "fp32":
         problems.append(FP32_NEEDED)
@@ -147,7 +148,7 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
         search=search, seeds=seeds, resources=resources, max_concurrent=max_concurrent,
         scheduler=scheduler, max_failures=max_failures, workdir=workdir, epochs=epochs,
         warm_start=warm, warm_recommend=warm_recommend, objective=objective, aux_tasks=aux,
-        reuse_workers=reuse_workers, fuse_cells=fuse_cells,
+        reuse_workers=reuse_workers, fuse_cells=fuse_cells, allow_inert=allow_inert,
     )
 
 

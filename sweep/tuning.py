@@ -202,8 +202,8 @@ def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, clai
     finally:
         # Ctrl-C, or Tune gave up: no trial of ours stays RUNNING.
         interrupted = searcher.abandon_live()
-    if searcher.storage_failed is not None:
-        raise searcher.storage_failed
+    if searcher.must_stop is not None:
+        raise searcher.must_stop
     if interrupted:  # Tune catches Ctrl-C itself and returns with trials still running
         raise KeyboardInterrupt
     if lost is not None:

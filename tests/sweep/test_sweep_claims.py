@@ -288,8 +288,8 @@ def test_a_study_file_deleted_under_tune_hooks_stops_the_searcher(tmp_path: Path
     for path in tmp_path.glob("gone.db*"):
         path.unlink()
     searcher.on_trial_result("t1", {EPOCH: 1, OBJECTIVE: 0.5})  # raises nothing into Tune
-    assert isinstance(searcher.storage_failed, StorageError)
-    assert "was deleted while this command ran" in str(searcher.storage_failed)
+    assert isinstance(searcher.must_stop, StorageError)
+    assert "was deleted while this command ran" in str(searcher.must_stop)
     assert searcher.should_stop("t2")  # the scheduler stops the other trial
     assert searcher.suggest("t3") == Searcher.FINISHED
     searcher.on_trial_complete("t2", {EPOCH: 1, OBJECTIVE: 0.5})  # nothing written or raised
@@ -321,10 +321,10 @@ def test_a_write_refused_under_tune_hooks_is_kept_and_other_errors_propagate(
 
     with pytest.raises(ValueError, match="a bug"):
         searcher._guarded(bug, "t1")
-    assert searcher.storage_failed is None
+    assert searcher.must_stop is None
     searcher._guarded(refused_write, "t1")
-    assert isinstance(searcher.storage_failed, StorageError)
-    assert "cannot be written" in str(searcher.storage_failed)
+    assert isinstance(searcher.must_stop, StorageError)
+    assert "cannot be written" in str(searcher.must_stop)
 
 
 def test_tunes_pickle_of_the_searcher_holds_no_database_url(tmp_path: Path,

@@ -1,0 +1,88 @@
+"""A grid that global clipping makes one treatment: the launch says so from its first finished
+cell, and stops (exit 2) when that is every weight of the grid, unless the study allows it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from weightsearch.core.errors import ConfigError
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    import ray
+
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _spec(tmp_path: Path, encoder: str, data: Path, grad_clip: float, weights: list,
+          **extra) -> object:
+    from weightsearch.sweep.spec import load_study_spec
+
+    return load_study_spec({
+        "study": "inert",
+        "storage": f"sqlite:///{tmp_path / 'inert.db'}",
+        "train": {"encoder": encoder, "data_dir": str(data), "tasks": ["rte", "mrpc"],
+                  "epochs": 1, "batch_size": 16, "max_train_examples": 32,
+                  "max_eval_examples": 32, "num_threads": 1, "grad_clip": grad_clip,
+                  "cache_dir": str(tmp_path / "cache")},
+        "central_tasks": ["rte"], "weights": weights, "seeds": [1],
+        "resources": {"cpu": 1, "gpu": 0}, "max_concurrent": 1,
+        "workdir": str(tmp_path / "runs"), **extra,
+    })
+
+
+def _trials(url: str) -> list:
+    import optuna
+
+    return optuna.load_study(study_name="inert/rte", storage=url).get_trials()
+
+
+def test_a_grid_clipping_makes_one_treatment_stops_after_its_first_cell(
+        local_ray: None, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
+    """Clipped at 1e-4, every update of any weight from far below 1 is clipped: weights 1, 9
+    and 15 are one treatment. The first cell shows it; the other two are never trained."""
+    from weightsearch.sweep.launch import launch
+
+    spec = _spec(tmp_path, tiny_encoder, sample_data_dir, 1e-4, [1, 9, 15])
+    with pytest.raises(ConfigError) as caught:
+        launch(spec, progress=False)
+    text = str(caught.value)
+    assert "every central update was clipped from weight about" in text
+    assert "weights 1, 9, 15 will train the same treatment" in text
+    assert "grad_clip_mode: unweighted" in text and "allow_inert: true" in text
+    complete = [t for t in _trials(spec.storage) if t.state.name == "COMPLETE"]
+    assert len(complete) == 1  # one cell told it; nothing more was spent
+
+
+def test_allow_inert_trains_the_grid_and_a_partly_inert_grid_gets_a_note(
+        local_ray: None, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture) -> None:
+    from weightsearch.sweep.launch import launch
+
+    spec = _spec(tmp_path, tiny_encoder, sample_data_dir, 1e-4, [1, 15], allow_inert=True)
+    summary = launch(spec, progress=False)
+    assert summary.ran == 2 and summary.failed == 0
+    assert spec.to_dict()["allow_inert"] is True
+    # Where every update saturates scales with the clip: set the clip so that it lies near 3,
+    # inside the grid 1, 9, 15 (the tiny encoder's norms, read off the run just made).
+    record = _trials(spec.storage)[0].user_attrs["clipping"]["tasks"]["rte"]
+    clip = 1e-4 * 3 / record["saturates_at"]
+    other = tmp_path / "second"
+    other.mkdir()
+    capsys.readouterr()
+    spec = _spec(other, tiny_encoder, sample_data_dir, clip, [1, 9, 15])
+    summary = launch(spec, progress=True)
+    assert summary.ran == 3
+    err = capsys.readouterr().err
+    assert "note: rte: in its first finished cell" in err, err[-2000:]
+    assert "weights 9, 15 will train the same treatment" in err
