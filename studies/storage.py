@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from weightsearch.core.errors import StorageError, causes
+from weightsearch.core.files import path_problem
 
 DEFAULT_STORAGE = "sqlite:///weightsearch.db"
 ENV_STORAGE = "WEIGHTSEARCH_STORAGE"
@@ -200,6 +201,8 @@ def check_url(url: str, write: bool = False) -> None:
             "for postgresql+psycopg://)"
         ) from None
     if dialect(parsed.get_backend_name()).file and not in_memory(url):
+        if (problem := path_problem(parsed.database, "storage (its SQLite file)")) is not None:
+            raise StorageError(problem)
         folder = Path(os.path.realpath(Path(parsed.database).expanduser())).parent
         if not folder.is_dir():
             raise StorageError(

@@ -62,7 +62,12 @@ from weightsearch.sweep.study_file import (
     StudyFile,
     StudySpec,
 )
-from weightsearch.trainer.config.paths import anchor_paths, writable_folder_problem
+from weightsearch.trainer.config.paths import (
+    anchor_paths,
+    path_problem,
+    unusable_paths,
+    writable_folder_problem,
+)
 from weightsearch.trainer.weighting import has_central_weight
 
 
@@ -96,7 +101,14 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
                            "study file; train it with `weightsearch train --config FILE`, or "
                            "put its settings under train: in a study file (examples/"
                            "study-sample.yaml)"], label)
-    problems: list[str] = []
+    # Paths no file system takes (a NUL byte, an over-long name): one message each, before
+    # any of them is resolved.
+    train_raw = raw.get("train")
+    problems: list[str] = [*(p for p in [path_problem(raw.get("workdir"), "workdir")] if p),
+                           *(unusable_paths(train_raw, "train.")
+                             if isinstance(train_raw, Mapping) else [])]
+    if problems:
+        raise ConfigError(problems, label)
     unknown_keys(raw, KEYS, problems)
     plain = check_fields(raw, StudyFile, problems)  # version and the plain settings
     study = plain.get("study", "")
@@ -111,7 +123,6 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
         given = any(key == k or key.startswith(k + ".") for k in from_cli)
         return Path.cwd() if given else base
 
-    train_raw = raw.get("train")
     tasks = _task_names(train_raw.get("tasks")) if isinstance(train_raw, Mapping) else ()
     search = _parse_search(raw, tasks, problems)
     train = _parse_train(train_raw, search.space, problems, where)

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.helpers import TABLE2, serve
+from tests.helpers import SAMPLE, TABLE2, serve
 from weightsearch.cli import main
 from weightsearch.service.request_guard import is_loopback
 from weightsearch.studies.importer import import_file
@@ -93,6 +93,23 @@ def test_deep_json_and_deep_yaml_get_400_not_500(server):
         assert code == 400 and "deeper" in body["detail"], (kind, body)
         assert took < _budget(server), took
     _health_answers(server)
+
+
+@pytest.mark.parametrize("field,value", [("workdir", "runs\x00x"), ("workdir", "r/" + "a" * 300),
+                                         ("train.cache_dir", "c\x00d"),
+                                         ("train.data_dir", "d/" + "b" * 300)])
+def test_a_path_no_file_system_takes_gets_400_naming_it(server, field, value):
+    import json
+
+    study = {"study": "paths", "train": {"tasks": ["rte", "mrpc"], "data_dir": str(SAMPLE)},
+             "central_tasks": ["rte"], "weights": [1, 9]}
+    if field.startswith("train."):
+        study["train"][field.removeprefix("train.")] = value
+    else:
+        study[field] = value
+    code, _, body = _post(server, json.dumps(study), "application/json")
+    assert code == 400, body
+    assert f"{field}: " in " ".join([body["detail"], *body["problems"]]), body
 
 
 def test_json_with_a_key_given_twice_is_refused_like_yaml(server):

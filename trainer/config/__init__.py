@@ -51,7 +51,7 @@ from weightsearch.trainer.config.optim_settings import (
     Eps,
     parse_adamax,
 )
-from weightsearch.trainer.config.paths import absolute, anchor_paths
+from weightsearch.trainer.config.paths import absolute, anchor_paths, unusable_paths
 from weightsearch.trainer.config.presets import expand_preset
 from weightsearch.trainer.mixture import MixtureSettings, parse_mixture
 from weightsearch.trainer.sampling import ShuffleSettings, parse_sampling
@@ -384,6 +384,8 @@ def load_config(
         label = str(source)
         raw = read_yaml_file(Path(source))
         if isinstance(raw, Mapping):
+            if problems := unusable_paths(raw):  # before any of them is used
+                raise ConfigError(problems, label)
             raw = anchor_paths(raw, Path(os.path.abspath(source)).parent)
     if not isinstance(raw, Mapping):
         raise ConfigError(["the file must hold a mapping of settings (key: value)"], label)
@@ -423,7 +425,9 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
         raise ConfigError(["this is a study file (it has study: and train:), not a run config; "
                            "run the study with `weightsearch launch FILE`, or train one run "
                            "with the settings under its train:"], label)
-    problems: list[str] = []
+    if problems := unusable_paths(raw):  # before any of them is used
+        raise ConfigError(problems, label)
+    problems = []
     raw = expand_preset(raw, problems)
     unknown_keys(raw, _FIELDS, problems)
     if "tasks" not in raw:

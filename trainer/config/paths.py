@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from weightsearch.core.files import path_problem
+
 # Run-level settings that hold a path; the encoder too when it names a local folder.
 PATH_KEYS = ("data_dir", "output_dir", "cache_dir", "init_from")
 
@@ -90,6 +92,27 @@ def _anchor_mlflow(tracking: Any, one: Callable[[Any], Any]) -> Any:
     if not isinstance(uri, str) or not uri.strip() or len(urlsplit(uri).scheme) > 1:
         return tracking
     return {**tracking, "mlflow": one(uri)}
+
+
+def unusable_paths(raw: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """`path_problem` of every path a run config's settings hold (those `anchor_paths`
+    anchors, the encoder too), each named by its setting (`prefix` before it, e.g. "train.")."""
+    found: list[tuple[str, Any]] = [(key, raw.get(key)) for key in (*PATH_KEYS, "encoder")]
+    tasks = raw.get("tasks")
+    if isinstance(tasks, list):
+        found += [(f"tasks[{i}].data_dir", t.get("data_dir")) for i, t in enumerate(tasks)
+                  if isinstance(t, Mapping)]
+    distill = raw.get("distill")
+    teachers = distill.get("teachers") if isinstance(distill, Mapping) else None
+    if isinstance(teachers, Mapping):
+        for task, paths in teachers.items():
+            for i, path in enumerate(paths if isinstance(paths, list) else [paths]):
+                found.append((f"distill.teachers.{task}[{i}]", path))
+    tracking = raw.get("tracking")
+    if isinstance(tracking, Mapping):
+        found.append(("tracking.mlflow", tracking.get("mlflow")))
+    return [problem for key, value in found
+            if (problem := path_problem(value, prefix + key)) is not None]
 
 
 def writable_folder_problem(path: str | os.PathLike, key: str) -> str | None:

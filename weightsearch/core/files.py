@@ -10,10 +10,41 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from weightsearch.core.errors import ConfigError
 
 MAX_CONFIG_BYTES = 16 << 20  # a run config or study file; real ones are a few KiB
+
+
+NAME_MAX = 255  # bytes in one folder or file name (Linux, macOS, Windows alike)
+PATH_MAX = 4095  # bytes in a whole path (Linux)
+
+
+def path_problem(value: Any, key: str) -> str | None:
+    """Why the string `value` cannot name a file or folder (None when it can): a NUL byte (the
+    operating system's end of a name), text the file system cannot encode (a lone surrogate),
+    a folder or file name longer than NAME_MAX bytes, or a path longer than PATH_MAX. Checked
+    before the path is used, so that such a value gets one message naming its setting instead
+    of a traceback."""
+    if not isinstance(value, str):
+        return None
+    if "\x00" in value:
+        return (f"{key}: {value.split(chr(0))[0][:60]!r}... holds a NUL byte (\\x00), which no "
+                "file name can hold; remove it")
+    try:
+        encoded = os.fsencode(value)
+    except UnicodeEncodeError as exc:
+        return (f"{key}: {value[:60]!r} holds {value[exc.start:exc.end]!r}, which the file "
+                "system cannot encode; remove it")
+    if len(encoded) > PATH_MAX:
+        return (f"{key}: the path is {len(encoded):,} bytes long, over the {PATH_MAX:,} a path "
+                "may have; choose a shorter path")
+    for part in Path(value).parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            return (f"{key}: the name {part[:40]!r}... is {len(os.fsencode(part))} bytes long, "
+                    f"over the {NAME_MAX} a folder or file name may have; choose a shorter one")
+    return None
 
 
 def file_digest(path: str | os.PathLike) -> str:
