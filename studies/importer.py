@@ -444,9 +444,14 @@ def parse_rows(path: str | Path) -> list[ImportRow]:
     seen: dict[tuple, int] = {}
     first_of_task: dict[str, ImportRow] = {}
     mixed: set[str] = set()
-    for line, rec in zip(_line_numbers(path, df), df.to_dict("records"), strict=True):
-        bad: list[str] = []
-        row = _check_row(rec, line, metric_columns, bad)
+    nested = df.attrs.get("nested") or [set()] * len(df)
+    for line, rec, objects in zip(_line_numbers(path, df), df.to_dict("records"), nested,
+                                  strict=True):
+        # A declared column holds text or a number; a JSON object or list in it is no name
+        # (it would be stored as its JSON text, e.g. a study `x/{"a": 1}`).
+        bad = [f"{c} holds a JSON {'object' if rec[c].startswith('{') else 'list'}; give "
+               "text or a number" for c in sorted(objects & {*REQUIRED, *OPTIONAL})]
+        row = None if bad else _check_row(rec, line, metric_columns, bad)
         if row is not None:
             bad = [p for p in (_duplicate(row, seen),) if p] + _differs(row, first_of_task,
                                                                         mixed)

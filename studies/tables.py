@@ -108,10 +108,11 @@ def _as_cell(value: Any) -> str:
 def read_jsonl_text(path: Path):
     """A JSONL file as a DataFrame of text cells (see `read_frame`), each line an object whose
     keys appear once; blank lines are skipped, and `attrs["lines"]` holds each row's line
-    number."""
+    number and `attrs["nested"]` each row's columns whose value was a JSON object or list
+    (kept as its JSON text, which no declared column takes)."""
     import pandas as pd
 
-    records, lines = [], []
+    records, lines, nested = [], [], []
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
@@ -131,9 +132,11 @@ def read_jsonl_text(path: Path):
                             "({\"column\": value, ...}) per line")
         records.append({k: _as_cell(v) for k, v in record.items()})
         lines.append(number)
+        nested.append({k for k, v in record.items() if isinstance(v, dict | list)})
     df = pd.DataFrame.from_records(records).fillna("").astype(str) if records \
         else pd.DataFrame()
     df.attrs["lines"] = lines
+    df.attrs["nested"] = nested
     return df
 
 

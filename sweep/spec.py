@@ -72,14 +72,19 @@ def as_launched(stored: Mapping[str, Any]) -> dict[str, Any]:
     default written out, so that its remaining cells train as its first ones did: before
     format 4, over-long training examples were truncated; before format 5, every encoder
     trained at MT-DNN's lr 5e-5 (written in only where today's default differs: the default
-    encoder, its lr not searched). (A stored file without `version` is format 1.)"""
+    encoder, its lr not searched); before format 6, so did the default encoder named by its
+    folder. (A stored file without `version` is format 1.)"""
     from weightsearch.trainer.config import DEFAULT_ENCODER, MT_DNN_LR, default_lr
     from weightsearch.trainer.config.presets import expand_preset
+    from weightsearch.trainer.encoders import DEFAULT_ENCODER_ALIASES
 
     out = dict(stored)
     train = out.get("train")
     version = out.get("version", 1)
-    if version >= 5 or not isinstance(train, Mapping):
+    # Not a format number (an edited database): left to the study file's own check, which
+    # names the field.
+    if isinstance(version, bool) or not isinstance(version, int) or version >= 6 or \
+            not isinstance(train, Mapping):
         return out
     expanded = expand_preset(train, [])  # a preset may set them
     train = dict(train)
@@ -89,8 +94,12 @@ def as_launched(stored: Mapping[str, Any]) -> dict[str, Any]:
     searched = search.get("space") if isinstance(search, Mapping) else None
     searched = searched if isinstance(searched, Mapping) else {}
     encoder = expanded.get("encoder", DEFAULT_ENCODER)
-    # Only where today's default differs (a searched lr is the point's, whatever the default).
-    if "lr" not in expanded and "lr" not in searched and default_lr(encoder)[0] != MT_DNN_LR:
+    # Only where today's default differs (a searched lr is the point's, whatever the default):
+    # before format 5 for any encoder, in format 5 for the default encoder's folder alone.
+    differs = default_lr(encoder)[0] != MT_DNN_LR
+    if version == 5:
+        differs = differs and encoder not in DEFAULT_ENCODER_ALIASES
+    if "lr" not in expanded and "lr" not in searched and differs:
         train["lr"] = MT_DNN_LR
     out["train"] = train
     return out

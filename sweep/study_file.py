@@ -51,7 +51,9 @@ TRIAL_CHECKPOINTS = "none"  # a trial's checkpoint policy unless train.checkpoin
 # 3: before the trainer dropped over-long training examples by default (`overlong: drop`).
 # 4: before a config without `lr` trained the default encoder at its own 2e-4 (MT-DNN's 5e-5
 #    for every encoder before).
-SPEC_VERSION = 5
+# 5: before the default encoder named by its folder (the path a launch records for it) trained
+#    at the default encoder's lr too (MT-DNN's 5e-5 before, as for any other folder).
+SPEC_VERSION = 6
 
 SCHEDULERS = ("fifo", "asha")
 DEFAULT_WORKDIR = "./weightsearch_runs"

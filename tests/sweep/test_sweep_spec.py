@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import SAMPLE
 from weightsearch.core.errors import ConfigError
 from weightsearch.sweep.space import CENTRAL_WEIGHT
 from weightsearch.sweep.spec import load_study_spec
@@ -491,3 +492,17 @@ def test_a_fused_members_end_file_speaks_for_its_own_attempt(tmp_path: Path) -> 
     assert T._earlier_end(str(tmp_path), {"attempt": 1, "budget": 2}) is None
     (tmp_path / T.MEMBER_END_FILE).write_text("{not json")
     assert T._earlier_end(str(tmp_path), {"attempt": 0}) is None
+
+
+@pytest.mark.parametrize("version", ["4", 4.5, None, True])
+def test_a_stored_version_that_is_no_format_number_is_named(version, tmp_path):
+    """An edited database's stored study file with `version: "4"` raised a TypeError on
+    resume; it is the study file's own check now, naming the field."""
+    from weightsearch.core.errors import ConfigError
+    from weightsearch.sweep.spec import as_launched, load_study_spec
+
+    raw = {"study": "v", "version": version, "train": {"data_dir": str(SAMPLE),
+                                                       "tasks": ["rte", "mrpc"], "epochs": 1},
+           "central_tasks": ["rte"], "weights": [1, 9], "workdir": str(tmp_path / "runs")}
+    with pytest.raises(ConfigError, match="version: "):
+        load_study_spec(as_launched(raw))

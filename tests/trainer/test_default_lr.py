@@ -54,7 +54,7 @@ def test_a_study_launched_before_keeps_its_cells_at_the_old_default(sample_data_
                                      "epochs": 1},
            "central_tasks": ["rte"], "weights": [1, 9], "workdir": str(tmp_path / "runs")}
     stored = load_study_spec(raw).to_dict()
-    assert stored["version"] == 5 and "lr" not in stored["train"]
+    assert stored["version"] == 6 and "lr" not in stored["train"]
     assert as_launched(stored) == stored  # today's format: nothing written in
     before = {**stored, "version": 4}
     cell = load_study_spec(as_launched(before)).for_cell("rte", {"weighting.central_weight": 1.0},
@@ -69,6 +69,29 @@ def test_a_study_launched_before_keeps_its_cells_at_the_old_default(sample_data_
     assert as_launched(other)["train"] == other["train"]
     searched = {**before, "search": {"space": {"lr": [1e-4, 2e-4]}}}
     assert as_launched(searched)["train"] == before["train"]
+
+
+def test_the_default_encoder_by_its_folder_gets_its_own_rate_and_old_studies_keep_theirs(
+        sample_data_dir, tmp_path):
+    """The default encoder named by the folder its package ships it in (what a study's regime
+    records) is the default encoder: 2e-4, as by its name. A study of format 5 named so trained
+    at 5e-5 (a folder was any encoder then), and its remaining cells still do."""
+    from weightsearch.sweep.spec import as_launched, load_study_spec
+    from weightsearch.trainer.config import default_lr
+    from weightsearch.trainer.encoders import default_encoder_path
+
+    folder = default_encoder_path()
+    assert default_lr(folder) == default_lr("all-MiniLM-L6-v2") == default_lr("default")
+    assert default_lr(folder)[0] == 2e-4
+    raw = {"study": "folder", "train": {"data_dir": str(sample_data_dir), "encoder": folder,
+                                        "tasks": ["rte", "mrpc"], "epochs": 1},
+           "central_tasks": ["rte"], "weights": [1, 9], "workdir": str(tmp_path / "runs")}
+    stored = load_study_spec(raw).to_dict()
+    assert as_launched(stored) == stored
+    five = {**stored, "version": 5}
+    assert as_launched(five)["train"]["lr"] == 5e-5
+    by_name = {**five, "train": {**five["train"], "encoder": "all-MiniLM-L6-v2"}}
+    assert "lr" not in as_launched(by_name)["train"]  # format 5 named it so at 2e-4 already
 
 
 @pytest.mark.slow

@@ -351,9 +351,9 @@ def _task_dict(task: TaskSpec) -> dict[str, Any]:
 
 def default_lr(encoder: str) -> tuple[float, str]:
     """The learning rate of a config that gives none, and where it comes from."""
-    from weightsearch.trainer.encoders import DEFAULT_ENCODER_ALIASES
+    from weightsearch.trainer.encoders import is_default_encoder
 
-    if encoder in DEFAULT_ENCODER_ALIASES:
+    if is_default_encoder(encoder):
         return ENCODER_LRS[DEFAULT_ENCODER], f"measured for {DEFAULT_ENCODER}, the default encoder"
     return MT_DNN_LR, "MT-DNN's, tuned for BERT-base; set lr for a smaller encoder"
 
