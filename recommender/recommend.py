@@ -517,8 +517,9 @@ def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str
             "; imported results count as another regime's evidence, never as the regime"
         if own:
             fitting = own
-            why = (f"the regime of your own studies ({len({p.family for p in own})} "
-                   f"central tasks), those you launched{imported}; "
+            count = len({p.family for p in own})
+            why = (f"the regime of your own studies ({count} central "
+                   f"task{'s' if count != 1 else ''}), those you launched{imported}; "
                    f"{_ask(audience, 'encoder', 'stage')} to answer for another")
         elif default:
             fitting = default

@@ -101,7 +101,8 @@ def run_import(args) -> int:
 
     check_url(storage_url(args), write=True)  # not into memory, nor a read-only file
     names = import_file(args.file, args.study, storage_url(args))
-    print(f"imported {len(names)} central task(s) into {shown_url(storage_url(args))}: "
+    tasks = f"{len(names)} central task{'s' if len(names) != 1 else ''}"
+    print(f"imported {tasks} into {shown_url(storage_url(args))}: "
           f"{', '.join(names)}")
     return 0
 

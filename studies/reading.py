@@ -631,8 +631,13 @@ def resolve(storage, url: str, name: str) -> list[str]:
         return [name]
     matches = [n for n in names if schema.split_study_name(n)[0] == name]
     if not matches:
+        import difflib
+
+        bases = sorted({schema.split_study_name(n)[0] for n in names} | set(names))
+        close = difflib.get_close_matches(name, bases, n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         raise StorageError(
-            f"no study named {name!r} in {shown_url(url)}; `weightsearch inspect --storage "
-            f"{shown_url(url)}` lists them"
+            f"no study named {name!r} in {shown_url(url)}; {hint}`weightsearch inspect "
+            f"--storage {shown_url(url)}` lists them"
         )
     return matches

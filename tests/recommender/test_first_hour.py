@@ -61,7 +61,7 @@ def test_importing_the_papers_table_keeps_the_regime_you_train_in(encoder: str, 
     assert after["regime"] == before["regime"]
     assert abs(after["central_weight"] - before["central_weight"]) < 0.3
     regime_note = next(n for n in after["notes"] if n.startswith("regime:"))
-    assert "your own studies (1 central tasks), those you launched" in regime_note
+    assert "your own studies (1 central task), those you launched" in regime_note
     assert "imported results count as another regime's evidence" in regime_note
     # Table 2 counts, as another regime: discounted, the paper's encoder and stage.
     paper = [e for e in after["evidence"] if e["study"].startswith("paper/")]

@@ -73,6 +73,12 @@ def test_unknown_study_names_the_fix(url, capsys):
     assert "no study named 'nope'" in err and f"weightsearch inspect --storage {url}" in err
 
 
+def test_a_misspelt_study_name_gets_a_did_you_mean(url, capsys):
+    # (the module's database holds the paper's table as siwlm-paper)
+    assert main(["inspect", "siwlm-papr", "--storage", url]) == 2
+    assert "did you mean 'siwlm-paper'?" in capsys.readouterr().err
+
+
 def test_foreign_studies_are_listed_as_such_and_never_crash(tmp_path, capsys):
     """Another program's studies in the database: multi-objective, a categorical
     `central_weight`, odd attribute types. inspect, recommend and HTTP read around them."""
