@@ -633,8 +633,10 @@ def resolve(storage, url: str, name: str) -> list[str]:
     if not matches:
         import difflib
 
-        bases = sorted({schema.split_study_name(n)[0] for n in names} | set(names))
-        close = difflib.get_close_matches(name, bases, n=3, cutoff=0.6)
+        # A base name is compared with base names, a full `<study>/<central>` with full ones.
+        known = sorted(set(names) if schema.SEPARATOR in name
+                       else {schema.split_study_name(n)[0] for n in names})
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
         hint = f"did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         raise StorageError(
             f"no study named {name!r} in {shown_url(url)}; {hint}`weightsearch inspect "
