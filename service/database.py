@@ -28,6 +28,7 @@ class StudyDatabase:
         self.url = url
         self.refresh_s = refresh_s
         self._storage = None
+        self._identity: tuple[int, int] | None = None  # of the SQLite file opened
         self._cache = None
         self._open_lock = threading.Lock()
         self._lock = threading.Lock()  # the StudyCache is not thread-safe
@@ -37,14 +38,34 @@ class StudyDatabase:
         self._failure: BaseException = RuntimeError("the study database was not read yet")
 
     def storage(self):
-        """The Optuna storage, or None while a SQLite file does not exist yet."""
+        """The Optuna storage, or None while a SQLite file does not exist yet. A SQLite file
+        replaced under the service (a backup copied over it) or deleted is noticed here, by
+        the file's identity, and opened afresh: its connections would go on reading the old
+        file, while the jobs the service starts open the path."""
         from weightsearch.studies.reading import open_quiet, sqlite_file_missing
+        from weightsearch.studies.storage import file_identity
 
+        if self._storage is not None and self._identity is not None and \
+                file_identity(self.url) != self._identity:
+            self._forget()
         if self._storage is None:
             with self._open_lock:
                 if self._storage is None and not sqlite_file_missing(self.url):
                     self._storage = open_quiet(self.url)
+                    self._identity = file_identity(self.url)
         return self._storage
+
+    def _forget(self) -> None:
+        """Drop the storage opened on a file that is no longer at its path, and all read from
+        it (the studies, the evidence)."""
+        with self._open_lock, self._lock:
+            old, self._storage, self._identity = self._storage, None, None
+            self._cache, self._evidence = None, None
+        log.warning("the study database %s was replaced or deleted; reading it afresh",
+                    redacted(self.url))
+        engine = getattr(old, "engine", None)
+        if engine is not None:
+            engine.dispose()
 
     def studies(self) -> list:
         """Every study, up to date (a cheap refresh); updates the evidence when they changed."""

@@ -385,3 +385,28 @@ def test_a_storage_password_is_never_printed_or_passed_on_argv(postgres_url, tmp
     args = next(line for line in log.splitlines() if line.startswith("ARGS"))
     assert "pw-s3cret" not in args  # the job got the URL through its environment
     assert "pw-s3cret" not in json.dumps(client.get("/jobs").json())
+
+
+def test_a_sqlite_file_replaced_under_the_service_is_read_afresh(tmp_path):
+    """A backup copied over the study file: the service's open connections would go on
+    reading the old file (its studies listed long after), while the jobs it starts open the
+    path. It notices the file's new identity and reads the new one; a deleted file reads as
+    no studies."""
+    import shutil
+
+    live, backup = tmp_path / "studies.db", tmp_path / "backup.db"
+    # Written by other processes, as a service's files are (this process keeps no connection
+    # to them, which would keep the old file's write-ahead log at the path).
+    for study, path in (("before", live), ("restored", backup)):
+        subprocess.run([sys.executable, "-m", "weightsearch.cli", "import", str(TABLE2),
+                        "--study", study, "--storage", f"sqlite:///{path}"],
+                       check=True, capture_output=True, cwd=ROOT)
+    client = TestClient(create_app(f"sqlite:///{live}", log_dir=tmp_path, command=ECHO))
+    assert [s["study"] for s in client.get("/studies").json()["studies"]] == ["before"]
+    staged = tmp_path / "staged.db"
+    shutil.copyfile(backup, staged)
+    staged.replace(live)  # what a restore does: a new file at the path
+    assert [s["study"] for s in client.get("/studies").json()["studies"]] == ["restored"]
+    assert client.get("/studies/restored").status_code == 200
+    live.unlink()
+    assert client.get("/studies").json()["studies"] == []
