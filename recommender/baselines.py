@@ -11,6 +11,15 @@
   (ties: the smaller size).
 - `random_grid`: a grid weight drawn uniformly; not a point, so its error is the expected one,
   the mean distance of the grid's weights from the truth.
+- `weight_1`: no upweighting at all (every task at weight 1): what a user who searches nothing
+  trains.
+- `size_rule_refit`: the rule of thumb's form with its two constants read from the other tasks
+  (the mean best weight of the measured tasks on the same side of RULE_THRESHOLD): the paper's
+  constants were read from its own tasks, so on those tasks `rule_of_thumb` is scored in
+  sample, and this is its out-of-sample counterpart.
+
+Regret compares the rules that are points (`POINT_RULES`): each one's weight is snapped to the
+held-out task's grid and scored there, as the recommender's is.
 """
 
 from __future__ import annotations
@@ -23,6 +32,20 @@ from weightsearch.studies.schema import WEIGHT_HIGH, WEIGHT_LOW
 RULE_THRESHOLD = 10_000
 RULE_SMALL, RULE_LARGE = 12.0, 3.5
 BASELINES = ("constant", "rule_of_thumb", "nearest_neighbour", "random_grid")
+POINT_RULES = ("weight_1", "constant", "rule_of_thumb", "size_rule_refit", "nearest_neighbour")
+
+
+def rule_points(train_size: int, measured: Sequence[tuple[int, float]]) -> dict[str, float]:
+    """The weight each point rule picks for a task of `train_size` (`nearest_neighbour` left
+    out when nothing is measured)."""
+    out = {"weight_1": 1.0, "constant": constant(), "rule_of_thumb": rule_of_thumb(train_size)}
+    side = [w for n, w in measured if (n < RULE_THRESHOLD) == (train_size < RULE_THRESHOLD)]
+    if side:
+        out["size_rule_refit"] = sum(side) / len(side)
+    near = nearest_neighbour(train_size, measured)
+    if near is not None:
+        out["nearest_neighbour"] = near
+    return out
 
 
 def constant() -> float:

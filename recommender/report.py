@@ -117,7 +117,45 @@ def evaluation_text(rows: list[dict], rate: float | None, over: str) -> str:
                      f"{BASELINE_LABELS[b]} {v:.2f}" for b, v in summary["baselines"].items()))
     if summary.get("against_best_rule"):
         lines.append(against_rule_text(summary["against_best_rule"]))
+    lines.extend(regret_comparison_text(summary["by_regret"]))
     return "\n".join(lines)
+
+
+def regret_comparison_text(c: dict) -> list[str]:
+    """The regret comparison (`regret_comparison`) in plain words: what each method loses at
+    the held-out tasks, the recommender's edge over the best rule scored out of sample, and how
+    well its weights rank the tasks' best ones."""
+    if not c["methods"]:
+        return []
+
+    def span(s: dict) -> str:
+        if s["low90"] is None:
+            return f"{s['mean']:.2f}"
+        return f"{s['mean']:.2f} [{s['low90']:.2f}, {s['high90']:.2f}]"
+
+    lines = [f"regret at the held-out tasks, metric points lost against each task's best measured "
+             f"weight (mean [90% interval, resampling the {c['datasets']} datasets: the sizes of "
+             f"one dataset count once], {c['tasks']} tasks): " + "; ".join(
+                 f"{'recommender' if m == 'recommender' else BASELINE_LABELS.get(m, m)} "
+                 f"{span(s)}" + (" (in sample: its constants were read from these tasks)"
+                                 if m in c["in_sample"] else "")
+                 for m, s in c["methods"].items())]
+    if c["verdict"] == "cannot judge":
+        lines.append(f"the evaluation cannot judge the recommender against the rules: "
+                     f"{c['datasets']} held-out dataset(s), fewer than 3")
+    elif c["edge"] is not None:
+        e = c["edge"]
+        rule = BASELINE_LABELS.get(e["rule"], e["rule"])
+        words = {"better": "better than", "worse": "worse than",
+                 "no better": "no better than"}[c["verdict"]]
+        lines.append(f"the recommender is {words} the best rule scored out of sample, {rule}: "
+                     f"regret {e['mean']:+.2f} points per task against it (90% interval "
+                     f"{e['low90']:+.2f} to {e['high90']:+.2f}"
+                     + ("; within noise)" if c["verdict"] == "no better" else ")"))
+    if c["spearman"] and c["spearman"]["mean"] is not None:
+        lines.append(f"rank correlation (Spearman) of the recommended against the measured best "
+                     f"weight across the held-out tasks: {span(c['spearman'])}")
+    return lines
 
 
 def against_rule_text(c: dict) -> str:
@@ -149,7 +187,8 @@ def _number(value: float | None) -> str:
 
 BASELINE_LABELS = {"constant": "constant 8", "rule_of_thumb": "the paper's rule of thumb",
                    "nearest_neighbour": "nearest task in log size",
-                   "random_grid": "random grid weight"}
+                   "random_grid": "random grid weight", "weight_1": "weight 1 (no upweighting)",
+                   "size_rule_refit": "the size rule refitted on the other tasks"}
 
 
 def plot_recommendation(evidence: list[EvidencePoint], rec: Recommendation | None,

@@ -374,3 +374,37 @@ def test_a_study_compares_the_methods_with_the_same_seeds(sample_data_dir):
                 point["weighting.scheme"], point["sampling.scheme"], seed)
             seen.add((cfg.weighting.scheme, cfg.sampling.scheme))
     assert len(seen) == 9
+
+
+def _row(family: str, regret: float, rules: dict, recommended: float, best: float) -> dict:
+    return {"family": family, "regret": regret, "rule_regrets": rules,
+            "recommended": recommended, "best_weight": best, "rule_in_sample": False}
+
+
+def test_regret_comparison_counts_a_dataset_once_and_says_when_it_cannot_judge():
+    """Means restated here; the bootstrap resamples datasets, so two sizes of one dataset move
+    together; with fewer than three datasets there is no verdict."""
+    import numpy as np
+
+    from weightsearch.recommender.recommend import regret_comparison
+
+    rules = ("weight_1", "constant", "rule_of_thumb", "size_rule_refit", "nearest_neighbour")
+    rows = [_row(f"d{i // 2}", 0.1 * i, {r: 0.1 * i + 0.5 + 0.1 * k for k, r in
+                                         enumerate(rules)}, 2 + i, 3 + i) for i in range(8)]
+    out = regret_comparison(rows)
+    assert out["datasets"] == 4 and out["tasks"] == 8
+    assert out["methods"]["recommender"]["mean"] == pytest.approx(np.mean([r["regret"]
+                                                                           for r in rows]))
+    assert out["edge"]["rule"] == "weight_1"  # the smallest regret among the rules
+    assert out["edge"]["mean"] == pytest.approx(-0.5)
+    assert out["verdict"] == "better" and out["edge"]["high90"] < 0
+    assert out["spearman"]["mean"] == pytest.approx(1.0)
+    # Equal regrets: no better. Two datasets: cannot judge.
+    same = [{**r, "regret": r["rule_regrets"]["weight_1"]} for r in rows]
+    assert regret_comparison(same)["verdict"] == "no better"
+    assert regret_comparison(rows[:4])["verdict"] == "cannot judge"
+    # The paper's rule is not the yardstick where it is scored on the paper's own tasks.
+    inside = [{**r, "rule_in_sample": True,
+               "rule_regrets": {**r["rule_regrets"], "rule_of_thumb": 0.0}} for r in rows]
+    judged = regret_comparison(inside)
+    assert judged["in_sample"] == ["rule_of_thumb"] and judged["edge"]["rule"] == "weight_1"

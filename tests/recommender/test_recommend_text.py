@@ -220,7 +220,8 @@ def test_evaluate_says_plainly_how_the_recommender_compares_with_the_best_rule()
     assert versus["edge"] == pytest.approx(sum(diffs) / len(diffs), abs=1e-3)
     # The shipped evidence: a lead smaller than twice its standard error.
     assert 0 < versus["edge"] < versus["clear_at"] and versus["verdict"] == "barely better"
-    last = evaluation_text(rows, rate, over).splitlines()[-1]
+    last = next(line for line in evaluation_text(rows, rate, over).splitlines()
+                if line.startswith("the recommender is ") and "simple rule" in line)
     assert last.startswith("the recommender is barely better than the best simple rule, the "
                            f"paper's rule of thumb: mean |error| {versus['recommender_error']:.2f}"
                            f" against {versus['rule_error']:.2f} weight units, only "
@@ -240,6 +241,7 @@ def test_each_verdict_against_the_best_rule(edge, verdict, words):
     versus = evaluation_summary(moved)["against_best_rule"]
     assert versus["verdict"] == verdict and versus["edge"] == pytest.approx(edge, abs=1e-3)
     assert versus["clear_at"] == pytest.approx(CLEAR_GAIN)  # no spread: the margin decides
-    last = evaluation_text(moved, rate, over).splitlines()[-1]
+    last = next(line for line in evaluation_text(moved, rate, over).splitlines()
+                if line.startswith("the recommender is ") and "simple rule" in line)
     assert last.startswith(f"the recommender is {verdict} than the best simple rule")
     assert words in last
