@@ -8,6 +8,7 @@ from typing import Any
 from weightsearch.recommender.prior import PRIOR_STUDY
 from weightsearch.recommender.recommend import (
     CLEAR_GAIN,
+    NEAR_DECADES,
     EvidencePoint,
     Recommendation,
     recommend_from,
@@ -238,6 +239,14 @@ def recommendation_figure(evidence: list[EvidencePoint], rec: Recommendation | N
                     **({"mfc": "none"} if other else {}),
                     label=f"a task's estimated best weight {spread}, {label}"
                     + (" (another regime: discounted)" if other else ""))
+    if rec is not None and rec.equivalent is not None:  # what the evidence cannot tell apart
+        near = [rec.train_size / 10 ** NEAR_DECADES, rec.train_size * 10 ** NEAR_DECADES]
+        ax.fill_between(near, rec.equivalent[0], rec.equivalent[1], color="tab:green",
+                        alpha=0.25, zorder=2, label="weights within seed noise of the best at "
+                        f"sizes like {train_size_text(rec.train_size)}")
+    if rec is not None and rec.saturates_at is not None:
+        ax.axhline(rec.saturates_at, color="tab:gray", linestyle="--", linewidth=1,
+                   label="clipping saturates the weight from here up")
     if rec is not None:
         ax.errorbar([rec.train_size], [rec.central_weight], color="red", capsize=4,
                     yerr=[[rec.central_weight - rec.interval[0]],
