@@ -79,6 +79,9 @@ class Verdict:
         if self.best is None:
             return "no finished trial yet"
         if self.rival is None:
+            if self.best in self.names:  # an arm: every weight finished trained one treatment
+                return (f"every {kind} finished ({best}) trained the same treatment; nothing "
+                        "to compare it with")
             return f"one {kind} finished ({best}); nothing to compare it with"
         how = (f"{self.seeds} paired seed{'s' * (self.seeds != 1)}" if self.paired
                else f"{self.seeds} seed{'s' * (self.seeds != 1)} per {kind}")

@@ -114,6 +114,9 @@ def test_a_whole_inert_grid_says_so_with_the_fix(url):
     text = arm.text()
     assert "every weight of the grid (6, 15) trained the same treatment" in text
     assert "grad_clip_mode: unweighted" in text and "live range" in text
+    # Its verdict does not read as if one weight had finished.
+    verdict = _read(url, "inert").verdict.text()
+    assert verdict.startswith("every weight finished (6=15) trained the same treatment"), verdict
 
 
 @pytest.mark.parametrize("record", [
