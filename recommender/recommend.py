@@ -695,18 +695,7 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
         train_size=train_size, task_type=task_type,
         source="both" if len(sources) > 1 else sources.pop(), regime=regime.as_dict(),
         notes=[*notes, f"task scatter around the law: sd {math.sqrt(law.tau2):.2f}"],
-        evidence=[{
-            "task": p.task, "study": p.study, "train_size": p.train_size,
-            "best_weight": p.best_weight, "location": round(p.location, 2),
-            "sd": round(math.sqrt(v), 2), "n_seeds": p.n_seeds,
-            "informativeness": p.informativeness, "task_type": p.task_type,
-            "at_least": p.at_least, "at_most": p.at_most,
-            "say": round(s / total, 4), "source": p.source, "encoder": p.encoder,
-            "encoder_size": p.encoder_size, "stage": p.stage, "variant": p.variant,
-            "clipping": p.clipping, "imported": p.imported,
-            "discounted": g is not None,
-            "within_seed_noise": None if p.within_noise is None else list(p.within_noise),
-        } for p, s, v, g in rows],
+        evidence=[_evidence_row(p, s / total, v, g is not None) for p, s, v, g in rows],
         effective_points=round(n_eff, 2), unmatched_encoder=unmatched,
         regime_offsets=[{k: v for k, v in o.items() if k != "name"} for o in regime_offsets],
         law=summary, evidence_shares=shares, asked_regime_sizes=sizes, summary=lead,
@@ -714,6 +703,21 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
         saturates_at=equivalence["saturates_at"],
         law_interval=(clip(answer.low), clip(answer.high)),
     )
+
+
+def _evidence_row(p: EvidencePoint, say: float, variance: float, discounted: bool) -> dict:
+    """One task of the answer's evidence list, as JSON and the table show it."""
+    return {
+        "task": p.task, "study": p.study, "train_size": p.train_size,
+        "best_weight": p.best_weight, "location": round(p.location, 2),
+        "sd": round(math.sqrt(variance), 2), "n_seeds": p.n_seeds,
+        "informativeness": p.informativeness, "task_type": p.task_type,
+        "at_least": p.at_least, "at_most": p.at_most,
+        "say": round(say, 4), "source": p.source, "encoder": p.encoder,
+        "encoder_size": p.encoder_size, "stage": p.stage, "variant": p.variant,
+        "clipping": p.clipping, "imported": p.imported, "discounted": discounted,
+        "within_seed_noise": None if p.within_noise is None else list(p.within_noise),
+    }
 
 
 def _equivalence(evidence: list[EvidencePoint], groups: list[str | None],

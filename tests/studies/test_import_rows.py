@@ -24,7 +24,8 @@ def test_the_declared_columns_are_the_file_format():
     assert REQUIRED == ("central_task", "task_type", "train_size", "central_weight", "seed",
                         "metric")
     assert OPTIONAL == ("metric_name", "encoder", "stage", "variant", "dataset", "grad_clip",
-                        "grad_clip_mode", "clip_share", "central_norm")
+                        "grad_clip_mode", "clip_share", "central_norm", "saturates_in_focus",
+                        "saturates_off_focus")
 
 
 def test_every_cell_of_every_row_is_reported_at_once_in_column_order(tmp_path):
