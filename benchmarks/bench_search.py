@@ -92,7 +92,7 @@ def run(worlds: int, tasks: int, seeds: int, factor: float, first_seed: int,
             w, cost = halving(list(GRID), curve, 1, factor, seeds)
             tally("halving").add(w, cost, top, grid_top, task.flat)
             rec = recommend_from(evidence[:i] + evidence[i + 1:], task.train_size)
-            start = start_weights(GRID, rec.central_weight, rec.interval)
+            start = start_weights(GRID, rec.central_weight, rec.law_interval)
             tally("seeded halving, min_epochs 1").reachable += bool(top & set(start))
             for least in (1, 3):
                 w, cost = halving(start, curve, least, factor, seeds)

@@ -737,14 +737,30 @@ def _equivalence(evidence: list[EvidencePoint], groups: list[str | None],
                            "near": sorted({p.task for p in known}), "disagree": False}
     if not known:
         return out
-    low = max(min(p.within_noise) for p in known)  # type: ignore[arg-type]
-    high = min(max(p.within_noise) for p in known)  # type: ignore[arg-type]
+    runs = [_run_around_best(p) for p in known]
+    low = max(lo for lo, _ in runs)
+    high = min(hi for _, hi in runs)
     if low > high:
         out["disagree"] = True
     else:
-        out["equivalent"] = [float(low), float(high)]
+        out["equivalent"] = [max(schema.WEIGHT_LOW, float(low)),
+                             min(schema.WEIGHT_HIGH, float(high))]
     out["choice_matters"] = any(set(p.grid) - set(p.within_noise or ()) for p in known)
     return out
+
+
+def _run_around_best(p: EvidencePoint) -> tuple[float, float]:
+    """The neighbouring grid weights around the point's best that are all within seed noise
+    of it: a weight measured worse between two that are not is no part of the range."""
+    grid = sorted(p.grid)
+    within = set(p.within_noise or ())
+    at = grid.index(p.best_weight)
+    lo = hi = at
+    while lo > 0 and grid[lo - 1] in within:
+        lo -= 1
+    while hi < len(grid) - 1 and grid[hi + 1] in within:
+        hi += 1
+    return grid[lo], grid[hi]
 
 
 def _equivalence_lead(equivalence: dict[str, Any], train_size: int) -> list[str]:
@@ -1071,7 +1087,8 @@ def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None
             "chance": round(chance_of_top2(grid), 4),
             "abs_error": round(abs(rec.central_weight - p.best_weight), 3),
             "chance_abs_error": round(sum(abs(g - p.best_weight) for g in grid) / len(grid), 3),
-            "in_interval": rec.interval[0] <= p.best_weight <= rec.interval[1],
+            # the law's own 80% interval: what its coverage is a claim about
+            "in_interval": rec.law_interval[0] <= p.best_weight <= rec.law_interval[1],
             "regret": _rounded(regret(p, snapped)),
             "chance_regret": _rounded(_mean([regret(p, g) for g in grid])),
             "baselines": {k: round(v, 3) for k, v in baseline_errors(

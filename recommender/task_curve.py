@@ -190,21 +190,7 @@ def _locate(values: dict[float, list[float]], maximize: bool, train_size: int | 
     grid = np.array(sorted(values))
     if plateau is not None:
         return _locate_with_plateau(values, grid, plateau, maximize, train_size, paired)
-    means = np.array([np.mean(values[w]) for w in grid]) * (1 if maximize else -1)
-    n = np.array([len(values[w]) for w in grid])
-    sigma, pooled = seed_noise(values, train_size)
-    df = int((n - 1).sum())
-    if paired and min(n) == max(n) >= 2:
-        within, df = paired_noise(values)
-        sigma = max(within, 0.1 * noise_floor(float(np.mean(np.abs(means))) or 1.0,
-                                              train_size))
-    rng = np.random.default_rng(0)
-    scale = np.full((DRAWS, 1), sigma)
-    if pooled and df:
-        # sigma rests on df degrees of freedom: draw it from its posterior (scaled inverse
-        # chi-square), so that the comparisons carry Student-t tails, not normal ones.
-        scale = sigma * np.sqrt(df / rng.chisquare(df, (DRAWS, 1)))
-    draws = means + rng.standard_normal((DRAWS, len(grid))) * (scale / np.sqrt(n))
+    draws, sigma, pooled = _draws(values, maximize, train_size, paired, sigma_from=values)
     won = np.argmax(draws, axis=1)
     low, high = _cells(grid)
     if len(grid) >= 3:
@@ -223,29 +209,40 @@ def _locate(values: dict[float, list[float]], maximize: bool, train_size: int | 
                    at_most=float(high[0]) if sure and bottom >= CENSORED else None)
 
 
+def _draws(values: dict[float, list[float]], maximize: bool, train_size: int | None,
+           paired: bool, sigma_from: dict[float, list[float]]
+           ) -> tuple[np.ndarray, float, bool]:
+    """DRAWS draws of the mean score at each weight of `values` (sorted; negated for a loss),
+    their seed noise (from `sigma_from`, or the paired residual), and whether it was pooled."""
+    keys = sorted(values)
+    means = np.array([np.mean(values[k]) for k in keys]) * (1 if maximize else -1)
+    n = np.array([len(values[k]) for k in keys])
+    sigma, pooled = seed_noise(sigma_from, train_size)
+    df = int((n - 1).sum())
+    if paired and min(n) == max(n) >= 2:
+        within, df = paired_noise(values)
+        sigma = max(within, 0.1 * noise_floor(float(np.mean(np.abs(means))) or 1.0,
+                                              train_size))
+    rng = np.random.default_rng(0)
+    scale = np.full((DRAWS, 1), sigma)
+    if pooled and df:
+        # sigma rests on df degrees of freedom: draw it from its posterior (scaled inverse
+        # chi-square), so that the comparisons carry Student-t tails, not normal ones.
+        scale = sigma * np.sqrt(df / rng.chisquare(df, (DRAWS, 1)))
+    return means + rng.standard_normal((DRAWS, len(keys))) * (scale / np.sqrt(n)), sigma, pooled
+
+
 def _locate_with_plateau(values: dict[float, list[float]], grid: np.ndarray,
                          plateau: list[float], maximize: bool, train_size: int | None,
                          paired: bool) -> Located:
     """`locate_best` when the weights above `grid` are one saturated treatment: the plateau
     is a contender whose draws place the best at the top acting weight L, censored there."""
     everything = {**values, math.inf: plateau}  # the plateau sorts last, whatever its label
-    keys = sorted(everything)
-    means = np.array([np.mean(everything[k]) for k in keys]) * (1 if maximize else -1)
-    n = np.array([len(everything[k]) for k in keys])
     # One seed per weight: the noise comes from the acting weights' curve (the plateau has no
     # position to fit it at).
     replicated = any(len(vs) > 1 for vs in everything.values())
-    sigma, pooled = seed_noise(everything if replicated else values, train_size)
-    df = int((n - 1).sum())
-    if paired and min(n) == max(n) >= 2:
-        within, df = paired_noise(everything)
-        sigma = max(within, 0.1 * noise_floor(float(np.mean(np.abs(means))) or 1.0,
-                                              train_size))
-    rng = np.random.default_rng(0)
-    scale = np.full((DRAWS, 1), sigma)
-    if pooled and df:
-        scale = sigma * np.sqrt(df / rng.chisquare(df, (DRAWS, 1)))
-    draws = means + rng.standard_normal((DRAWS, len(keys))) * (scale / np.sqrt(n))
+    draws, sigma, pooled = _draws(everything, maximize, train_size, paired,
+                                  sigma_from=everything if replicated else values)
     won = np.argmax(draws, axis=1)
     top = float(grid[-1])
     on_plateau = won == len(grid)

@@ -45,9 +45,10 @@ class StudyDatabase:
         from weightsearch.studies.reading import open_quiet, sqlite_file_missing
         from weightsearch.studies.storage import file_identity
 
-        if self._storage is not None and self._identity is not None and \
+        opened = self._storage
+        if opened is not None and self._identity is not None and \
                 file_identity(self.url) != self._identity:
-            self._forget()
+            self._forget(opened)
         if self._storage is None:
             with self._open_lock:
                 if self._storage is None and not sqlite_file_missing(self.url):
@@ -55,10 +56,12 @@ class StudyDatabase:
                     self._identity = file_identity(self.url)
         return self._storage
 
-    def _forget(self) -> None:
-        """Drop the storage opened on a file that is no longer at its path, and all read from
-        it (the studies, the evidence)."""
+    def _forget(self, stale) -> None:
+        """Drop the storage `stale`, opened on a file that is no longer at its path, and all
+        read from it (the studies, the evidence); nothing when another request did already."""
         with self._open_lock, self._lock:
+            if self._storage is not stale:
+                return
             old, self._storage, self._identity = self._storage, None, None
             self._cache, self._evidence = None, None
         log.warning("the study database %s was replaced or deleted; reading it afresh",
@@ -77,6 +80,11 @@ class StudyDatabase:
                 self._evidence = load_evidence(None)
             return []
         with self._lock:
+            if self._storage is not storage:  # replaced meanwhile: read the one open now
+                storage = self._storage
+                if storage is None:
+                    return []
+                self._cache = None
             if self._cache is None:
                 self._cache = StudyCache(storage)
             changed, studies = self._cache.refresh()

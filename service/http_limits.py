@@ -12,10 +12,11 @@
   process's limit on open files leaves less room (the descriptors open when serving starts and
   FD_RESERVE for the database, logs and jobs stay free). Had the sockets used the last
   descriptors, the kernel would refuse every new accept (EMFILE), asyncio would log each
-  refusal and wait before accepting again, and /health would time out with the rest. A client
-  address holds at most half of the cap. A new connection beyond either cap closes the one
-  that has waited longest for its request head (its address's own, for the address cap), or,
-  with none waiting, is itself refused: stalled clients cannot lock others out.
+  refusal and wait before accepting again, and /health would time out with the rest. A new
+  connection from an address that holds half of the cap closes that address's connection that
+  has waited longest for its request head (its active ones stay: behind a proxy every client
+  shares one address); beyond the cap, the one anywhere that has waited longest, or, with none
+  waiting, the new one is refused: stalled clients cannot lock others out.
 """
 
 from __future__ import annotations
@@ -94,9 +95,10 @@ class LimitedH11Protocol(H11Protocol):
         cap = connection_cap()
         mine = [c for c in self.connections if c is not self
                 and isinstance(c, LimitedH11Protocol) and c._address == self._address]
-        if ((len(mine) >= cap // 2 and not self._evict_a_stalled_one(mine))
-                or (len(self.connections) > cap
-                    and not self._evict_a_stalled_one(list(self.connections)))):
+        if len(mine) >= cap // 2:  # an address over its share makes room from its own
+            self._evict_a_stalled_one(mine)  # stalled heads (its active ones stay)
+        if len(self.connections) > cap and \
+                not self._evict_a_stalled_one(list(self.connections)):
             self.connections.discard(self)
             transport.close()
             return

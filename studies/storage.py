@@ -642,8 +642,8 @@ def check_same_file(url: str, identity: tuple[int, int] | None,
         shown = ", ".join(written[:10]) + (f" and {len(written) - 10} more"
                                            if len(written) > 10 else "")
         lost = (f" The results of the {len(written)} cell(s) this command finished ({shown}) "
-                "went to the lost file and are nowhere now: they train again when the study "
-                "is resumed or launched again.")
+                "were written to the file that was there and may be missing from the one at "
+                "the path now: a resume or a new launch trains whatever is missing.")
     raise StorageError(f"the study database {shown_url(url)} {now} while this command ran, "
                        f"so it stopped: no result is written where nobody can read it.{lost} "
                        "Restore the file if you have a copy (the trials finished before this "

@@ -155,6 +155,7 @@ class CellSearcher(Searcher):
         # members in their order in the unit (each ends on its own).
         self._live: dict[str, list[_Live]] = {}
         self._turn = 0
+        self._judge_stored_cells()
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its searcher into the experiment folder (tuner.pkl, for its own restore,
@@ -295,21 +296,22 @@ class CellSearcher(Searcher):
             live.plan.deferred.add(live.unit.key)
         self.progress.finished(live.shown_as, state, elapsed, value, reason)
         if state == "COMPLETE":
-            self._judge_live_range(live)
+            self._judge_live_range(live.plan, (live.summary or {}).get("clipping") or {},
+                                   trial_label(live.plan.strategy.space.label(live.point),
+                                               live.seed))
         best = study_best(live.plan.study, live.plan.strategy.space)
         if best is not None:
             self.progress.study_best(live.plan.central, *best)
         self._release(live)
 
-    def _judge_live_range(self, live: _Live) -> None:
-        """Once per central task, from its first finished cell under global clipping: the
-        grid's weights above the one from which every central update was clipped train the
-        same treatment. Said as a note; where that is every weight of the grid, the launch
-        stops (exit 2) unless the study sets allow_inert."""
-        plan = live.plan
+    def _judge_live_range(self, plan: CentralPlan, record: dict[str, Any], cell: str,
+                          quiet: bool = False) -> None:
+        """Once per central task, from its first finished cell under global clipping (`record`,
+        its run's clipping): the grid's weights above the one from which every central update
+        was clipped train the same treatment. Said as a note (unless `quiet`); where that is
+        every weight of the grid, the launch stops (exit 2) unless the study sets allow_inert."""
         space = plan.strategy.space
         dim = space.dim(CENTRAL_WEIGHT)
-        record = (live.summary or {}).get("clipping") or {}
         if (plan.central in self._told_live_range or not space.central_weight_only
                 or dim is None or not dim.values or record.get("grad_clip_mode") != "global"
                 or not record.get("grad_clip")):
@@ -317,23 +319,39 @@ class CellSearcher(Searcher):
         limit = ((record.get("tasks") or {}).get(plan.central) or {}).get("saturates_at")
         if not isinstance(limit, int | float) or not math.isfinite(limit):
             return
+        self._told_live_range.add(plan.central)  # judged once, on the first cell that tells
         grid = sorted(float(w) for w in dim.values)
         above = [w for w in grid if w > limit]
         if len(above) < 2:
             return
-        self._told_live_range.add(plan.central)
         shown = ", ".join(f"{w:g}" for w in above)
         fix = (f"set grad_clip_mode: unweighted (the weight then scales the step at any norm), "
                f"weight by sampling instead, or search weights up to about {limit:.2g}")
-        said = (f"{plan.central}: in its first finished cell ({live.shown_as}) every central "
-                f"update was clipped from weight about {limit:.2g} up (global clipping at "
+        said = (f"{plan.central}: in a finished cell ({cell}) every central update was "
+                f"clipped from weight about {limit:.2g} up (global clipping at "
                 f"{record['grad_clip']:g}), so weights {shown} will train the same treatment")
         if len(above) == len(grid) and not self.spec.allow_inert:
             self.must_stop = ConfigError([
                 f"{said}: every weight of the grid, which cannot tell them apart; {fix}, or "
-                "set allow_inert: true to train them anyway"])
+                "set allow_inert: true in the study file and launch it again to train them "
+                "anyway"])
             return
-        say(f"note: {said}; to tell them apart, {fix}", self.progress.enabled)
+        if not quiet:
+            say(f"note: {said}; to tell them apart, {fix}", self.progress.enabled)
+
+    def _judge_stored_cells(self) -> None:
+        """Before a round hands anything out: a study stopped for a grid of one treatment
+        stops again at once (no further cell is trained to find it out again)."""
+        for plan in self.plans:
+            if not plan.strategy.space.central_weight_only:
+                continue
+            for trial in plan.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+                record = trial.user_attrs.get(S.T_CLIPPING)
+                weight = trial.params.get(S.PARAM)
+                if isinstance(record, dict) and isinstance(weight, int | float):
+                    self._judge_live_range(plan, record, trial_label(
+                        f"w={weight:g}", trial.user_attrs.get(S.T_SEED)), quiet=True)
+                    break
 
     def abandon_live(self) -> int:
         """Trials Tune never finished (the driver is stopping): FAIL, claims released, so any

@@ -49,17 +49,23 @@ class PrivateCluster:
     """One cluster in a temporary folder; `admin_url` is its superuser's `postgres` database."""
 
     def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="weightsearch-pg-"))
+        self._as_postgres = os.geteuid() == 0
+        # Under root the postgres user must reach the folder: /tmp, not a private TMPDIR.
+        self.root = Path(tempfile.mkdtemp(prefix="weightsearch-pg-",
+                                          dir="/tmp" if self._as_postgres else None))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
         self.port = free_port()
-        self._as_postgres = os.geteuid() == 0
-        if self._as_postgres:  # the cluster's own user must own its folder
-            user = pwd.getpwnam("postgres")
-            os.chown(self.root, user.pw_uid, user.pw_gid)
-        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                  "-E", "UTF8", "--no-sync", "--no-instructions")
-        self.start()
+        try:
+            if self._as_postgres:  # the cluster's own user must own its folder
+                user = pwd.getpwnam("postgres")
+                os.chown(self.root, user.pw_uid, user.pw_gid)
+            self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
+                      "-E", "UTF8", "--no-sync", "--no-instructions")
+            self.start()
+        except BaseException:  # nothing left behind: no folder, no half-started server
+            self.close()
+            raise
 
     @property
     def admin_url(self) -> str:
@@ -69,8 +75,11 @@ class PrivateCluster:
         command = [_tool(tool) or tool, *args]
         if self._as_postgres:
             command = ["runuser", "-u", "postgres", "--", *command]
-        done = subprocess.run(command, capture_output=True, text=True,
-                              timeout=START_TIMEOUT_S, cwd=self.root)
+        try:
+            done = subprocess.run(command, capture_output=True, text=True,
+                                  timeout=START_TIMEOUT_S, cwd=self.root)
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeError(f"{' '.join(command)} took over {START_TIMEOUT_S} s") from exc
         if check and done.returncode != 0:
             raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): "
                                f"{(done.stderr or done.stdout).strip()[-2000:]}")

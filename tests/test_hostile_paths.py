@@ -80,15 +80,19 @@ def test_a_hostile_study_file_path_is_refused_by_name(field: str, value: str,
     from weightsearch.sweep.spec import load_study_spec
 
     folder = tmp_path_factory.mktemp("hostile")
+    # A storage URL's hostile part is its SQLite file's path (the URL itself stays one).
+    hostile = f"sqlite:///{folder}/{value}" if field == "storage" else value
     raw = _put({**STUDY, "workdir": str(folder / "runs"),
-                "storage": f"sqlite:///{folder / 'studies.db'}"}, field, value)
+                "storage": f"sqlite:///{folder / 'studies.db'}"}, field, hostile)
     with pytest.raises((ConfigError, StorageError)) as caught:
         spec = load_study_spec(raw)
         from weightsearch.studies.storage import check_url
 
         check_url(spec.storage, write=True)
     text = str(caught.value)
-    assert field.split(".")[0].split("[")[0] in text, text
+    named = "storage (its SQLite file): " if field == "storage" else \
+        field.split("[")[0].replace(".0", "") + ("" if "[" in field else ": ")
+    assert named in text, text
 
 
 def test_the_messages_name_the_cause(tmp_path: Path) -> None:

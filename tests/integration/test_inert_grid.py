@@ -62,6 +62,14 @@ def test_a_grid_clipping_makes_one_treatment_stops_after_its_first_cell(
     assert "grad_clip_mode: unweighted" in text and "allow_inert: true" in text
     complete = [t for t in _trials(spec.storage) if t.state.name == "COMPLETE"]
     assert len(complete) == 1  # one cell told it; nothing more was spent
+    # Launched again as it was, it stops before training anything (the stored cell tells).
+    with pytest.raises(ConfigError, match="will train the same treatment"):
+        launch(spec, progress=False)
+    assert len(_trials(spec.storage)) == len(complete)
+    # With allow_inert (how the study trains, not what it learns: the same study), it goes on.
+    allowed = _spec(tmp_path, tiny_encoder, sample_data_dir, 1e-4, [1, 9, 15],
+                    allow_inert=True)
+    assert launch(allowed, progress=False).ran == 2
 
 
 def test_allow_inert_trains_the_grid_and_a_partly_inert_grid_gets_a_note(
@@ -84,5 +92,5 @@ def test_allow_inert_trains_the_grid_and_a_partly_inert_grid_gets_a_note(
     summary = launch(spec, progress=True)
     assert summary.ran == 3
     err = capsys.readouterr().err
-    assert "note: rte: in its first finished cell" in err, err[-2000:]
+    assert "note: rte: in a finished cell (w=1 seed 1) every central update" in err, err[-2000:]
     assert "weights 9, 15 will train the same treatment" in err

@@ -5,8 +5,8 @@ would summarise results that exist nowhere and exit 0. The file is removed (or r
 chosen moment of a real in-process launch on local Ray: before the first trial is written,
 after the last trial's end is written (before the summary is read), and after the summary was
 read. Each time the launch must stop with the one StorageError, name the cells whose results
-went to the lost file, and never return a summary. The deletion between epochs is covered by
-tests/integration/test_faults.py (a driver process on a multi-node cluster).
+were written to the lost file, and never return a summary. The deletion between epochs is
+covered by tests/integration/test_faults.py (a driver process on a multi-node cluster).
 """
 
 from __future__ import annotations

@@ -245,3 +245,15 @@ def test_each_verdict_against_the_best_rule(edge, verdict, words):
                 if line.startswith("the recommender is ") and "simple rule" in line)
     assert last.startswith(f"the recommender is {verdict} than the best simple rule")
     assert words in last
+
+
+def test_the_equivalent_weights_are_a_run_around_the_best_not_a_span_over_worse_ones():
+    """Weights 1 and 15 both high, the middle ones worse: both ends are within noise of the
+    best but 3-12 are not, so the equivalent range is the best end alone, not 1-15."""
+    def ends_high(weight: float, seed: int) -> float:
+        return (0.80 if weight in (1, 15) else 0.70) + _noise(weight, seed)
+
+    rec = recommend_from([*prior_evidence(), point(ends_high)], 3000, encoder=ENCODER)
+    mine = next(e for e in rec.evidence if e["task"] == "mytask")
+    assert {1, 15} <= set(mine["within_seed_noise"]) and 6 not in mine["within_seed_noise"]
+    assert rec.equivalent in ([1.0, 1.0], [15.0, 15.0]) and rec.choice_matters is True
