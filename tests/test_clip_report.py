@@ -119,3 +119,69 @@ def test_planned_power_matches_a_simulation():
     half = stats.t.ppf(0.95, n - 1) * s / math.sqrt(n)
     simulated = np.mean((mean - half > -bound) & (mean + half < bound))
     assert cr.tost_power(bound, sd, n) == pytest.approx(simulated, abs=0.01)
+
+
+@pytest.fixture
+def three_arms(tmp_path) -> tuple[Path, dict]:
+    counts = _counts()
+    rng = np.random.default_rng(11)
+    base = np.array(counts[("clip1", 1)])
+    counts.update({("uclip1", 1): list(base - 2 + rng.integers(-3, 3, 8)),
+                   ("uclip1", 3): list(base + 1 + rng.integers(-3, 3, 8)),
+                   ("uclip1", 15): list(base + 6 + rng.integers(-3, 3, 8))})
+    rows = [{"central_task": f"sst2_700-{regime}", "central_weight": w, "seed": s,
+             "metric": c / DEV, "clip_share": 1.0, "central_norm": 3.0}
+            for (regime, w), cs in counts.items() for s, c in zip(SEEDS, cs, strict=True)]
+    path = tmp_path / "three.csv"
+    pd.DataFrame(rows).to_csv(path, index=False, float_format="%.17g")
+    return path, counts
+
+
+def test_h4_and_h5_are_the_third_arms_paired_t_and_the_three_way_interaction(three_arms):
+    """H4 restated as scipy's paired t-test; H5 as the balanced two-way sums of squares with
+    seed blocks, 3 regimes x 3 weights x 8 seeds: F(4, 56)."""
+    path, counts = three_arms
+    frame, dev, _ = cr.read_cells(path)
+    expected = stats.ttest_rel(np.array(counts[("uclip1", 15)]) * 100 / DEV,
+                               np.array(counts[("uclip1", 1)]) * 100 / DEV)
+    text = cr.report(frame, dev, [])
+    assert f"t(7) = {expected.statistic:.2f}" in text.split("H4:")[1].splitlines()[0]
+    got = cr.interaction(frame, dev, ["clip1", "noclip", "uclip1"])
+    y = {(r, w, s): c * 100 / DEV for (r, w), cs in counts.items()
+         for s, c in zip(SEEDS, cs, strict=True)}
+    grand = np.mean(list(y.values()))
+
+    def mean(r=None, w=None):
+        return np.mean([v for (a, b, _), v in y.items() if r in (None, a) and w in (None, b)])
+
+    cells = list(itertools.product(["clip1", "noclip", "uclip1"], [1, 3, 15]))
+    ss_inter = 8 * sum((mean(r, w) - mean(r=r) - mean(w=w) + grand) ** 2 for r, w in cells)
+    seed_mean = {s: np.mean([y[(r, w, s)] for r, w in cells]) for s in SEEDS}
+    resid = sum((y[(r, w, s)] - mean(r, w) - seed_mean[s] + grand) ** 2
+                for r, w in cells for s in SEEDS)
+    f = (ss_inter / 4) / (resid / 56)
+    assert (got["df"], got["resid_df"]) == (4, 56)
+    assert got["F"] == pytest.approx(f) and got["p"] == pytest.approx(stats.f.sf(f, 4, 56))
+    assert "| H5: three regimes x weight |" in text
+
+
+def test_h5_planned_power_matches_a_simulation():
+    """The noncentral F power of H5 against a Monte-Carlo of the same F test."""
+    rng = np.random.default_rng(5)
+    sd, delta, reps = 0.48, 1.0, 1500
+    cells = list(itertools.product(range(3), range(3)))
+    hits = 0
+    for _ in range(reps):
+        seeds = rng.normal(0, 1.0, 8)
+        y = {(r, w, s): seeds[s] + (delta if (r, w) == (2, 2) else 0.0) + rng.normal(0, sd)
+             for r, w in cells for s in range(8)}
+        grand = np.mean(list(y.values()))
+        cell = {c: np.mean([y[(*c, s)] for s in range(8)]) for c in cells}
+        row = {r: np.mean([cell[(r, w)] for w in range(3)]) for r in range(3)}
+        col = {w: np.mean([cell[(r, w)] for r in range(3)]) for w in range(3)}
+        seed = {s: np.mean([y[(*c, s)] for c in cells]) for s in range(8)}
+        ss_inter = 8 * sum((cell[(r, w)] - row[r] - col[w] + grand) ** 2 for r, w in cells)
+        resid = sum((y[(*c, s)] - cell[c] - seed[s] + grand) ** 2 for c in cells
+                    for s in range(8))
+        hits += stats.f.sf((ss_inter / 4) / (resid / 56), 4, 56) < 0.05
+    assert cr.interaction_power(sd, delta) == pytest.approx(hits / reps, abs=0.04)
