@@ -46,7 +46,8 @@ SHIPPED: tuple[ShippedStudy, ...] = (
         "and CoLA at 300 examples each (recommender/data/README.md)"),
     ShippedStudy(
         "clip-weight", "sst2_clip_minilm.csv",
-        "SST-2 at 700 training sentences under the reference's gradient clipping (clip1) and "
-        "without (noclip), central weights 1, 3 and 15, all-MiniLM-L6-v2, multi-task stage, "
-        "variant reference, the ladder's auxiliaries (recommender/data/README.md)"),
+        "SST-2 at 700 training sentences under the reference's gradient clipping (clip1), "
+        "without (noclip) and with each task's own gradient clipped (uclip1), central weights "
+        "1, 3 and 15, all-MiniLM-L6-v2, multi-task stage, variant reference, the ladder's "
+        "auxiliaries (recommender/data/README.md)"),
 )

@@ -31,10 +31,10 @@ def test_the_ladder_file_is_what_its_readme_says():
 def test_the_clipping_file_is_what_its_readme_says():
     rows = parse_rows(CLIP)
     assert {r.central_task: r.regime["clipping"] for r in rows} == {
-        "sst2_700-clip1": "clip1", "sst2_700-noclip": "noclip"}
+        "sst2_700-clip1": "clip1", "sst2_700-noclip": "noclip", "sst2_700-uclip1": "uclip1"}
     assert {r.dataset for r in rows} == {"sst2"} and {r.train_size for r in rows} == {700}
     cells = {(r.central_task, r.weight, r.seed) for r in rows}
-    assert cells == {(t, w, s) for t in ("sst2_700-clip1", "sst2_700-noclip")
+    assert cells == {(t, w, s) for t in ("sst2_700-clip1", "sst2_700-noclip", "sst2_700-uclip1")
                      for w in (1.0, 3.0, 15.0) for s in range(1, 9)}
     assert all(0 <= r.clip_share <= 1 and r.central_norm > 0 for r in rows)
     assert {r.clip_share for r in rows if r.regime["clipping"] == "noclip"} == {0.0}
@@ -43,7 +43,7 @@ def test_the_clipping_file_is_what_its_readme_says():
             and r.weight == 15} == {1.0}
     # The recommender reads it as two regimes of one dataset.
     points = [p for p in builtin_evidence() if p.study == "clip-weight"]
-    assert {p.clipping for p in points} == {"clip1", "noclip"}
+    assert {p.clipping for p in points} == {"clip1", "noclip", "uclip1"}
 
 
 def test_it_imports_and_then_counts_once(tmp_path):
