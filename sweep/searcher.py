@@ -309,7 +309,8 @@ class CellSearcher(Searcher):
         """Once per central task, from its first finished cell under global clipping (`record`,
         its run's clipping): the grid's weights above the one from which every central update
         was clipped train the same treatment. Said as a note (unless `quiet`); where that is
-        every weight of the grid, the launch stops (exit 2) unless the study sets allow_inert."""
+        every weight of the grid and the study sets allow_inert: false, the launch stops
+        (exit 2)."""
         space = plan.strategy.space
         dim = space.dim(CENTRAL_WEIGHT)
         if (plan.central in self._told_live_range or not space.central_weight_only
@@ -333,8 +334,8 @@ class CellSearcher(Searcher):
         if len(above) == len(grid) and not self.spec.allow_inert:
             self.must_stop = ConfigError([
                 f"{said}: every weight of the grid, which cannot tell them apart; {fix}, or "
-                "set allow_inert: true in the study file and launch it again to train them "
-                "anyway"])
+                "set allow_inert: true (the default) in the study file and launch it again to "
+                "train them anyway"])
             return
         if not quiet:
             say(f"note: {said}; to tell them apart, {fix}", self.progress.enabled)

@@ -21,8 +21,8 @@
                                       #                reduction_factor: 3}
     max_failures: 1                   # Ray retries per trial; a retry resumes its checkpoint
     reuse_workers: true               # a worker trains trial after trial (imports once)
-    allow_inert: false                # true: train on although clipping makes every weight one
-                                      # treatment (the first finished cell shows it)
+    allow_inert: true                 # false: stop when a finished cell shows that clipping
+                                      # makes every weight one treatment (true: a note)
     workdir: ./weightsearch_runs      # trial outputs and checkpoints; every node must reach it
     warm_start: [9]                   # guided/halving: points tried first, or `recommend`
     objective: {stage: multitask, metric: primary}  # the score a trial is: which stage, which

@@ -139,7 +139,7 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
     max_concurrent = plain.get("max_concurrent")
     max_failures = plain.get("max_failures", 1)
     reuse_workers = plain.get("reuse_workers", True)
-    allow_inert = plain.get("allow_inert", False)
+    allow_inert = plain.get("allow_inert", True)
     fuse_cells = _parse_fuse_cells(raw.get("fuse_cells"), scheduler, problems)
     if fuse_cells > 1 and isinstance(train, Mapping) and _precision(train) != "fp32":
         problems.append(FP32_NEEDED)

@@ -176,10 +176,10 @@ class StudyFile:
     reuse_workers: bool = setting(True, Flag(),
                                   doc="a Ray worker trains one trial after another (imports "
                                       "once); false: a fresh process per trial")
-    allow_inert: bool = setting(False, Flag(),
-                                doc="train on when the first finished cell shows that global "
-                                    "clipping makes every searched central weight one "
-                                    "treatment (false: the launch stops there, exit 2)")
+    allow_inert: bool = setting(True, Flag(),
+                                doc="train on (with a note) when a finished cell shows that "
+                                    "global clipping makes every searched central weight one "
+                                    "treatment; false: the launch stops there, exit 2")
     workdir: str = setting(DEFAULT_WORKDIR, Text("a folder path"),
                            doc="where trials write their run folders")
     warm_start: Any = setting(None, doc="points to try first, or recommend")
@@ -243,7 +243,7 @@ class StudySpec:
     aux_tasks: tuple[str, ...] | None = None  # None: every task but the central one
     reuse_workers: bool = True  # Ray workers train trial after trial (results are the same)
     fuse_cells: int = 1  # cells per trial, trained as one stacked model (results are the same)
-    allow_inert: bool = False  # train a grid whose every weight is one treatment anyway
+    allow_inert: bool = True  # false: stop a grid whose every weight is one treatment
     _strategies: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -284,8 +284,8 @@ class StudySpec:
             out["reuse_workers"] = False
         if self.fuse_cells > 1:  # likewise; how cells train, not what they learn
             out["fuse_cells"] = self.fuse_cells
-        if self.allow_inert:  # likewise: whether to go on, not what a cell learns
-            out["allow_inert"] = True
+        if not self.allow_inert:  # likewise: whether to go on, not what a cell learns
+            out["allow_inert"] = False
         return out
 
     def _warm_plain(self) -> list[Any]:

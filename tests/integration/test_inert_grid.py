@@ -1,5 +1,6 @@
 """A grid that global clipping makes one treatment: the launch says so from its first finished
-cell, and stops (exit 2) when that is every weight of the grid, unless the study allows it."""
+cell, and, where the study sets allow_inert: false, stops (exit 2) when that is every weight
+of the grid."""
 
 from __future__ import annotations
 
@@ -50,10 +51,12 @@ def _trials(url: str) -> list:
 def test_a_grid_clipping_makes_one_treatment_stops_after_its_first_cell(
         local_ray: None, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
     """Clipped at 1e-4, every update of any weight from far below 1 is clipped: weights 1, 9
-    and 15 are one treatment. The first cell shows it; the other two are never trained."""
+    and 15 are one treatment. The first cell shows it; with allow_inert: false the other two
+    are never trained."""
     from weightsearch.sweep.launch import launch
 
-    spec = _spec(tmp_path, tiny_encoder, sample_data_dir, 1e-4, [1, 9, 15])
+    spec = _spec(tmp_path, tiny_encoder, sample_data_dir, 1e-4, [1, 9, 15], allow_inert=False)
+    assert spec.to_dict()["allow_inert"] is False
     with pytest.raises(ConfigError) as caught:
         launch(spec, progress=False)
     text = str(caught.value)
@@ -80,7 +83,7 @@ def test_allow_inert_trains_the_grid_and_a_partly_inert_grid_gets_a_note(
     spec = _spec(tmp_path, tiny_encoder, sample_data_dir, 1e-4, [1, 15], allow_inert=True)
     summary = launch(spec, progress=False)
     assert summary.ran == 2 and summary.failed == 0
-    assert spec.to_dict()["allow_inert"] is True
+    assert "allow_inert" not in spec.to_dict()  # the default: stored studies keep their digest
     # Where every update saturates scales with the clip: set the clip so that it lies near 3,
     # inside the grid 1, 9, 15 (the tiny encoder's norms, read off the run just made).
     record = _trials(spec.storage)[0].user_attrs["clipping"]["tasks"]["rte"]

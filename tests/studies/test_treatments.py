@@ -184,7 +184,6 @@ def test_a_real_study_with_every_central_update_clipped(tiny_encoder, tmp_path):
                   "precision": "fp32"},
         "central_tasks": ["rte"], "weights": [6, 15], "seeds": [1],
         "workdir": str(tmp_path / "runs"),
-        "allow_inert": True,  # (without it the launch stops after the first cell says so)
     })
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
