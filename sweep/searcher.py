@@ -342,7 +342,10 @@ class CellSearcher(Searcher):
 
     def _judge_stored_cells(self) -> None:
         """Before a round hands anything out: a study stopped for a grid of one treatment
-        stops again at once (no further cell is trained to find it out again)."""
+        stops again at once (no further cell is trained to find it out again). Only a study
+        that can stop (allow_inert: false) reads its stored trials for it."""
+        if self.spec.allow_inert:
+            return
         for plan in self.plans:
             if not plan.strategy.space.central_weight_only:
                 continue

@@ -162,3 +162,16 @@ def postgres_url(pg_server) -> str:
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """Ray on this machine for one test module's in-process launches (2 CPUs), shut down
+    after it."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()

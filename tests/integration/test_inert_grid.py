@@ -4,7 +4,6 @@ of the grid."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,17 +11,6 @@ import pytest
 from weightsearch.core.errors import ConfigError
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    import ray
-
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def _spec(tmp_path: Path, encoder: str, data: Path, grad_clip: float, weights: list,

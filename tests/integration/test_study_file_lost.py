@@ -12,7 +12,7 @@ covered by tests/integration/test_faults.py (a driver process on a multi-node cl
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +21,6 @@ import pytest
 from weightsearch.core.errors import StorageError
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
 
 
 def _spec(tmp_path: Path, encoder: str, data: Path) -> Any:
