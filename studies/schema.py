@@ -105,6 +105,9 @@ T_BUDGET = "budget"  # successive halving: the epoch this trial's stint trains u
 # acts_below}}}: the run's gradient clipping (trainer.clipping.clip_summary); absent on trials
 # from before it was recorded and on imported ones that did not give it.
 T_CLIPPING = "clipping"
+# In a trial's clipping record, where the searched weight was not SIWLM's loss weight:
+# "sampling" (the central task's sampling rate, sweep/weight_action.py).
+WEIGHT_ACTS_ON = "weight_acts_on"
 # The GPU a trial had and used. T_GPU_SHARE: the fraction of a GPU Ray gave it (a number of
 # GPUs above 1), written when it starts; absent on CPU trials and on trials from before it was
 # recorded. The peaks, in MiB, written at its end where it ran on CUDA (trainer.memory
@@ -126,14 +129,15 @@ A_GRAD_CLIP_MODE = "grad_clip_mode"
 T_CLIP_PATHS = ("grad_clip", "grad_clip_mode")
 
 
-def clipping_label(grad_clip: float | None, mode: str | None) -> str:
+def clipping_label(grad_clip: float | None, mode: str | None, acts_on: str = "loss") -> str:
     """A clipping regime in one word: "clip1" (global at norm 1, the reference's), "uclip1"
-    (the unweighted gradient clipped), "noclip"; "unknown" when not recorded."""
+    (the unweighted gradient clipped), "noclip"; "unknown" when not recorded. Where the weight
+    was the central task's sampling rate (`acts_on` "sampling"), "rate-" leads: "rate-clip1"."""
     if grad_clip is None:
         return "unknown"
-    if grad_clip == 0:
-        return "noclip"
-    return f"{'u' if mode == 'unweighted' else ''}clip{grad_clip:g}"
+    unweighted = "u" if mode == "unweighted" else ""
+    label = "noclip" if grad_clip == 0 else f"{unweighted}clip{grad_clip:g}"
+    return f"rate-{label}" if acts_on == "sampling" else label
 
 
 def with_stored_spec(user_attrs: dict, system_attrs: dict) -> dict:

@@ -314,6 +314,7 @@ class CellSearcher(Searcher):
         space = plan.strategy.space
         dim = space.dim(CENTRAL_WEIGHT)
         if (plan.central in self._told_live_range or not space.central_weight_only
+                or self.spec.weight_acts_on != "loss"  # a sampling rate is not cut by a clip
                 or dim is None or not dim.values or record.get("grad_clip_mode") != "global"
                 or not record.get("grad_clip")):
             return
@@ -603,6 +604,11 @@ class CellSearcher(Searcher):
                 if isinstance(score, int | float) and math.isfinite(score):
                     steps[h["epoch"]] = float(score)
         attrs.update(_end_attrs(summary, at_best, best_epoch))
+        if self.spec.weight_acts_on != "loss" and S.T_CLIPPING in attrs:
+            # the clip cut SIWLM's loss weight of 1, not the searched sampling rate: readers
+            # must not judge weights one treatment from this record (`treatments.clipped_away`)
+            attrs[S.T_CLIPPING] = {**attrs[S.T_CLIPPING],
+                                   S.WEIGHT_ACTS_ON: self.spec.weight_acts_on}
         if live.fused and (live.alone_after_all or summary.get("fused_members", 1) <= 1):
             attrs[S.T_FUSED] = []  # created fused, it trained alone after all: say so
         return value, attrs, steps

@@ -62,6 +62,7 @@ from weightsearch.sweep.study_file import (
     StudyFile,
     StudySpec,
 )
+from weightsearch.sweep.weight_action import LOSS, SAMPLING, as_sampling_rate, sampling_problems
 from weightsearch.trainer.config.paths import (
     anchor_paths,
     path_problem,
@@ -140,7 +141,11 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
     max_failures = plain.get("max_failures", 1)
     reuse_workers = plain.get("reuse_workers", True)
     allow_inert = plain.get("allow_inert", True)
+    weight_acts_on = plain.get("weight_acts_on", LOSS)
     fuse_cells = _parse_fuse_cells(raw.get("fuse_cells"), scheduler, problems)
+    if weight_acts_on == SAMPLING and isinstance(train_raw, Mapping):
+        problems.extend(sampling_problems(train_raw, search.space.central_weight_only,
+                                          fuse_cells))
     if fuse_cells > 1 and isinstance(train, Mapping) and _precision(train) != "fp32":
         problems.append(FP32_NEEDED)
     workdir = _absolute(plain.get("workdir", DEFAULT_WORKDIR), where("workdir"))
@@ -150,7 +155,8 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
     warm, warm_recommend = _parse_warm(raw.get("warm_start"), search, central, problems)
     objective = _parse_objective(raw.get("objective"), train, central, problems)
     _finetuned_objective_checks(objective, search, scheduler, problems)
-    epochs = _check_cells(train, tasks, central, search, seeds, workdir, problems)
+    epochs = _check_cells(train, tasks, central, search, seeds, workdir, problems,
+                          weight_acts_on)
 
     if problems:
         raise ConfigError(problems, label)
@@ -160,6 +166,7 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
         scheduler=scheduler, max_failures=max_failures, workdir=workdir, epochs=epochs,
         warm_start=warm, warm_recommend=warm_recommend, objective=objective, aux_tasks=aux,
         reuse_workers=reuse_workers, fuse_cells=fuse_cells, allow_inert=allow_inert,
+        weight_acts_on=weight_acts_on,
     )
 
 
@@ -200,7 +207,7 @@ def _finetuned_objective_checks(objective: Objective, search: Search, scheduler:
 
 def _check_cells(train: dict[str, Any], tasks: tuple[str, ...], central: tuple[str, ...],
                  search: Search, seeds: tuple[int, ...], workdir: Path,
-                 problems: list[str]) -> int:
+                 problems: list[str], weight_acts_on: str = LOSS) -> int:
     """The study's size against the cap, every point's run config, and the strategy's own
     checks; returns the epochs a trial trains (5 when the run config could not be read)."""
     epochs = 5
@@ -211,7 +218,7 @@ def _check_cells(train: dict[str, Any], tasks: tuple[str, ...], central: tuple[s
                         "strategy: guided")
     elif train:
         epochs = _check_points(train, tasks, central or tasks[:1], search,
-                               seeds, str(workdir), problems)
+                               seeds, str(workdir), problems, weight_acts_on)
     STRATEGIES[search.strategy].check(search.settings, search.space, central, problems,
                                       where="weights" if search.shorthand else "search",
                                       epochs=epochs if train else None)
@@ -326,7 +333,7 @@ def _parse_warm(raw: Any, search: Search, central: tuple[str, ...],
 
 def _check_points(train: Mapping[str, Any], tasks: tuple[str, ...], central: tuple[str, ...],
                   search: Search, seeds: tuple[int, ...], workdir: str,
-                  problems: list[str]) -> int:
+                  problems: list[str], weight_acts_on: str = LOSS) -> int:
     """Validate the template through the trainer at every value of every dimension (the
     others at their first value), for each central task; returns train.epochs."""
     from weightsearch.trainer.config import load_config
@@ -345,6 +352,8 @@ def _check_points(train: Mapping[str, Any], tasks: tuple[str, ...], central: tup
             probes += [{**base, d.path: v} for v in values if v != base[d.path]]
         for i, point in enumerate(probes):
             raw = space.apply(train, point, c or "", tasks)
+            if weight_acts_on == SAMPLING and c is not None:
+                raw = as_sampling_rate(raw, c)
             raw.update(seed=seeds[0] if seeds else 1, output_dir=workdir)
             if c is not None:
                 raw["central_task"] = space.run_central(point, c)

@@ -38,6 +38,7 @@ from weightsearch.sweep.strategies import (
     STRATEGIES,
     Strategy,
 )
+from weightsearch.sweep.weight_action import LOSS, SAMPLING, WEIGHT_ACTS_ON, as_sampling_rate
 
 MAX_FUSED = 64  # cells one trial may train together (`fuse_cells`)
 MAX_CELLS = 50_000  # per study: every cell is a trial the drivers and readers go through
@@ -180,6 +181,11 @@ class StudyFile:
                                 doc="train on (with a note) when a finished cell shows that "
                                     "global clipping makes every searched central weight one "
                                     "treatment; false: the launch stops there, exit 2")
+    weight_acts_on: str = setting(
+        LOSS, Choice(WEIGHT_ACTS_ON),
+        doc="what the searched central weight sets: loss (SIWLM's loss weight, the paper's) or "
+            "sampling (the central task's sampling rate, each auxiliary at 1; a clip does not "
+            "cut it)")
     workdir: str = setting(DEFAULT_WORKDIR, Text("a folder path"),
                            doc="where trials write their run folders")
     warm_start: Any = setting(None, doc="points to try first, or recommend")
@@ -244,6 +250,7 @@ class StudySpec:
     reuse_workers: bool = True  # Ray workers train trial after trial (results are the same)
     fuse_cells: int = 1  # cells per trial, trained as one stacked model (results are the same)
     allow_inert: bool = True  # false: stop a grid whose every weight is one treatment
+    weight_acts_on: str = LOSS  # sampling: the weight is the central task's sampling rate
     _strategies: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -286,6 +293,8 @@ class StudySpec:
             out["fuse_cells"] = self.fuse_cells
         if not self.allow_inert:  # likewise: whether to go on, not what a cell learns
             out["allow_inert"] = False
+        if self.weight_acts_on != LOSS:  # what a cell learns: written where it is not the default
+            out["weight_acts_on"] = self.weight_acts_on
         return out
 
     def _warm_plain(self) -> list[Any]:
@@ -313,6 +322,8 @@ class StudySpec:
         raw = self.space.apply(self.train, point, central, self.tasks)
         if self.aux_tasks is not None:
             drop_other_tasks(raw, {central, *self.aux_tasks}, self.tasks)
+        if self.weight_acts_on == SAMPLING:
+            raw = as_sampling_rate(raw, central)
         raw["central_task"] = self.space.run_central(point, central)
         raw["seed"] = int(seed)
         raw["output_dir"] = output_dir
