@@ -250,6 +250,44 @@ def interaction_anova(ladder: dict[int, pd.DataFrame], dev: int) -> list[tuple]:
     return rows
 
 
+def slope_pattern(sizes: int, weights: list[float], delta: float) -> np.ndarray:
+    """The paper's claim as scores (points, sizes x weights): at the smallest size the score
+    rises linearly in log2(weight) by `delta` from the smallest weight to the largest, at the
+    largest size it is flat, and the sizes between lie evenly in between."""
+    x = np.log2(np.asarray(weights, dtype=float))
+    x = (x - x[0]) / (x[-1] - x[0])
+    gains = np.linspace(delta, 0.0, sizes)
+    return gains[:, None] * x[None, :]
+
+
+def interaction_power(resid_sd: float, delta: float, weights: list[float], sizes: int = 3,
+                      seeds: int = 4, alpha: float = 0.05) -> float:
+    """The power of the weight x size F test (`interaction_anova`) when the truth is
+    `slope_pattern` and the residual sd is `resid_sd`: noncentral F, noncentrality seeds x
+    (sum of squared interaction effects) / sd^2, with the design's degrees of freedom."""
+    cells = slope_pattern(sizes, weights, delta)
+    effects = cells - cells.mean(axis=1, keepdims=True) - cells.mean(axis=0, keepdims=True) \
+        + cells.mean()
+    df1 = (sizes - 1) * (len(weights) - 1)
+    df2 = sizes * (len(weights) - 1) * (seeds - 1)
+    nc = seeds * float((effects ** 2).sum()) / resid_sd ** 2
+    crit = stats.f.isf(alpha, df1, df2)
+    return float(stats.ncf.sf(crit, df1, df2, nc))
+
+
+def power_report(resid_sd: float, weights: list[float], sizes: int = 3, seeds: int = 4) -> str:
+    """The interaction test's power over a range of effects, as Markdown."""
+    lines = [f"Power of the weight x size F test ({sizes} sizes x weights "
+             f"{', '.join(f'{w:g}' for w in weights)} x {seeds} seeds, residual sd "
+             f"{resid_sd:.2f} points, 5%), when the smallest size gains delta points from the "
+             "smallest weight to the largest (linear in log weight), the largest size none:", "",
+             "| delta (points) | power |", "|---:|---:|"]
+    for delta in (0.5, 1.0, 1.5, 2.0, 3.0):
+        power = interaction_power(resid_sd, delta, weights, sizes, seeds)
+        lines.append(f"| {delta:g} | {power:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def equivalence_bounds(ladder: dict[int, pd.DataFrame], by_size: dict[int, list[Pair]]
                        ) -> tuple[list[float], dict[int, dict[float, float]]]:
     """Per size and weight w: the smallest symmetric bound (points) within which every weight
@@ -469,7 +507,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--majority", type=float, help="the majority-class score, drawn as a line")
     p.add_argument("--dev-size", type=int, help="examples in the dev set (default: the "
                    "smallest size at which every score is a whole count)")
+    p.add_argument("--power", type=float, metavar="WEIGHTS", nargs="+",
+                   help="print the interaction test's power for a design of these weights "
+                        "(the residual sd read from EVIDENCE's interaction model) and stop")
+    p.add_argument("--seeds", type=int, default=4, help="seeds per cell of that design")
     args = p.parse_args(argv)
+    if args.power:
+        ladder, _, dev = read_ladder(args.evidence, args.dev_size)
+        resid = interaction_anova(ladder, dev)[-1]
+        sys.stdout.write(power_report(math.sqrt(resid[2] / resid[1]), args.power,
+                                      len(ladder), args.seeds))
+        return 0
     ladder, metric, dev = read_ladder(args.evidence, args.dev_size)
     if args.plot:
         plot(ladder, dev, args.plot, args.majority, metric)
