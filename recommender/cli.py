@@ -42,12 +42,19 @@ def register(subparsers) -> None:
     p.add_argument("--clipping", metavar="REGIME",
                    help="answer for scores trained with this gradient clipping: clip1 (the "
                    "weighted gradient clipped at norm 1, the trainer's default and the "
-                   "reference's), uclip1 (grad_clip_mode: unweighted) or noclip (grad_clip: 0); "
-                   "default clip1 where measured; others count with a discount")
+                   "reference's), uclip1 (grad_clip_mode: unweighted) or noclip (grad_clip: 0), "
+                   "each led by rate- for a weight that was the central task's sampling rate "
+                   "(weight_acts_on: sampling, e.g. rate-clip1); default clip1 where measured; "
+                   "others count with a discount")
     p.add_argument("--storage", default=None, help=STORAGE_HELP)
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text (the weight, its range and the evidence table, for reading) or "
-                   "json (everything, for scripts); default: text")
+    p.add_argument("--format", choices=("text", "json", "optuna", "ray"), default="text",
+                   help="text (the weight, its range and the evidence table, for reading), "
+                   "json (everything, for scripts), optuna (Python that enqueues the answer's "
+                   "start points with study.enqueue_trial) or ray (the points_to_evaluate list "
+                   "for Ray Tune, JSON); default: text")
+    p.add_argument("--param", default="central_weight",
+                   help="with --format optuna or ray: the name your search gives the weight "
+                   "(default: central_weight, as weightsearch's studies name it)")
     p.add_argument("--plot", metavar="FILE",
                    help="best weight vs training size, with the curve; with --evaluate: "
                    "recommended vs best weight per task. The format by the extension: .pdf, "
@@ -123,6 +130,7 @@ def _is_number(cell: str) -> bool:
 
 
 def run_recommend(args) -> int:
+    from weightsearch.recommender.handover import FORMATS, check_param, optuna_text, ray_text
     from weightsearch.recommender.recommend import (
         check_regime,
         evaluation_summary,
@@ -140,6 +148,10 @@ def run_recommend(args) -> int:
     if args.data_dir and not args.task:
         raise ConfigError("--data-dir goes with --task PRESET")
     check_regime(args.encoder, args.stage, clipping=args.clipping)
+    check_param(args.param)
+    if args.evaluate and args.format in FORMATS:
+        raise ConfigError(f"--format {args.format} hands over a recommendation; --evaluate "
+                          "prints text or json")
     check_plot_target(args.plot)
     size = None if args.evaluate else _train_size(args)  # user errors before any DB access
     evidence = load_evidence(storage_url(args))
@@ -154,8 +166,13 @@ def run_recommend(args) -> int:
     else:
         rec = recommend_from(evidence, size, args.task_type, args.encoder, args.stage,
                              clipping=args.clipping)
-        print(json.dumps(rec.to_dict(), indent=2) if args.format == "json"
-              else recommendation_text(rec))
+        if args.format == "optuna":
+            print(optuna_text(rec, args.param))
+        elif args.format == "ray":
+            print(ray_text(rec, args.param))
+        else:
+            print(json.dumps(rec.to_dict(), indent=2) if args.format == "json"
+                  else recommendation_text(rec))
     if args.plot and args.evaluate:
         plot_evaluation(rows, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)

@@ -340,7 +340,7 @@ def _saturated_rows(rows) -> float | None:
     for r in rows:
         clip, mode = r.clipping or (0.0, "")
         by_weight.setdefault(float(r.weight), []).append(
-            mode == "global" and clip > 0 and r.clip_share == 1.0)
+            mode == "global" and clip > 0 and r.clip_share == 1.0 and r.acts_on == "loss")
     return saturated_top({w: all(flags) for w, flags in by_weight.items()})
 
 
@@ -432,9 +432,9 @@ def check_request(train_size, task_type: str | None) -> tuple[int, str | None]:
 # A norm > 0 as a decimal literal: some digit 1-9 before any exponent, an exponent of at most two
 # digits (so the norm stays finite), which is what normalize_clipping accepts.
 _NORM = r"([0-9]*[1-9][0-9]*(\.[0-9]*)?|[0-9]*\.[0-9]*[1-9][0-9]*)([eE][+-]?[0-9]{1,2})?"
-CLIPPING_PATTERN = rf"^(noclip|u?clip{_NORM})$"
+CLIPPING_PATTERN = rf"^(rate-)?(noclip|u?clip{_NORM})$"
 _CLIPPING = re.compile(CLIPPING_PATTERN)
-_ZERO_NORM = re.compile(r"^u?clip(0+(\.0*)?|\.0+)([eE][+-]?[0-9]+)?$")  # a norm of 0: noclip
+_ZERO_NORM = re.compile(r"^(rate-)?u?clip(0+(\.0*)?|\.0+)([eE][+-]?[0-9]+)?$")  # 0: noclip
 
 
 def normalize_clipping(clipping: str | None) -> str | None:
@@ -443,7 +443,8 @@ def normalize_clipping(clipping: str | None) -> str | None:
     if clipping is None:
         return None
     fix = ("clipping must be clip<norm> (the weighted gradient clipped, as the reference does; "
-           "clip1 by default), uclip<norm> (the unweighted gradient clipped) or noclip, got "
+           "clip1 by default), uclip<norm> (the unweighted gradient clipped) or noclip, each "
+           "led by rate- where the weight was the central task's sampling rate, got "
            f"{clipping!r}")
     if not isinstance(clipping, str) or len(clipping) > 40:
         raise ConfigError([fix])
@@ -451,11 +452,13 @@ def normalize_clipping(clipping: str | None) -> str | None:
         raise ConfigError([fix + "; a norm of 0 is noclip"])
     if not _CLIPPING.match(clipping):
         raise ConfigError([fix])
+    acts_on = "sampling" if clipping.startswith("rate-") else "loss"
+    clipping = clipping.removeprefix("rate-")
     if clipping == "noclip":
-        return clipping
+        return schema.clipping_label(0.0, None, acts_on)
     unweighted = clipping.startswith("u")
     norm = float(clipping[5 if unweighted else 4:])  # the pattern spells a finite norm > 0
-    return schema.clipping_label(norm, "unweighted" if unweighted else "global")
+    return schema.clipping_label(norm, "unweighted" if unweighted else "global", acts_on)
 
 
 def check_regime(encoder: str | None, stage: str | None,
@@ -491,6 +494,20 @@ def asked_encoder(recorded: str | None) -> str | None:
     return None
 
 
+USABLE_INFORMATIVENESS = 0.1  # below it a point's curve locates no best weight (task_curve)
+
+
+def _passed_over(launched: list[EvidencePoint], usable: list[EvidencePoint]) -> str:
+    """A note naming the regimes of launched studies that could not set the regime, since
+    none of their points locates a best weight."""
+    kept = {p.regime for p in usable}
+    skipped = sorted({p.regime.label() for p in launched if p.regime not in kept})
+    if not skipped:
+        return ""
+    return ("; passed over as the regime, since no study of it locates a best weight (flat "
+            "within seed noise, or one weight): " + "; ".join(skipped))
+
+
 def _encoder_matches(asked: str, recorded: str) -> bool:
     return asked == recorded or short_name(asked) == short_name(recorded)
 
@@ -517,10 +534,14 @@ def choose_regime(evidence: list[EvidencePoint], encoder: str | None, stage: str
     fitting = [p for p in evidence if fits(p)]
     why = "the strongest evidence available"
     if encoder is None:
-        own = [p for p in fitting if p.source == "studies" and not p.imported]
+        launched = [p for p in fitting if p.source == "studies" and not p.imported]
+        # A study whose curve locates nothing (flat within noise, one weight) has no say in
+        # the answer, so it must not set the regime either.
+        own = [p for p in launched if p.informativeness >= USABLE_INFORMATIVENESS]
         default = [p for p in fitting if _encoder_matches(DEFAULT_ENCODER, p.encoder)]
         imported = "" if not any(p.imported for p in evidence) else \
             "; imported results count as another regime's evidence, never as the regime"
+        imported += _passed_over(launched, own)
         if own:
             fitting = own
             count = len({p.family for p in own})

@@ -25,13 +25,20 @@ from pathlib import Path
 from weightsearch.core.errors import ConfigError, DataError
 from weightsearch.core.files import check_output_file
 from weightsearch.studies import schema
-from weightsearch.studies.reading import Cell, CentralStudy, read_central, resolve
+from weightsearch.studies.reading import (
+    Cell,
+    CentralStudy,
+    read_central,
+    resolve,
+    weight_acts_on,
+)
 from weightsearch.studies.storage import shown_url
 
 FORMATS = {".csv": ",", ".tsv": "\t"}
 COLUMNS = ("central_task", "dataset", "task_type", "train_size", "central_weight", "seed",
            "metric", "metric_name", "encoder", "stage", "variant", "grad_clip", "grad_clip_mode",
-           "clip_share", "central_norm", "saturates_in_focus", "saturates_off_focus")
+           "clip_share", "central_norm", "saturates_in_focus", "saturates_off_focus",
+           "weight_acts_on")
 
 
 def export_rows(members: list[CentralStudy]) -> list[dict]:
@@ -85,7 +92,8 @@ def _clip_columns(s: CentralStudy, c: Cell) -> dict:
             "clip_share": central.get("clip_share"),
             "central_norm": central.get("median_norm"),
             "saturates_in_focus": central.get("saturates_in_focus"),
-            "saturates_off_focus": central.get("saturates_off_focus")}
+            "saturates_off_focus": central.get("saturates_off_focus"),
+            "weight_acts_on": weight_acts_on(c.clipping) if regime else ""}
 
 
 def export_study(storage_url: str, study: str, output: str | Path) -> int:

@@ -213,6 +213,9 @@ class ImportColumns:
     # (global clipping; trainer.clipping.clip_summary).
     saturates_in_focus: float | None = setting(None, _Numeral(bounds=(0.0, VALUE_LIMIT)))
     saturates_off_focus: float | None = setting(None, _Numeral(bounds=(0.0, VALUE_LIMIT)))
+    # What the searched weight set: loss (SIWLM's loss weight; also when blank) or sampling
+    # (the central task's sampling rate, `weight_acts_on` of the study file).
+    weight_acts_on: str | None = setting(None, _OneOf(lambda: ("loss", "sampling")))
 
 
 _COLUMNS = dataclasses.fields(ImportColumns)
@@ -238,6 +241,7 @@ class ImportRow:
     clip_share: float | None = None
     central_norm: float | None = None
     saturates: tuple[float | None, float | None] = (None, None)  # in focus, off focus
+    acts_on: str = "loss"  # what the weight set: loss, or sampling (the central task's rate)
 
 
 # --- reading and checking a file ---------------------------------------------------------
@@ -328,19 +332,20 @@ def _check_row(rec: Mapping[str, Any], line: int, metric_columns: list[str],
     if len(problems) > before:
         return None
     regime = {k: getattr(cols, k) for k in REGIME if getattr(cols, k) is not None}
+    acts_on = cols.weight_acts_on or "loss"
     if clipping is not None:
-        regime["clipping"] = schema.clipping_label(*clipping)
+        regime["clipping"] = schema.clipping_label(*clipping, acts_on=acts_on)
     return ImportRow(line, cols.central_task, cols.task_type, cols.train_size,
                      cols.central_weight, cols.seed, cols.metric, cols.metric_name, extra,
                      regime, cols.dataset, clipping, cols.clip_share, cols.central_norm,
-                     (cols.saturates_in_focus, cols.saturates_off_focus))
+                     (cols.saturates_in_focus, cols.saturates_off_focus), acts_on)
 
 
 def _clipping(cols: ImportColumns, problems: list[str]) -> tuple[float, str] | None:
     """The row's clipping regime from its two columns, or None when not given."""
     if cols.grad_clip is None:
         given = [k for k in ("grad_clip_mode", "clip_share", "central_norm",
-                             "saturates_in_focus", "saturates_off_focus")
+                             "saturates_in_focus", "saturates_off_focus", "weight_acts_on")
                  if getattr(cols, k) is not None]
         if given:
             problems.append(f"{'/'.join(given)} given without grad_clip; give the norm the "
@@ -512,7 +517,8 @@ def _clip_record(row: ImportRow) -> dict[str, Any]:
         if value is not None:
             central[key] = value
     return {"grad_clip": clip, "grad_clip_mode": mode,
-            "tasks": {row.central_task: central} if central else {}}
+            "tasks": {row.central_task: central} if central else {},
+            **({schema.WEIGHT_ACTS_ON: row.acts_on} if row.acts_on != "loss" else {})}
 
 
 # --- writing: into hidden staging studies, published in one transaction ----------------------

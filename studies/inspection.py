@@ -335,6 +335,11 @@ def _notes_text(studies: list[CentralStudy]) -> str:
     return "".join(f"\nnote: {n}" for s in studies for n in s.notes)
 
 
+RATE_NOTE = ("its searched weight is its sampling rate (weight_acts_on: sampling): the clip "
+             "cuts SIWLM's loss weight of 1, never the rate, so acts_below and saturates_* "
+             "describe the loss weight and no weight of this grid is one treatment by them")
+
+
 def _render_text(studies: list[CentralStudy], plain: list[CentralStudy],
                  methods: dict[str, list[dict]], cells: list[dict], best: list[dict],
                  points: list[dict]) -> str:
@@ -357,8 +362,9 @@ def _render_text(studies: list[CentralStudy], plain: list[CentralStudy],
                      "weight above which its median update is clipped; saturates_in_focus, "
                      "saturates_off_focus: the weight above which every in-focus, every "
                      "off-focus update is clipped, median over seeds):\n"
-                     + _table([{k: v for k, v in r.items() if k != "central_task"}
-                               for r in clipping]))
+                     + _table(clipping)
+                     + "".join(f"\n{s.central_task}: {RATE_NOTE}" for s in studies
+                               if s.clipping.startswith("rate-")))
     parts.extend(f"{s.central_task}: {a.text()}" for s in studies for a in s.arms)
     if points:
         parts.append("best point per central task (mean over seeds, COMPLETE trials; clear: "

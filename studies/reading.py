@@ -122,9 +122,12 @@ class CentralStudy:
         return (clip, mode) if clip is not None and isinstance(mode, str) else None
 
     def cell_regime(self, cell: Cell) -> str:
-        """The cell's clipping in one word (schema.clipping_label)."""
+        """The cell's clipping in one word (schema.clipping_label), "rate-" before it where the
+        searched weight was the central task's sampling rate."""
         found = self.cell_clipping(cell)
-        return schema.clipping_label(*found) if found else schema.clipping_label(None, None)
+        if not found:
+            return schema.clipping_label(None, None)
+        return schema.clipping_label(*found, acts_on=weight_acts_on(cell.clipping))
 
     @property
     def clipping(self) -> str:
@@ -477,7 +480,15 @@ def _clipping(raw) -> dict:
                                if isinstance(v, int | float) and not isinstance(v, bool)
                                and math.isfinite(v) and v >= 0}
     return {"grad_clip": clip, "grad_clip_mode": mode, "tasks": kept,
-            **({"adversarial": True} if raw.get("adversarial") is True else {})}
+            **({"adversarial": True} if raw.get("adversarial") is True else {}),
+            **({schema.WEIGHT_ACTS_ON: "sampling"}
+               if raw.get(schema.WEIGHT_ACTS_ON) == "sampling" else {})}
+
+
+def weight_acts_on(record: dict | None) -> str:
+    """What a cell's searched weight set, by its clipping record: "sampling" (the central
+    task's sampling rate) or "loss" (SIWLM's loss weight; also where nothing says)."""
+    return "sampling" if (record or {}).get(schema.WEIGHT_ACTS_ON) == "sampling" else "loss"
 
 
 def _as_count(v) -> int | None:

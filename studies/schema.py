@@ -26,6 +26,10 @@ def study_name_problem(name: object, where: str) -> str | None:
 PARAM = "central_weight"  # the one Optuna param of every trial
 WEIGHT_LOW, WEIGHT_HIGH = 1.0, 15.0  # the SIWLM paper's range for the central weight
 DEFAULT_GRID = (1.0, 3.0, 6.0, 9.0, 12.0, 15.0)  # the paper's grid (Son et al. 2021, sec. 4.2.2)
+# A study's grid where its file gives none: the paper's range in even steps of log weight. The
+# weight acts multiplicatively (and under global clipping only up to a few), so the paper's
+# grid spends 5 of its 6 points above 3; this one spends 3 of 5 at or below 4.
+SEARCH_GRID = (1.0, 2.0, 4.0, 8.0, 15.0)
 
 # Study user attributes.
 A_STUDY = "study"  # the base study name

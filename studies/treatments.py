@@ -89,10 +89,12 @@ def rest_of(point: dict) -> str:
 def clipped_away(cell: Any) -> bool:
     """Whether global clipping clipped every update of the cell's central task, by a complete
     record (no update left unrecorded) of a run whose update is the weight times its task's
-    gradient (SMART's unweighted term makes the clipped direction depend on the weight)."""
+    gradient (SMART's unweighted term makes the clipped direction depend on the weight), and
+    whose searched weight was that loss weight (a sampling rate is not cut by a clip)."""
     record, central = cell.clipping, cell.task_clipping()
     return (record.get("grad_clip_mode") == "global" and (record.get("grad_clip") or 0) > 0
-            and not record.get("adversarial") and not central.get("unrecorded")
+            and not record.get("adversarial") and not record.get(schema.WEIGHT_ACTS_ON)
+            and not central.get("unrecorded")
             and central.get("updates") != 0 and central.get("clip_share") == 1.0)
 
 

@@ -401,7 +401,7 @@ class Space:
 
 
 def default_space() -> Space:
-    return Space((Dimension(CENTRAL_WEIGHT, values=S.DEFAULT_GRID),))
+    return Space((Dimension(CENTRAL_WEIGHT, values=S.SEARCH_GRID),))
 
 
 def fmt(value: Any) -> str:

@@ -11,8 +11,8 @@
       strategy: grid                  # sweep/strategies/): grid | guided | halving | forward
       # space: {tasks: {groups_of: [rte, mrpc, stsb, cola]}}: networks to deploy under a
       #   budget, no central task (sweep/space.py, studies/grouping.py)
-      space: {weighting.central_weight: [1, 3, 6, 9, 12, 15]}   # the default space
-    weights: [1, 3, 6, 9, 12, 15]     # shorthand for the central weight alone: a grid, or
+      space: {weighting.central_weight: [1, 2, 4, 8, 15]}         # the default space
+    weights: [1, 2, 4, 8, 15]         # shorthand for the central weight alone: a grid, or
                                       # {low, high, n_trials, sampler: tpe, step} (guided)
     seeds: [1]                        # replicates of every point
     resources: {cpu: 1, gpu: 0}       # per trial; fractions share a GPU; auto: by measured memory
@@ -23,6 +23,8 @@
     reuse_workers: true               # a worker trains trial after trial (imports once)
     allow_inert: true                 # false: stop when a finished cell shows that clipping
                                       # makes every weight one treatment (true: a note)
+    weight_acts_on: loss              # sampling: the searched weight is the central task's
+                                      # sampling rate (sweep/weight_action.py)
     workdir: ./weightsearch_runs      # trial outputs and checkpoints; every node must reach it
     warm_start: [9]                   # guided/halving: points tried first, or `recommend`
     objective: {stage: multitask, metric: primary}  # the score a trial is: which stage, which

@@ -25,8 +25,8 @@ from weightsearch.core.fields import (
 )
 from weightsearch.core.yamlio import load_yaml, read_yaml_file, yaml_problem
 from weightsearch.studies.schema import (
-    DEFAULT_GRID,
     GROUPS_STUDY,
+    SEARCH_GRID,
 )
 from weightsearch.studies.schema import T_GROUP_PATH as GROUP_PATH
 from weightsearch.studies.storage import default_storage_url
@@ -233,7 +233,7 @@ def _parse_search(raw: Mapping[str, Any], tasks: tuple[str, ...],
                         "not both")
     if "search" in raw:
         return _parse_search_mapping(raw["search"], tasks, problems)
-    return _parse_weights(raw.get("weights", list(DEFAULT_GRID)), problems)
+    return _parse_weights(raw.get("weights", list(SEARCH_GRID)), problems)
 
 
 def _parse_weights(raw: Any, problems: list[str]) -> Search:
@@ -256,13 +256,13 @@ def _parse_weights(raw: Any, problems: list[str]) -> Search:
     if not isinstance(raw, list):
         problems.append(f"weights: expected a list of weights or a mapping "
                         f"{{low, high, n_trials}}, got {raw!r}")
-        raw = list(DEFAULT_GRID)
+        raw = list(SEARCH_GRID)
     if not raw:
         problems.append("weights: the grid is empty; list at least one weight, "
-                        "e.g. weights: [1, 3, 6, 9, 12, 15]")
-        raw = list(DEFAULT_GRID)
+                        "e.g. weights: [1, 2, 4, 8, 15]")
+        raw = list(SEARCH_GRID)
     dim = parse_values(CENTRAL_WEIGHT, raw, problems, "weights", categorical=False)
-    dim = dim or Dimension(CENTRAL_WEIGHT, values=DEFAULT_GRID)
+    dim = dim or Dimension(CENTRAL_WEIGHT, values=SEARCH_GRID)
     return Search("grid", grid.settings_type(), Space((dim,)), shorthand=True)
 
 

@@ -192,3 +192,16 @@ def _launch_on_two_cpus(spec):
         return launch(spec, progress=False)
     finally:
         ray.shutdown()
+
+
+def test_rate_ladder_example_moves_the_weight_to_the_sampling_rate(sample_data_dir):
+    from weightsearch.sweep.spec import load_study_spec
+
+    spec = load_study_spec(EXAMPLES / "study-sst2-rate-ladder.yaml",
+                           overrides=[f"train.data_dir={sample_data_dir}"])
+    assert spec.weight_acts_on == "sampling" and spec.seeds == (1, 2, 3, 4)
+    assert spec.space.dims[0].values == (1, 2, 4, 8, 15)
+    cfg = spec.for_cell("sst2_700", {"weighting.central_weight": 8}, 2, "/tmp/unused")
+    assert [t.name for t in cfg.tasks] == ["sst2_700", "rte", "mrpc", "stsb", "cola"]
+    assert cfg.weighting.central_weight == 1.0 and dict(cfg.sampling.weights) == {"sst2_700": 8}
+    assert cfg.sampling.epoch_ends_with == "sst2_700" and cfg.grad_clip == 1.0

@@ -245,3 +245,33 @@ def test_the_shipped_tables_and_curves_are_the_scripts(tmp_path, capsys):
     assert lr.main([str(LADDER), "--plot", str(svg), "--majority", "0.5092"]) == 0
     assert capsys.readouterr().out == TABLES.read_text()
     assert svg.read_text().startswith("<?xml") and "<dc:date>" not in svg.read_text()
+
+
+@pytest.mark.slow
+def test_the_interaction_power_matches_a_simulation_of_the_f_test():
+    """H6's planned power (noncentral F) against the share of simulated ladders, drawn from
+    the slope pattern plus seed blocks and normal noise, in which `interaction_anova` itself
+    rejects at 5%."""
+    weights, sizes, seeds, sd, delta = [1.0, 2.0, 4.0, 8.0, 15.0], 3, 4, 0.67, 2.0
+    planned = lr.interaction_power(sd, delta, weights, sizes, seeds)
+    rng = np.random.default_rng(7)
+    pattern = lr.slope_pattern(sizes, weights, delta)
+    # restated: the smallest size gains delta from the first weight to the last, linear in
+    # log2 weight; the largest gains nothing
+    x = np.log2(weights) / math.log2(15.0)
+    assert np.allclose(pattern[0], delta * x) and np.allclose(pattern[-1], 0.0)
+    dev = 100_000  # scores as counts of a large dev set: the analysis reads points
+    rejected, runs = 0, 600
+    for _ in range(runs):
+        ladder = {}
+        for s in range(sizes):
+            block = rng.normal(0.0, 1.0, seeds)
+            scores = 80.0 + pattern[s][:, None] + block[None, :] \
+                + rng.normal(0.0, sd, (len(weights), seeds))
+            ladder[s] = pd.DataFrame(scores / 100 * dev, index=weights,
+                                     columns=range(1, seeds + 1))
+        p = lr.interaction_anova(ladder, dev)[3][4]
+        rejected += p < 0.05
+    share = rejected / runs
+    assert abs(share - planned) < 3 * math.sqrt(planned * (1 - planned) / runs) + 0.01, \
+        (share, planned)

@@ -26,7 +26,8 @@ def make_router() -> APIRouter:
                   clipping: str | None = Query(
                       None, pattern=CLIPPING_PATTERN, max_length=40,
                       description="the gradient clipping the answer is for: clip1 (the "
-                      "default, the reference's), uclip1 or noclip")) -> dict:
+                      "default, the reference's), uclip1 or noclip; rate-clip1 etc. where the "
+                      "weight was the central task's sampling rate")) -> dict:
         from weightsearch.recommender.recommend import recommend_from
 
         # The notes' hints name this route's query parameters, not the command's flags; they

@@ -220,6 +220,24 @@ def test_unasked_the_regime_is_the_users_own_else_the_default_encoders() -> None
     assert paper.regime["encoder"] == "bert-base-uncased"
 
 
+def test_a_launched_study_that_locates_nothing_never_sets_the_regime() -> None:
+    """Two toy studies of one's own, one in uclip1 whose curve is flat (no say in the answer):
+    the answer stays in the default encoder's regime, with a note naming what was passed
+    over; a uclip1 study that does locate a best weight sets the regime as before."""
+    from weightsearch.recommender.recommend import builtin_evidence
+
+    builtin = builtin_evidence()
+    flat = {w: 70.0 for w in (1.0, 3.0, 9.0, 15.0)}
+    toy = study("toy", 120, flat, encoder="all-MiniLM-L6-v2", clipping="uclip1")
+    assert toy.informativeness < 0.1
+    rec = recommend_from([*builtin, toy], 1200)
+    assert rec.regime["clipping"] == "clip1" and rec.regime["encoder"] == "all-minilm-l6-v2"
+    note = next(n for n in rec.notes if n.startswith("regime:"))
+    assert "passed over as the regime" in note and "uclip1" in note, note
+    peaked = study("toy", 120, PEAK_AT_12, encoder="all-MiniLM-L6-v2", clipping="uclip1")
+    assert recommend_from([*builtin, peaked], 1200).regime["clipping"] == "uclip1"
+
+
 def test_the_recommendation_plot_marks_discounted_points_and_keeps_labels_apart() -> None:
     """Every task is named without two names printed over one another, and points of another
     regime than the one answered for are hollow (and say so in the legend)."""
@@ -323,7 +341,9 @@ def test_the_published_clipping_pattern_accepts_exactly_what_the_recommender_doe
         return True
 
     for value in ("clip1", "uclip0.5", "clip.5", "clip5.", "noclip", "clip2E+5", "clip1e-99",
-                  "clip0", "clip0.0", "uclip58e6-E", "clip1e999", "clip-1", "clip0e5", "uclip"):
+                  "clip0", "clip0.0", "uclip58e6-E", "clip1e999", "clip-1", "clip0e5", "uclip",
+                  "rate-clip1", "rate-noclip", "rate-uclip2", "rate-clip0", "rate-",
+                  "rate-rate-clip1"):
         assert bool(pattern.match(value)) == accepted(value), value
 
     @settings(max_examples=300, deadline=None)

@@ -25,7 +25,7 @@ def test_the_declared_columns_are_the_file_format():
                         "metric")
     assert OPTIONAL == ("metric_name", "encoder", "stage", "variant", "dataset", "grad_clip",
                         "grad_clip_mode", "clip_share", "central_norm", "saturates_in_focus",
-                        "saturates_off_focus")
+                        "saturates_off_focus", "weight_acts_on")
 
 
 def test_every_cell_of_every_row_is_reported_at_once_in_column_order(tmp_path):

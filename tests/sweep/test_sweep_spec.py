@@ -33,7 +33,7 @@ def test_defaults(base: dict) -> None:
     spec = load_study_spec(base)
     assert spec.central_tasks == ("rte", "mrpc", "stsb")
     assert spec.search.strategy == "grid" and spec.space.paths == (CENTRAL_WEIGHT,)
-    assert spec.space.dims[0].values == (1.0, 3.0, 6.0, 9.0, 12.0, 15.0)
+    assert spec.space.dims[0].values == (1.0, 2.0, 4.0, 8.0, 15.0)  # log-spaced
     assert spec.seeds == (1,)
     assert spec.resources.cpu == 1 and spec.resources.gpu == 0
     assert spec.scheduler.name == "fifo" and spec.max_failures == 1
