@@ -237,7 +237,8 @@ def best_rows(studies: list[CentralStudy]) -> list[dict]:
 
 
 def _verdict_text(s: CentralStudy) -> str:
-    return s.verdict.text(s.primary_metric or "score")
+    return " ".join(filter(None, [s.majority_text(),
+                                  s.verdict.text(s.primary_metric or "score")]))
 
 
 def _frame(rows: list[dict]):

@@ -149,6 +149,11 @@ def plot_study(studies: list[Any], title: str, path: str | Path) -> Path:
                        [score for _, score in together], s=12, facecolors="none",
                        edgecolors="0.3", zorder=2,
                        label="one seed, trained with other weights as one model (fuse_cells)")
+        level = s.majority
+        if level is not None:  # a run that learned nothing scores this
+            shown = level * 100 if percent else level
+            ax.axhline(shown, color="tab:red", linestyle=":", zorder=1,
+                       label="constant prediction (training labels' majority class or mean)")
         bound = live_bound(s)
         # Below it the weight scales the update; above, it is clipped away (far beyond the
         # grid: nothing to shade).

@@ -29,6 +29,9 @@ STATE_KEYS = {"COMPLETE": "complete", "RUNNING": "running", "FAIL": "failed",
 # (statistics.fmean raised OverflowError on two trials at 1e308). The importer's own limits are
 # far inside it.
 USABLE_LIMIT = 1e12
+# A weight "beats" the constant prediction by more than this (metrics on a 0..1 scale): a
+# score equal to it up to float rounding is not learning.
+MAJORITY_MARGIN = 1e-9
 TRAIN_SIZE_LIMIT = 10**12  # training examples: a stored size at or above it is unknown
 # Studies an import is still writing (`weightsearch.studies.importer`): hidden from every
 # reader until the import renames them, all at once, to their final names. A study name may
@@ -61,6 +64,9 @@ class Cell:
     # The cells (schema.cell_key) it trained with as one stacked model (`fuse_cells`), itself
     # included; empty: it trained alone.
     fused: tuple[str, ...] = ()
+    # The central task's metrics for a constant prediction (trainer.majority); empty: not
+    # recorded (imports, trials from before it was).
+    majority: dict = field(default_factory=dict)
 
     def task_clipping(self, task: str | None = None) -> dict:
         """One task's clipping record (default the central task); empty when not recorded."""
@@ -181,6 +187,35 @@ class CentralStudy:
         sign = 1.0 if self.maximize else -1.0
         return max(self.curve, key=lambda s: (sign * s.mean, -s.weight))
 
+    @property
+    def majority(self) -> float | None:
+        """The central task's score, on the study's metric, for a constant prediction (the
+        training labels' most frequent class, or their mean for regression): the median over
+        its complete cells; None where no cell recorded it."""
+        metric = self.primary_metric
+        found = [c.majority[metric] for c in self.cells
+                 if c.state == "complete" and metric in c.majority]
+        return float(statistics.median(found)) if found else None
+
+    @property
+    def beat_majority(self) -> bool | None:
+        """Whether some weight's mean score beats the constant prediction; None: unknown."""
+        level = self.majority
+        if level is None or not self.curve:
+            return None
+        sign = 1.0 if self.maximize else -1.0
+        return any(sign * (w.mean - level) > MAJORITY_MARGIN for w in self.curve)
+
+    def majority_text(self) -> str | None:
+        """The sentence that leads a verdict where nothing was learned; None otherwise."""
+        if self.beat_majority is not False:
+            return None
+        return (f"the central task did not beat a constant prediction ({self.primary_metric} "
+                f"{self.majority:.4f}: the training labels' most frequent class, or their "
+                "mean) at any weight: these runs learned nothing the weight could change, so "
+                "no comparison of weights below says anything about the weight; train longer, "
+                "with more data or another learning rate first")
+
     def top_weights(self, k: int = 2) -> list[float]:
         sign = 1.0 if self.maximize else -1.0
         ranked = sorted(self.curve, key=lambda s: (-sign * s.mean, s.weight))
@@ -231,12 +266,15 @@ class CentralStudy:
             "best_seeds": best.n if best else 0,
             # whether the trials separate best_weight from every other weight, and the words
             "best_clear": verdict.clear,
-            "verdict": verdict.text(self.primary_metric or "score"),
+            "verdict": " ".join(filter(None, [self.majority_text(),
+                                              verdict.text(self.primary_metric or "score")])),
             "not_separated": list(verdict.not_separated),
             "ties": list(verdict.ties),
             # weights that trained the same updates (every central update clipped), and the
             # central task's clipping per weight
             "same_updates": [a.to_dict() for a in self.arms],
+            # the score of a constant prediction, and whether some weight beat it
+            "majority": self.majority, "beat_majority": self.beat_majority,
             "clipping": clip_rows(self),
             "notes": list(self.notes),
         }
@@ -426,6 +464,7 @@ def _cells(name: str, central: str, foreign: bool, trials, notes: list[str]) -> 
             wall_s=_as_float(t.user_attrs.get(schema.T_WALL_TIME)),
             clipping=_clipping(t.user_attrs.get(schema.T_CLIPPING)),
             fused=_fused(t.user_attrs.get(schema.T_FUSED)),
+            majority=_majority(t.user_attrs.get(schema.T_MAJORITY), central),
         ))
         bad_metrics += [f"trial {t.number}: {m}" for m in dropped]
     limit = f"not finite, or beyond +-{USABLE_LIMIT:g}"
@@ -483,6 +522,15 @@ def _clipping(raw) -> dict:
             **({"adversarial": True} if raw.get("adversarial") is True else {}),
             **({schema.WEIGHT_ACTS_ON: "sampling"}
                if raw.get(schema.WEIGHT_ACTS_ON) == "sampling" else {})}
+
+
+def _majority(raw, central: str) -> dict:
+    """The central task's constant-prediction metrics, as far as they are finite numbers."""
+    found = raw.get(central) if isinstance(raw, dict) else None
+    if not isinstance(found, dict):
+        return {}
+    return {str(k): float(v) for k, v in found.items()
+            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)}
 
 
 def weight_acts_on(record: dict | None) -> str:
@@ -572,7 +620,8 @@ def _grid_cells(attrs: dict) -> int | None:
 # What `build_central` reads of a trial (`weightsearch.studies.bulk` reads nothing else).
 CELL_PARAMS = (schema.PARAM,)
 CELL_ATTRS = (schema.T_SEED, schema.T_METRICS, schema.T_POINT, schema.T_FINETUNED_METRICS,
-              schema.T_EPOCHS, schema.T_WALL_TIME, schema.T_CLIPPING, schema.T_FUSED)
+              schema.T_EPOCHS, schema.T_WALL_TIME, schema.T_CLIPPING, schema.T_FUSED,
+              schema.T_MAJORITY)
 
 
 def cell_trials(storage, study_id: int) -> list:

@@ -109,6 +109,8 @@ T_BUDGET = "budget"  # successive halving: the epoch this trial's stint trains u
 # acts_below}}}: the run's gradient clipping (trainer.clipping.clip_summary); absent on trials
 # from before it was recorded and on imported ones that did not give it.
 T_CLIPPING = "clipping"
+# Each task's metrics for a constant prediction (trainer.majority): {task: {metric: value}}.
+T_MAJORITY = "majority"
 # In a trial's clipping record, where the searched weight was not SIWLM's loss weight:
 # "sampling" (the central task's sampling rate, sweep/weight_action.py).
 WEIGHT_ACTS_ON = "weight_acts_on"

@@ -666,6 +666,7 @@ def _end_attrs(summary: dict[str, Any], at_best: dict[str, Any],
         S.T_EXAMPLES_PER_S: float(summary.get("train_examples_per_s", 0.0)),
         "output_dir": summary.get("output_dir"),
         **({S.T_CLIPPING: summary["clipping"]} if summary.get("clipping") else {}),
+        **({S.T_MAJORITY: summary["majority"]} if summary.get("majority") else {}),
     }
 
 def _fuse_group(unit: Unit, point: Point) -> tuple:

@@ -9,6 +9,7 @@ business of `weightsearch.trainer.pipeline`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import math
@@ -51,6 +52,7 @@ from weightsearch.trainer.graphs import (
 )
 from weightsearch.trainer.heads import EvalSplit, head_class
 from weightsearch.trainer.init_weights import init_head_weights
+from weightsearch.trainer.majority import majority_scores
 from weightsearch.trainer.memory import give_back, peak_memory
 from weightsearch.trainer.model import MTDNN, load_encoder, recompute_activations
 from weightsearch.trainer.optim import (
@@ -212,12 +214,14 @@ def train_stage(run: StageRun, report: Report | None = None, quiet: bool = False
 
 def stage_result(run: StageRun, progress: Progress) -> RunResult:
     """The stage's result from what it has trained so far."""
-    return _result(run.cfg, progress.history, run.out,
-                   {n: d.train_size for n, d in run.data.items()},
-                   {n: d.truncated for n, d in run.data.items()}, progress.train_time,
-                   progress.examples_seen,
-                   progress.elapsed_before + (time.perf_counter() - run.started),
-                   run.model.pooling, run.stage, nominal_weights(run.scheme))
+    result = _result(run.cfg, progress.history, run.out,
+                     {n: d.train_size for n, d in run.data.items()},
+                     {n: d.truncated for n, d in run.data.items()}, progress.train_time,
+                     progress.examples_seen,
+                     progress.elapsed_before + (time.perf_counter() - run.started),
+                     run.model.pooling, run.stage, nominal_weights(run.scheme))
+    return dataclasses.replace(result, extra={**result.extra,
+                                              "majority": majority_scores(run.data)})
 
 
 def holds_run(out: Path) -> bool:
