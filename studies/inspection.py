@@ -346,7 +346,7 @@ def _render_text(studies: list[CentralStudy], plain: list[CentralStudy],
                  points: list[dict]) -> str:
     """One study as text: its cells, the best weight (where the weight alone varies), the
     clipping, the treatments, the best point, the methods and the groups."""
-    from weightsearch.studies.treatments import clip_rows
+    from weightsearch.studies.treatments import clip_rows, partial_text
 
     parts = [f"{s.name} ({s.source}, {s.counts['complete']} complete; {value_note(s)}):\n"
              + _table([r for r in cells if r["central_task"] == s.central_task])
@@ -365,7 +365,9 @@ def _render_text(studies: list[CentralStudy], plain: list[CentralStudy],
                      "off-focus update is clipped, median over seeds):\n"
                      + _table(clipping)
                      + "".join(f"\n{s.central_task}: {RATE_NOTE}" for s in studies
-                               if s.clipping.startswith("rate-")))
+                               if s.clipping.startswith("rate-"))
+                     + "".join(f"\n{s.central_task}: {text}" for s in studies
+                               if (text := partial_text(s))))
     parts.extend(f"{s.central_task}: {a.text()}" for s in studies for a in s.arms)
     if points:
         parts.append("best point per central task (mean over seeds, COMPLETE trials; clear: "

@@ -250,7 +250,7 @@ class CentralStudy:
                              and c.weight is not None and c.weight not in scored}))
 
     def summary(self) -> dict:
-        from weightsearch.studies.treatments import clip_rows
+        from weightsearch.studies.treatments import clip_rows, partial_text
 
         best, verdict = self.best, self.verdict
         return {
@@ -276,6 +276,8 @@ class CentralStudy:
             # the score of a constant prediction, and whether some weight beat it
             "majority": self.majority, "beat_majority": self.beat_majority,
             "clipping": clip_rows(self),
+            # where global clipping cut most but not all central updates: what it means
+            "partial_clipping": partial_text(self),
             "notes": list(self.notes),
         }
 

@@ -192,6 +192,32 @@ def clip_rows(study: Any) -> list[dict[str, Any]]:
     return rows
 
 
+PARTIAL_SHARE = 0.5  # a weight whose clip cut at least this share of central updates is said
+
+
+def partial_text(study: Any) -> str | None:
+    """Where global clipping cut most, but not every weight's, central updates (a loss
+    weight): per weight the share clipped, and what it means for comparing them. None where
+    no weight had at least half its central updates clipped."""
+    rows = [r for r in clip_rows(study) if r["grad_clip_mode"] == "global"
+            and (r["grad_clip"] or 0) > 0 and r["clip_share"] is not None and "point" not in r]
+    if any(c.clipping.get(schema.WEIGHT_ACTS_ON) for c in study.cells) or not rows \
+            or max(r["clip_share"] for r in rows) < PARTIAL_SHARE \
+            or all(r["all_clipped"] for r in rows):
+        return None
+    shares = ", ".join(f"{r['clip_share']:.0%} at {r['central_weight']:g}" for r in rows)
+    full = [r["central_weight"] for r in rows if r["all_clipped"]]
+    partly = [r for r in rows if not r["all_clipped"]]
+    left = ", ".join(f"{1 - r['clip_share']:.0%} at {r['central_weight']:g}" for r in partly)
+    text = (f"global clipping at {rows[0]['grad_clip']:g} cut {shares} of the central "
+            "updates; a clipped update is the same whatever the weight, so the weight changed "
+            f"only the updates left unclipped ({left})")
+    if full:
+        text += (f"; from {min(full):g} every central update was clipped, so any larger weight "
+                 "trains the same treatment")
+    return text + f"; {FIX}"
+
+
 def _show(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:g}"
