@@ -966,9 +966,12 @@ def _origin(points: list[EvidencePoint]) -> str:
         p.source == "prior" and p.study == PRIOR_STUDY for p in points) else []
     parts += [f"built-in study {s}" for s in sorted(
         {p.study for p in points if p.source == "prior" and p.study != PRIOR_STUDY})]
-    own = len({p.study for p in points if p.source == "studies"})
+    own = len({p.study for p in points if p.source == "studies" and not p.imported})
     if own:
         parts.append(f"{own} of your studies" if own > 1 else "one of your studies")
+    imported = len({p.study for p in points if p.source == "studies" and p.imported})
+    if imported:
+        parts.append(f"{imported} imported stud{'ies' if imported > 1 else 'y'}")
     return ", ".join(parts)
 
 

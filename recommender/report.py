@@ -31,6 +31,15 @@ TABLE_KEY = ("key: best measured = the grid weight with the best mean score; bes
 LEAD_PREFIXES = ("equivalent:", "saturates at:")
 
 
+def _source_words(rec: Recommendation) -> str:
+    """Where the evidence came from; "your studies" only where a launched study is among it."""
+    words = SOURCE_WORDS.get(rec.source, rec.source)
+    kinds = {bool(e.get("imported")) for e in rec.evidence if e.get("source") == "studies"}
+    if kinds == {True}:  # every study in the storage was imported (a published table)
+        words = words.replace("your studies", "studies imported into the storage")
+    return words
+
+
 def recommendation_text(rec: Recommendation, shown: int = 8) -> str:
     """The answer first: the weights the evidence at this size cannot tell apart (and whether
     the choice matters), then the point and its range, what decides it (the nearest evidence in
@@ -44,7 +53,7 @@ def recommendation_text(rec: Recommendation, shown: int = 8) -> str:
         f"for {rec.train_size:,} training examples"
         + (f", task type {rec.task_type}" if rec.task_type else ""),
         *(n for n in rec.summary if n not in first),
-        f"evidence: {SOURCE_WORDS.get(rec.source, rec.source)}; together as informative as "
+        f"evidence: {_source_words(rec)}; together as informative as "
         f"about {rec.effective_points:.1f} tasks counted equally",
         f"method: {rec.method}",
         *(n for n in rec.notes if n not in rec.summary),
@@ -107,6 +116,11 @@ def evaluation_text(rows: list[dict], rate: float | None, over: str) -> str:
                      f"scale x100): mean {summary['mean_regret']:.2f} over {len(scored)} tasks, "
                      f"largest {worst['regret']:.2f} ({worst['task']}); chance (a random weight "
                      f"of each task's own grid): {summary['chance_regret']:.2f}")
+        lines.append(f"in words: taking the recommended weight cost these tasks "
+                     f"{summary['mean_regret']:.2f} points of their metric on average (accuracy "
+                     f"points for most) against the best weight their own trials found; a "
+                     f"weight drawn at random from the grid cost about "
+                     f"{summary['chance_regret']:.2f}")
     lines.append(f"80% interval holds the task's best weight: "
                  f"{sum(r['in_interval'] for r in rows)}/{len(rows)} = {summary['coverage']:.2f}")
     cells = "; ".join(f"{name.replace(':', ' ')} {c['covered']}/{c['tasks']}"

@@ -53,9 +53,12 @@ def overview(studies: list[CentralStudy]) -> list[dict]:
 GpuUse = Mapping[tuple[str, int], Mapping[str, float]]
 
 
-def cell_rows(studies: list[CentralStudy], gpu: GpuUse | None = None) -> list[dict]:
+def cell_rows(studies: list[CentralStudy], gpu: GpuUse | None = None,
+              full: bool = False) -> list[dict]:
     """One row per cell; with `gpu` (`gpu_use`), where any trial had a GPU share, its share
-    and measured peak (empty for a trial that had none)."""
+    and measured peak (empty for a trial that had none). `full` (the CSV): also the regime it
+    trained in, its clipping and central updates clipped, and its study's verdict, so that a
+    row read alone says what it measured."""
     rows = []
     fused = any(c.fused for s in studies for c in s.cells)
     gpu = gpu or {}
@@ -71,8 +74,15 @@ def cell_rows(studies: list[CentralStudy], gpu: GpuUse | None = None) -> list[di
                          # the points it trained with as one stacked model (`fuse_cells`)
                          **({"fused_with": _fused_text(c.fused)} if fused else {}),
                          **({key: used.get(key) for key in GPU_COLUMNS} if on_gpu else {}),
+                         **(_regime_columns(s, c) if full else {}),
                          **_stage_metrics(s, c)})
     return rows
+
+
+def _regime_columns(s: CentralStudy, c) -> dict:
+    return {"encoder": s.encoder, "stage": s.stage or "multitask", "variant": s.variant,
+            "clipping": s.cell_regime(c), "clip_share": c.task_clipping().get("clip_share"),
+            "verdict": _verdict_text(s)}
 
 
 GPU_COLUMNS = ("gpu_share", "gpu_peak_mib")
@@ -308,7 +318,7 @@ def render(studies: list[CentralStudy], name: str | None, fmt: str,
         compared = [r for rows in methods.values() for r in rows]
         if compared:  # a comparison of methods: its rows (`export` writes the cells)
             return _frame(compared).to_csv(index=False)
-        return _frame(cells).to_csv(index=False)
+        return _frame(cell_rows(studies, gpu, full=True)).to_csv(index=False)
     return _render_text(studies, plain, methods, cells, best, points)
 
 

@@ -138,3 +138,15 @@ def test_the_license_is_an_spdx_string_naming_the_license_file():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["license"] == "MIT"
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
+def test_an_imported_table_is_called_imported_not_yours(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    url = f"sqlite:///{tmp_path / 'imp.db'}"
+    assert main(["import", str(TABLE2), "--study", "paper", "--storage", url]) == 0
+    capsys.readouterr()
+    assert main(["recommend", "--train-size", "2500", "--storage", url]) == 0
+    out = capsys.readouterr().out
+    assert "evidence: studies imported into the storage and the built-in evidence" in out
+    assert "(8 imported studies)" in out
+    assert "your studies" not in out.replace("no studies of your own", "")

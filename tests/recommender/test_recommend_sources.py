@@ -204,6 +204,8 @@ def test_evaluate_reports_regret_in_metric_points():
     text = evaluation_text(rows, 0.5, over)
     assert f"mean {summary['mean_regret']:.2f} over 4 tasks" in text
     assert "regret" in text.splitlines()[1]
+    assert (f"in words: taking the recommended weight cost these tasks "
+            f"{sum(hand.values()) / 4:.2f} points of their metric on average") in text
 
 
 def test_cli_and_http_carry_the_new_fields(tmp_path, capsys):

@@ -77,3 +77,19 @@ def test_nothing_is_said_where_the_clip_did_not_take_the_weight(
     url = _study(tmp_path, sample_data_dir, {"stsb": shares}, **record)
     found = json.loads(_run(url, capsys, "--format", "json"))["central_tasks"]
     assert [s["partial_clipping"] for s in found if s["central_task"] == "stsb"] == [None]
+
+
+def test_the_csv_rows_say_what_each_cell_measured(
+        tmp_path: Path, sample_data_dir: Path, capsys: pytest.CaptureFixture) -> None:
+    import csv
+    import io
+
+    url = _study(tmp_path, sample_data_dir, {"stsb": {1.0: 0.96, 9.0: 1.0}})
+    rows = list(csv.DictReader(io.StringIO(_run(url, capsys, "--format", "csv"))))
+    stsb = [r for r in rows if r["central_task"] == "stsb"]
+    assert len(stsb) == 4
+    for r in stsb:
+        assert r["stage"] == "multitask" and r["clipping"] == "clip1"
+        assert float(r["clip_share"]) == (0.96 if r["central_weight"] == "1.0" else 1.0)
+        assert r["verdict"].startswith("no weight is clearly better")
+        assert "encoder" in r and "variant" in r
