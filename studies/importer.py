@@ -463,9 +463,32 @@ def parse_rows(path: str | Path) -> list[ImportRow]:
         problems.extend(f"line {line}: {b}" for b in bad)
         if row is not None and not bad:
             rows.append(row)
+    problems.extend(_mixed_scales(rows))
     if problems:
         raise _problems_error(path, problems)
     return rows
+
+
+def _mixed_scales(rows: list[ImportRow]) -> list[str]:
+    """A task whose scores are fractions on some rows and percentages on others (a score or a
+    correlation above 1 in magnitude on one row, below 1 on another): one problem per task,
+    naming a line of each, since no reading of it compares its weights."""
+    found = []
+    by_task: dict[str, list[ImportRow]] = {}
+    for r in rows:
+        _, high, _ = metric_range(r.metric_name)
+        if high == 100.0:  # a score or correlation: 0..1 or 0..100
+            by_task.setdefault(r.central_task, []).append(r)
+    for task, mine in by_task.items():
+        percent = [r for r in mine if abs(r.metric) > 1.0]
+        fraction = [r for r in mine if 0.0 < abs(r.metric) < 1.0]
+        if percent and fraction:
+            p, f = percent[0], fraction[0]
+            found.append(f"line {max(p.line, f.line)}: task {task}: {p.metric_name} "
+                         f"{f.metric:g} (line {f.line}) reads as a fraction and {p.metric:g} "
+                         f"(line {p.line}) as a percentage; give every row of a task on one "
+                         "scale (0..1 or 0..100)")
+    return found
 
 
 def _study_attrs(study: str, head: ImportRow, path: str | Path, now: str) -> dict[str, Any]:

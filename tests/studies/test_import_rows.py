@@ -62,3 +62,32 @@ def test_a_task_type_registered_after_import_is_accepted(tmp_path):
         unregister_task_type("late_kind")
     assert (row.task_type, row.weight, row.seed, row.regime) == \
         ("late_kind", 9.0, 0, {"stage": "finetuned"})
+
+
+def test_a_task_mixing_fractions_and_percentages_is_refused_naming_both_lines(tmp_path):
+    f = tmp_path / "rows.csv"
+    f.write_text("central_task,task_type,train_size,central_weight,seed,metric,metric_name\n"
+                 "rte,classification,2490,1,1,0.61,accuracy\n"
+                 "rte,classification,2490,9,1,63,accuracy\n"
+                 "mrpc,classification,3668,1,1,0.80,accuracy\n"
+                 "mrpc,classification,3668,9,1,0.82,accuracy\n"
+                 "cola,classification,8551,1,1,-0.5,mcc\n"
+                 "cola,classification,8551,9,1,52,mcc\n"
+                 "sst2,classification,67349,1,1,0.5,loss\n"
+                 "sst2,classification,67349,9,1,3.5,loss\n")
+    with pytest.raises(DataError) as err:
+        parse_rows(f)
+    found = [line.removeprefix("  - ") for line in str(err.value).splitlines()[1:]]
+    assert found == [
+        "line 3: task rte: accuracy 0.61 (line 2) reads as a fraction and 63 (line 3) as a "
+        "percentage; give every row of a task on one scale (0..1 or 0..100)",
+        "line 7: task cola: mcc -0.5 (line 6) reads as a fraction and 52 (line 7) as a "
+        "percentage; give every row of a task on one scale (0..1 or 0..100)"]
+
+
+def test_one_scale_per_task_may_differ_between_tasks(tmp_path):
+    f = tmp_path / "rows.csv"
+    f.write_text("central_task,task_type,train_size,central_weight,seed,metric,metric_name\n"
+                 "rte,classification,2490,1,1,0.61,accuracy\n"
+                 "mrpc,classification,3668,1,1,84.2,accuracy\n")
+    assert [r.metric for r in parse_rows(f)] == [0.61, 84.2]
