@@ -285,7 +285,8 @@ def _why_nothing(s, values: dict[float, list[float]]) -> str | None:
     elif not weights and s.counts.get("complete", 0):
         why = "has no finished trial with a usable score"
     elif not weights:
-        done = s.counts.get("failed", 0) and not s.counts.get("running", 0)
+        done = (s.counts.get("failed", 0) or s.counts.get("interrupted", 0)) \
+            and not s.counts.get("running", 0)
         why = "has no finished trial: every trial failed" if done else \
             "has no finished trial yet"
     elif len(weights) < 2:

@@ -12,6 +12,7 @@ from weightsearch.studies import schema
 from weightsearch.studies.budget import BudgetReport, budget_report, unusable_text
 from weightsearch.studies.budget import rows as budget_rows
 from weightsearch.studies.budget import to_dict as budget_dict
+from weightsearch.studies.leases import mark_driver_gone
 from weightsearch.studies.methods import (
     comparison,
     conclusion,
@@ -24,7 +25,8 @@ from weightsearch.studies.storage import shown_url
 from weightsearch.studies.verdict import by_seed, judge
 
 FORMATS = ("table", "csv", "json")
-COUNT_KEYS = ("complete", "running", "failed", "pending", "pruned", "superseded")
+COUNT_KEYS = ("complete", "running", "driver_gone", "interrupted", "failed", "pending",
+              "pruned", "superseded")
 
 
 def overview(studies: list[CentralStudy]) -> list[dict]:
@@ -478,7 +480,18 @@ def inspect(storage_url: str, name: str | None = None, fmt: str = "table",
     else:
         studies = [read_central(storage, n) for n in resolve(storage, storage_url, name)]
         gpu = gpu_use(storage, studies)
+    studies = mark_driver_gone(storage, studies)
     text = render(studies, name, fmt, budget, gpu)
+    gone: dict[str, int] = {}
+    for s in studies:
+        if s.counts.get("driver_gone"):
+            gone[s.study] = gone.get(s.study, 0) + s.counts["driver_gone"]
+    if gone and fmt == "table":
+        text += "".join(
+            f"\nnote: {n} cell(s) of {study} show driver_gone: they are RUNNING in the database "
+            "but no driver holds their lease (it stopped, or lost its Ray cluster or machine); "
+            f"`weightsearch resume {study}` continues them from their last checkpoints"
+            for study, n in sorted(gone.items()))
     if plot_path:
         plot(studies, name or "all studies", plot_path)
     return text

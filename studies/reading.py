@@ -67,6 +67,7 @@ class Cell:
     # The central task's metrics for a constant prediction (trainer.majority); empty: not
     # recorded (imports, trials from before it was).
     majority: dict = field(default_factory=dict)
+    unit: str | None = None  # the unit of work a launch leased for it (sweep/claims.py)
 
     def task_clipping(self, task: str | None = None) -> dict:
         """One task's clipping record (default the central task); empty when not recorded."""
@@ -457,7 +458,7 @@ def _cells(name: str, central: str, foreign: bool, trials, notes: list[str]) -> 
             study=name, central_task=central, number=t.number,
             weight=None if foreign else _as_float(t.params.get(schema.PARAM)),
             seed=_as_int(t.user_attrs.get(schema.T_SEED)),
-            state=STATE_KEYS.get(t.state.name, t.state.name.lower()),
+            state=_state(t),
             value=value,
             metrics=_flatten(t.user_attrs.get(schema.T_METRICS), dropped),
             point=_point(t.user_attrs.get(schema.T_POINT)),
@@ -467,6 +468,7 @@ def _cells(name: str, central: str, foreign: bool, trials, notes: list[str]) -> 
             clipping=_clipping(t.user_attrs.get(schema.T_CLIPPING)),
             fused=_fused(t.user_attrs.get(schema.T_FUSED)),
             majority=_majority(t.user_attrs.get(schema.T_MAJORITY), central),
+            unit=u if isinstance(u := t.user_attrs.get(schema.T_UNIT), str) else None,
         ))
         bad_metrics += [f"trial {t.number}: {m}" for m in dropped]
     limit = f"not finite, or beyond +-{USABLE_LIMIT:g}"
@@ -524,6 +526,15 @@ def _clipping(raw) -> dict:
             **({"adversarial": True} if raw.get("adversarial") is True else {}),
             **({schema.WEIGHT_ACTS_ON: "sampling"}
                if raw.get(schema.WEIGHT_ACTS_ON) == "sampling" else {})}
+
+
+def _state(trial) -> str:
+    """A trial's state as readers name it: a FAIL its driver caused by stopping (Ctrl-C, a
+    lost driver) is "interrupted", since resuming continues it from its checkpoint."""
+    if trial.state.name == "FAIL" and trial.user_attrs.get(schema.T_ERROR) == \
+            schema.DRIVER_STOPPED:
+        return "interrupted"
+    return STATE_KEYS.get(trial.state.name, trial.state.name.lower())
 
 
 def _majority(raw, central: str) -> dict:
@@ -587,11 +598,12 @@ def _counts(cells: list[Cell], attrs: dict) -> dict[str, int]:
     that a later attempt completed (not failures of the study), and `not_started`, the cells
     of a launched grid that no trial has reached yet (absent where the cells are not known
     in advance, as for adaptive searches and imports)."""
-    counts = {k: 0 for k in STATE_KEYS.values()}
+    counts = {k: 0 for k in (*STATE_KEYS.values(), "interrupted")}
     done = {_cell_key(c) for c in cells if c.state == "complete"}
     counts["superseded"] = 0
     for c in cells:
-        state = "superseded" if c.state == "failed" and _cell_key(c) in done else c.state
+        state = "superseded" if c.state in ("failed", "interrupted") and _cell_key(c) in done \
+            else c.state
         counts[state] = counts.get(state, 0) + 1
     total = _grid_cells(attrs)
     if total is not None:
@@ -623,7 +635,7 @@ def _grid_cells(attrs: dict) -> int | None:
 CELL_PARAMS = (schema.PARAM,)
 CELL_ATTRS = (schema.T_SEED, schema.T_METRICS, schema.T_POINT, schema.T_FINETUNED_METRICS,
               schema.T_EPOCHS, schema.T_WALL_TIME, schema.T_CLIPPING, schema.T_FUSED,
-              schema.T_MAJORITY)
+              schema.T_MAJORITY, schema.T_ERROR, schema.T_UNIT)
 
 
 def cell_trials(storage, study_id: int) -> list:

@@ -109,6 +109,10 @@ T_BUDGET = "budget"  # successive halving: the epoch this trial's stint trains u
 # acts_below}}}: the run's gradient clipping (trainer.clipping.clip_summary); absent on trials
 # from before it was recorded and on imported ones that did not give it.
 T_CLIPPING = "clipping"
+# A trial failed because its driver stopped (Ctrl-C, a lost driver): the "error" user attribute
+# says so, and readers show the cell as interrupted (resume continues it), not failed.
+T_ERROR = "error"
+DRIVER_STOPPED = "driver stopped before it ended"
 # Each task's metrics for a constant prediction (trainer.majority): {task: {metric: value}}.
 T_MAJORITY = "majority"
 # In a trial's clipping record, where the searched weight was not SIWLM's loss weight:

@@ -36,13 +36,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from weightsearch.studies.leases import CLAIMS_TABLE
 from weightsearch.studies.storage import call_retrying
 from weightsearch.studies.storage import dialect as backend
 
 ENV_TTL = "WEIGHTSEARCH_CLAIM_TTL"
 DEFAULT_TTL_S = 120.0  # a lease lives this long unless renewed; renewed every TTL / 6
 MAX_TTL_S = 86400.0  # a day: a dead driver's cells wait at most this long for another
-_TABLE = "weightsearch_claims"
+_TABLE = CLAIMS_TABLE  # readers find dead drivers' cells by it (studies/leases.py)
 
 
 def claim_ttl() -> float:

@@ -370,7 +370,7 @@ class CellSearcher(Searcher):
                 if not live.lost:
                     with contextlib.suppress(UpdateFinishedTrialError):  # finished meanwhile
                         finish_trial(live.plan.study, live.trial._trial_id, TrialState.FAIL,
-                                     attrs={"error": "driver stopped before it ended"})
+                                     attrs={S.T_ERROR: S.DRIVER_STOPPED})
                 self._release(live)
         return left
 
@@ -734,7 +734,7 @@ def _fail_stale(study: optuna.Study, unit: Unit, records: list[Record]) -> None:
         if r.unit == unit.key and r.state in ("running", "waiting"):
             trial_id = storage.get_trial_id_from_study_id_trial_number(study._study_id, r.number)
             try:
-                storage.set_trial_user_attr(trial_id, "error", "driver stopped before it ended")
+                storage.set_trial_user_attr(trial_id, S.T_ERROR, S.DRIVER_STOPPED)
                 storage.set_trial_state_values(trial_id, state=TrialState.FAIL)
             except UpdateFinishedTrialError:
                 pass  # finished meanwhile
