@@ -23,6 +23,7 @@ from typing import Any
 from weightsearch.core.errors import ClusterError
 from weightsearch.sweep.claims import Claims
 from weightsearch.sweep.progress import Progress, say
+from weightsearch.sweep.ray_watch import RayWatch
 from weightsearch.sweep.spec import StudySpec
 
 _CONNECT_TIMEOUT_S = 5.0
@@ -193,15 +194,21 @@ def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, clai
         ),
     )
     lost: Exception | None = None
-    try:
-        tuner.fit()
-    except RuntimeError as exc:  # a worker Ray lost (killed for memory, crashed)
-        if not _ray_lost_a_worker(exc):
-            raise
-        lost = exc
-    finally:
-        # Ctrl-C, or Tune gave up: no trial of ours stays RUNNING.
-        interrupted = searcher.abandon_live()
+    with RayWatch(spec.study) as watch:
+        try:
+            tuner.fit()
+        except RuntimeError as exc:  # a worker Ray lost (killed for memory, crashed)
+            if not _ray_lost_a_worker(exc) and watch.lost is None:
+                raise
+            lost = exc
+        except KeyboardInterrupt:  # the watch's SIGINT reached us outside Tune's handler
+            if watch.lost is None:
+                raise
+        finally:
+            # Ctrl-C, or Tune gave up: no trial of ours stays RUNNING.
+            interrupted = searcher.abandon_live()
+    if watch.lost is not None:  # the cluster itself is gone: no next round can run
+        raise watch.error(interrupted)
     if searcher.must_stop is not None:
         raise searcher.must_stop
     if interrupted:  # Tune catches Ctrl-C itself and returns with trials still running
