@@ -86,7 +86,11 @@ def _with_path_hint(exc: ConfigError) -> ConfigError:
     working directory, which the client cannot see. Say so where a path was not found."""
     if not any("does not exist" in p or "not found" in p for p in exc.problems):
         return exc
-    return ConfigError([*exc.problems, "paths in a POSTed study file that are not absolute "
+    from weightsearch.trainer.config import RELATIVE_PATHS
+
+    # The trainer's rule for files (a file's folder) is not a POST's: said once, below.
+    problems = [p.replace(f" {RELATIVE_PATHS}", "") for p in exc.problems]
+    return ConfigError([*problems, "paths in a POSTed study file that are not absolute "
                         "start at the server's working directory, not at the client's; send "
                         "absolute paths (data_dir, workdir, cache_dir, encoder)"], exc.source)
 

@@ -466,6 +466,12 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
                      sampling=sampling, **values)
 
 
+# How a relative path is read, as the data_dir message says it; a caller with another rule (the
+# HTTP service: a POSTed study has no folder) says its own instead.
+RELATIVE_PATHS = ("(relative paths in a config file start at the file's folder, in --set at "
+                  "the working directory)")
+
+
 def _central_task(raw: Mapping[str, Any], names: list[str], problems: list[str]) -> str | None:
     central = raw.get("central_task", names[0] if names else None)
     if central is not None and not isinstance(central, str):
@@ -521,8 +527,7 @@ def _places(raw: Mapping[str, Any], problems: list[str]) -> dict[str, Any]:
         elif not Path(data_dir).expanduser().is_dir():
             problems.append(
                 f"data_dir: folder {data_dir!r} does not exist; point it at the folder of the "
-                "tasks' files (relative paths in a config file start at the file's folder, "
-                "in --set at the working directory)"
+                f"tasks' files {RELATIVE_PATHS}"
             )
         else:
             values["data_dir"] = absolute(data_dir)
