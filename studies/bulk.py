@@ -226,11 +226,20 @@ def _insert_parts(connection: Any, models: Any, by_id: list[tuple[int, Any]]) ->
             connection.execute(insert(table.__table__), rows)
 
 
+class RenameLost(Exception):
+    """Studies to rename were no longer there (deleted meanwhile); nothing was renamed."""
+
+    def __init__(self, names: list[str]) -> None:
+        super().__init__(", ".join(names))
+        self.names = names
+
+
 def rename_studies(storage: Any, names: dict[int, str],
                    clashes: Callable[[str], bool]) -> list[str]:
     """Give each study its new name ({study id: name}) in one transaction, unless a study
     whose name `clashes` exists already: then nothing changes, and those names are returned.
-    Optuna has no rename; a study's name is one column of its row."""
+    Optuna has no rename; a study's name is one column of its row. A study that is gone
+    (another process deleted it) raises RenameLost, and no rename of the call stays."""
     from optuna.storages._rdb import models
     from sqlalchemy import select, update
 
@@ -239,7 +248,12 @@ def rename_studies(storage: Any, names: dict[int, str],
         taken = [n for (n,) in connection.execute(select(table.c.study_name)) if clashes(n)]
         if taken:
             return sorted(taken)
+        gone = []
         for study_id, name in names.items():
-            connection.execute(update(table).where(table.c.study_id == study_id)
-                               .values(study_name=name))
+            done = connection.execute(update(table).where(table.c.study_id == study_id)
+                                      .values(study_name=name))
+            if done.rowcount != 1:
+                gone.append(name)
+        if gone:  # raised inside the transaction: no rename of this call stays
+            raise RenameLost(gone)
     return []

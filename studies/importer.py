@@ -45,6 +45,8 @@ from weightsearch.core.errors import (
 )
 from weightsearch.core.fields import MAX_SEED, check_fields, setting
 from weightsearch.studies import schema
+from weightsearch.studies.bulk import engine_of
+from weightsearch.studies.claims import Claims, lease_states
 from weightsearch.studies.storage import shown_url
 from weightsearch.trainer import (
     task_types,  # NAMES is read when a row is checked: the registry is live
@@ -551,14 +553,24 @@ def _clip_record(row: ImportRow) -> dict[str, Any]:
 # and one transaction renames them all at the end. The staging name says who writes it, so a
 # later import can tell an abandoned staging study from one another import is writing.
 STALE_S = 24 * 3600.0  # a staging study this old is abandoned, whoever wrote it
+# The `study` of an import's lease in the claims table (no Optuna study has this name).
+IMPORT_LEASES = ".weightsearch-import"
 _LIVE: set[str] = set()  # the staging tokens this process is writing now
 
 
 def _host_id() -> str:
+    """Who can judge this process's pid: the host name, this boot of the machine (two
+    machines with one host name differ) and the PID namespace (two containers on one machine
+    differ). Another import sees a pid as this one does only where all three agree."""
     import hashlib
     import socket
 
-    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:12]
+    parts = [socket.gethostname()]
+    for where in ("/proc/sys/kernel/random/boot_id", "/proc/self/ns/pid"):
+        with contextlib.suppress(OSError):
+            parts.append(Path(where).read_text().strip() if "boot_id" in where
+                         else os.readlink(where))
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:12]
 
 
 def _staging_tag() -> str:
@@ -570,9 +582,13 @@ def _staging_tag() -> str:
     return f"{int(time.time())}-{os.getpid()}-{_host_id()}-{secrets.token_hex(6)}"
 
 
-def _abandoned(name: str, now: float) -> bool:
-    """Whether the staging study `name` is no live import's: its process on this machine is
-    gone (or is this one, between imports), or it is older than STALE_S."""
+def _abandoned(name: str, now: float, leases: dict[str, bool]) -> bool:
+    """Whether the staging study `name` is no live import's. An import holds a lease on its
+    staging tag in the database (`Claims`, renewed while it writes): lapsed, the study is
+    abandoned, whoever wrote it. Live, it is kept, unless its writer shares this process's
+    machine boot and PID namespace (`_host_id`) and its pid is gone (killed: no need to wait
+    out the lease). A tag without a lease row (from before leases) counts as abandoned when
+    it is older than STALE_S, or when it is this namespace's and its process is gone."""
     from weightsearch.studies.reading import STAGING_PREFIX
 
     tag = name[len(STAGING_PREFIX):].split(schema.SEPARATOR, 1)[0]
@@ -580,13 +596,15 @@ def _abandoned(name: str, now: float) -> bool:
     if len(parts) != 4 or not parts[0].isdigit() or not parts[1].isdigit():
         return True  # not a name this code writes
     started, pid, host = int(parts[0]), int(parts[1]), parts[2]
-    if now - started > STALE_S:
-        return True
-    if host != _host_id():
-        return False  # another machine's import: only its age tells
-    if pid == os.getpid():
-        return tag not in _LIVE
-    return not _process_alive(pid)
+    if tag in leases and not leases[tag]:
+        return True  # its writer stopped renewing: gone, or stalled past the lease
+    if host == _host_id():  # its pid means here what it meant there
+        if pid == os.getpid():
+            return tag not in _LIVE
+        return not _process_alive(pid)
+    if tag in leases:
+        return False  # a live lease from another machine, container or namespace
+    return now - started > STALE_S  # no lease row (an import from before leases): its age
 
 
 def _process_alive(pid: int) -> bool:
@@ -607,8 +625,9 @@ def drop_abandoned(storage: Any) -> list[str]:
     from weightsearch.studies.reading import is_staging
 
     now, dropped = time.time(), []
+    leases = lease_states(engine_of(storage), IMPORT_LEASES)
     for found in storage.get_all_studies():
-        if is_staging(found.study_name) and _abandoned(found.study_name, now):
+        if is_staging(found.study_name) and _abandoned(found.study_name, now, leases):
             with contextlib.suppress(Exception):  # invisible to readers either way
                 storage.delete_study(found._study_id)
                 dropped.append(found.study_name)
@@ -646,7 +665,7 @@ def _publish(storage: Any, storage_url: str, study: str, staged: dict[str, int])
     base name appeared meanwhile (another import or launch)."""
     import sqlalchemy.exc
 
-    from weightsearch.studies.bulk import rename_studies
+    from weightsearch.studies.bulk import RenameLost, rename_studies
     from weightsearch.studies.storage import schema_lock
 
     with schema_lock(storage_url):  # imports of one database publish one at a time
@@ -655,6 +674,11 @@ def _publish(storage: Any, storage_url: str, study: str, staged: dict[str, int])
                                    lambda n: schema.split_study_name(n)[0] == study)
         except sqlalchemy.exc.IntegrityError:  # a study name taken between check and rename
             clash = [n for n in staged]
+        except RenameLost as exc:
+            raise StorageError(
+                f"the import's staged studies for {', '.join(exc.names)} were deleted from "
+                f"{shown_url(storage_url)} before they could be published (another process "
+                "removed them); nothing was published: run the import again") from None
     if clash:
         raise _exists_error(storage_url, study, clash)
 
@@ -677,15 +701,19 @@ def import_file(path: str | Path, study: str, storage_url: str) -> list[str]:
         by_task.setdefault(r.central_task, []).append(r)
     tag = _staging_tag()
     _LIVE.add(tag)
+    leases = Claims(engine_of(storage))  # the lease on this import's staging studies
+    leases.claim(IMPORT_LEASES, tag)
+    leases.start()
     try:
-        return _stage_and_publish(storage, storage_url, study, by_task, path, tag)
+        return _stage_and_publish(storage, storage_url, study, by_task, path, tag, leases)
     finally:
         _LIVE.discard(tag)
+        leases.stop()
 
 
 def _stage_and_publish(storage: Any, storage_url: str, study: str,
                        by_task: dict[str, list[ImportRow]], path: str | Path,
-                       tag: str) -> list[str]:
+                       tag: str, leases: Claims) -> list[str]:
     """Write every task's study under this import's staging `tag`, then publish them all;
     on any failure, drop what was staged (what cannot go now, the next import drops)."""
     from weightsearch.studies.reading import STAGING_PREFIX
@@ -701,6 +729,8 @@ def _stage_and_publish(storage: Any, storage_url: str, study: str,
     except BaseException as exc:  # Ctrl-C midway must not leave half a study behind either
         _LIVE.discard(tag)  # so that `drop_abandoned` takes this import's staging too
         with contextlib.suppress(Exception):  # the original error matters more
+            leases.release(IMPORT_LEASES, tag)
+        with contextlib.suppress(Exception):
             drop_abandoned(storage)
         failure = import_failure(exc, storage_url, path)
         if failure is None:

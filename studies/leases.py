@@ -1,5 +1,5 @@
 """Which running cells have lost their driver: a launch holds a lease on each unit it trains
-(`sweep/claims.py`, the table CLAIMS_TABLE in the study database) and renews it while the
+(`studies/claims.py`, the table CLAIMS_TABLE in the study database) and renews it while the
 trial trains; a RUNNING trial whose unit has no live lease was left by a driver that stopped
 (killed, its Ray cluster lost, its machine gone). Readers show such a cell as `driver_gone`:
 `weightsearch resume <study>` continues it from its last checkpoint."""
@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from weightsearch.studies.claims import CLAIMS_TABLE
 from weightsearch.studies.storage import dialect as backend
 
-CLAIMS_TABLE = "weightsearch_claims"
 DRIVER_GONE = "driver_gone"
 
 

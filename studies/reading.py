@@ -67,7 +67,7 @@ class Cell:
     # The central task's metrics for a constant prediction (trainer.majority); empty: not
     # recorded (imports, trials from before it was).
     majority: dict = field(default_factory=dict)
-    unit: str | None = None  # the unit of work a launch leased for it (sweep/claims.py)
+    unit: str | None = None  # the unit of work a launch leased for it (studies/claims.py)
 
     def task_clipping(self, task: str | None = None) -> dict:
         """One task's clipping record (default the central task); empty when not recorded."""

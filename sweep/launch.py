@@ -17,6 +17,7 @@ from typing import Any
 
 from weightsearch.core.errors import ClusterError, ConfigError
 from weightsearch.studies import schema as S
+from weightsearch.studies.claims import Claims
 from weightsearch.studies.storage import (
     check_same_file,
     check_url,
@@ -25,7 +26,6 @@ from weightsearch.studies.storage import (
     open_storage,
 )
 from weightsearch.sweep import lookup, study_db, tuning
-from weightsearch.sweep.claims import Claims
 from weightsearch.sweep.progress import Progress, say
 from weightsearch.sweep.searcher import CentralPlan
 from weightsearch.sweep.space import Point

@@ -37,9 +37,9 @@ from ray.tune.search import Searcher
 
 from weightsearch.core.errors import ConfigError, StorageError
 from weightsearch.studies import schema as S
+from weightsearch.studies.claims import Claims
 from weightsearch.studies.storage import check_same_file, file_identity, storage_failure
 from weightsearch.sweep import lookup, study_db
-from weightsearch.sweep.claims import Claims
 from weightsearch.sweep.progress import Progress, say, trial_label
 from weightsearch.sweep.space import CENTRAL_WEIGHT, Point, Space
 from weightsearch.sweep.spec import StudySpec

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from weightsearch.core.errors import ClusterError
-from weightsearch.sweep.claims import Claims
+from weightsearch.studies.claims import Claims
 from weightsearch.sweep.progress import Progress, say
 from weightsearch.sweep.ray_watch import RayWatch
 from weightsearch.sweep.spec import StudySpec

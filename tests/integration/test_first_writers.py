@@ -25,8 +25,8 @@ def first_write(url: str, worker: int, start, result_path: str) -> None:
     try:
         import optuna
 
+        from weightsearch.studies.claims import Claims
         from weightsearch.studies.storage import open_storage
-        from weightsearch.sweep.claims import Claims
 
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         start.wait()  # all writers hit the empty database together

@@ -30,8 +30,8 @@ def test_a_cell_whose_lease_lapsed_is_shown_driver_gone(
         tmp_path: Path, sample_data_dir: Path, capsys: pytest.CaptureFixture) -> None:
     from sqlalchemy import text
 
+    from weightsearch.studies.claims import Claims
     from weightsearch.studies.storage import open_storage
-    from weightsearch.sweep.claims import Claims
 
     url = f"sqlite:///{tmp_path / 'g.db'}"
     launched_study(url, "gone", sample_data_dir, tmp_path / "work")

@@ -93,10 +93,10 @@ def test_a_further_metric_column_is_checked_by_its_name(tmp_path, url, capsys):
 
 def test_fractions_and_percentages_both_import(tmp_path, url, capsys):
     f = tmp_path / "ok.csv"
-    f.write_text(HEADER + _row(metric="0.71") + _row(central_weight="9", metric="71.5")
+    f.write_text(HEADER + _row(metric="0.71") + _row(central_weight="9", metric="0.715")
                  + _row(central_task="cola", metric="-12.5", metric_name="mcc")
-                 + _row(central_task="cola", central_weight="9", metric="0.3",
-                        metric_name="mcc"))
+                 + _row(central_task="cola", central_weight="9", metric="30",
+                        metric_name="mcc"))  # one scale per task; a mix is refused
     code, err = _import(f, "ok", url, capsys)
     assert code == 0, err
     assert study_names(open_quiet(url)) == ["ok/cola", "ok/rte"]
@@ -282,14 +282,23 @@ def test_an_import_racing_another_under_the_same_name_is_refused(tmp_path, url):
     the import's first check (here: before its staging and publishing step is called) refuses
     the import, which then drops what it staged."""
     from weightsearch.core.errors import StorageError
-    from weightsearch.studies.importer import _stage_and_publish, _staging_tag, parse_rows
+    from weightsearch.studies.bulk import engine_of
+    from weightsearch.studies.claims import Claims
+    from weightsearch.studies.importer import (
+        IMPORT_LEASES,
+        _stage_and_publish,
+        _staging_tag,
+        parse_rows,
+    )
 
     f = tmp_path / "one.csv"
     f.write_text(HEADER + _row() + _row(central_weight="9"))
     storage = open_quiet(url)
     optuna.create_study(study_name="race/mrpc", storage=storage)
+    tag, leases = _staging_tag(), Claims(engine_of(storage))
+    assert leases.claim(IMPORT_LEASES, tag)
     with pytest.raises(StorageError, match=r"already exists.*race/mrpc"):
-        _stage_and_publish(storage, url, "race", {"rte": parse_rows(f)}, f, _staging_tag())
+        _stage_and_publish(storage, url, "race", {"rte": parse_rows(f)}, f, tag, leases)
     assert _names(url) == ["race/mrpc"]
 
 

@@ -45,6 +45,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from weightsearch.core.errors import StorageError
 from weightsearch.studies import reading
 from weightsearch.studies import schema as S
+from weightsearch.studies.claims import Claims, db_now
 from weightsearch.studies.importer import import_file
 from weightsearch.studies.storage import (
     DIALECTS,
@@ -54,7 +55,6 @@ from weightsearch.studies.storage import (
     open_storage,
     url_dialect,
 )
-from weightsearch.sweep.claims import Claims, db_now
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 

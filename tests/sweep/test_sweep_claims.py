@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from weightsearch.sweep.claims import Claims, db_now
+from weightsearch.studies.claims import Claims, db_now
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -61,7 +61,7 @@ def test_one_winner_and_expired_leases_are_taken_over(engine) -> None:
 
 def test_leases_run_on_the_database_clock(engine, monkeypatch) -> None:
     """A driver whose clock is an hour ahead writes the same expiry as one on time."""
-    import weightsearch.sweep.claims as claims_module
+    import weightsearch.studies.claims as claims_module
 
     skewed = Claims(engine, ttl=30.0)
     monkeypatch.setattr(claims_module.time, "time", lambda: 1e9 + 3600.0)

@@ -56,7 +56,7 @@ def test_one_definition_of_a_study_name_for_launch_and_import(name, tmp_path, ca
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-5", "1e9", "soon"])
 def test_a_claim_ttl_that_is_no_lease_is_refused(value, monkeypatch):
-    from weightsearch.sweep.claims import ENV_TTL, claim_ttl
+    from weightsearch.studies.claims import ENV_TTL, claim_ttl
 
     monkeypatch.setenv(ENV_TTL, value)
     with pytest.raises(ConfigError, match=r"WEIGHTSEARCH_CLAIM_TTL.*from 1 to 86400"):

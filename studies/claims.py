@@ -36,14 +36,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from weightsearch.studies.leases import CLAIMS_TABLE
 from weightsearch.studies.storage import call_retrying
 from weightsearch.studies.storage import dialect as backend
 
 ENV_TTL = "WEIGHTSEARCH_CLAIM_TTL"
 DEFAULT_TTL_S = 120.0  # a lease lives this long unless renewed; renewed every TTL / 6
 MAX_TTL_S = 86400.0  # a day: a dead driver's cells wait at most this long for another
-_TABLE = CLAIMS_TABLE  # readers find dead drivers' cells by it (studies/leases.py)
+# Readers find dead drivers' cells by it (studies/leases.py), imports their staging studies.
+CLAIMS_TABLE = _TABLE = "weightsearch_claims"
 
 
 def claim_ttl() -> float:
@@ -246,6 +246,26 @@ class Claims:
         while not self._stop.wait(interval):
             with contextlib.suppress(Exception):  # a database hiccup: the next round retries
                 call_retrying("renew claims", self.renew)
+
+
+def lease_states(engine: Any, study: str) -> dict[str, bool]:
+    """Every unit of `study` with a lease row: whether that lease is live (the database's
+    clock); {} where no claims table exists yet."""
+    from sqlalchemy import inspect, select
+
+    if not inspect(engine).has_table(_TABLE):
+        return {}
+    from sqlalchemy import MetaData
+
+    t = _table(MetaData())
+    now = db_now(engine.dialect.name)
+
+    def run() -> dict[str, bool]:
+        with engine.connect() as conn:
+            return {unit: bool(live) for unit, live in conn.execute(
+                select(t.c.unit, t.c.expires >= now).where(t.c.study == study))}
+
+    return call_retrying("read leases", run)
 
 
 def create_once(create: Callable[[], None]) -> None:
