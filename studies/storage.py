@@ -299,9 +299,27 @@ def _existing_file_engine(url: str) -> dict | None:
 
 
 def _connect_read_only(path: str) -> sqlite3.Connection:
-    immutable = (not os.access(os.path.dirname(path), os.W_OK)
+    """`immutable=1` only for a WAL-mode file (its header says so) whose -shm is missing and
+    cannot be made: there no writer has it open now (a WAL writer keeps the -shm while
+    connected), and a WAL writer's changes reach the file itself only at a checkpoint. A
+    rollback-journal file (plain Optuna's, SQLite's default) never has a -shm, also while its
+    owner writes in place: it is always read with shared locks (`mode=ro`), which a reader
+    without write access to the folder can take on the file; a hot journal left by a crash
+    then fails the read with SQLite's error instead of returning half a transaction."""
+    immutable = (_wal_mode(path) and not os.access(os.path.dirname(path), os.W_OK)
                  and not os.path.exists(path + "-shm"))
     return _connect_file(path, "mode=ro" + ("&immutable=1" if immutable else ""))
+
+
+def _wal_mode(path: str) -> bool:
+    """Whether the SQLite file's header marks it WAL (bytes 18-19, the write and read format
+    versions, are 2); False for a rollback-journal file or one that cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            header = handle.read(20)
+    except OSError:
+        return False
+    return len(header) == 20 and header[18] == 2 and header[19] == 2
 
 
 def _connect_file(path: str, query: str, timeout: float = 120) -> sqlite3.Connection:
