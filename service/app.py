@@ -43,6 +43,7 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
     from fastapi import FastAPI
 
     from weightsearch import __version__
+    from weightsearch.service.db_calls import Probe
     from weightsearch.service.deps import describe_bearer
     from weightsearch.service.error_handlers import install_error_handlers
     from weightsearch.service.routes import health, jobs, recommend, runs, studies
@@ -65,6 +66,7 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
                   docs_url=None, redoc_url=None)
     app.state.token = token
     app.state.database = database
+    app.state.probe = Probe(storage_url)
     app.state.jobs = JobTable()
     app.state.launcher = Launcher(
         storage_url, list(command or [sys.executable, "-m", "weightsearch.cli"]),

@@ -52,7 +52,7 @@ class StudyDatabase:
         if self._storage is None:
             with self._open_lock:
                 if self._storage is None and not sqlite_file_missing(self.url):
-                    self._storage = open_quiet(self.url)
+                    self._storage = open_quiet(self.url, serving=True)
                     self._identity = file_identity(self.url)
         return self._storage
 

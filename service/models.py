@@ -24,9 +24,11 @@ class ErrorBody(BaseModel):
 
 
 class Health(BaseModel):
-    status: str
+    status: str = Field(description="ok, or degraded when the study database does not answer")
     version: str
     storage: str = Field(description="the study database URL, password hidden")
+    database: str = Field("ok", description="ok, unreachable, or unknown (a probe runs)")
+    database_detail: str | None = Field(None, description="why it is not ok")
 
 
 class StudyRow(BaseModel):

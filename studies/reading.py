@@ -283,7 +283,7 @@ class CentralStudy:
         }
 
 
-def open_quiet(url: str):
+def open_quiet(url: str, serving: bool = False):
     """`weightsearch.studies.storage.open_storage` without Optuna's chatter on the console (the
     experimental-feature warning about heartbeats, INFO lines per created study): the output of
     `inspect` and `recommend` is meant to be read or parsed."""
@@ -296,7 +296,7 @@ def open_quiet(url: str):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return open_storage(url)
+        return open_storage(url, serving=serving)
 
 
 def sqlite_file_missing(url: str) -> bool:

@@ -284,6 +284,25 @@ def _read_only_engine(url: str) -> dict:
     return {"creator": functools.partial(_connect_read_only, path), "poolclass": NullPool}
 
 
+# The service's limits on a server database: statements and lock waits (enforced by the
+# server), and waiting for a pooled connection (by SQLAlchemy).
+SERVING_LIMITS = {"statement_timeout_ms": 10_000, "lock_timeout_ms": 5_000, "pool_timeout_s": 5}
+
+
+def _serving(options: dict, url: str, serving: bool) -> dict:
+    if not serving or url_dialect(url).file:
+        return options
+    out = {**options, "pool_timeout": SERVING_LIMITS["pool_timeout_s"]}
+    if url_dialect(url).name == "postgresql":
+        args = dict(out.get("connect_args", {}))
+        args["options"] = (f"{args.get('options', '')} "
+                           f"-c statement_timeout={SERVING_LIMITS['statement_timeout_ms']} "
+                           f"-c lock_timeout={SERVING_LIMITS['lock_timeout_ms']}").strip()
+        args["connect_timeout"] = min(int(args.get("connect_timeout", 10)), 5)
+        out["connect_args"] = args
+    return out
+
+
 def _existing_file_engine(url: str) -> dict | None:
     """Engine options that open the SQLite file of `url` without ever creating it (SQLite's
     `mode=rw` URI), None for any other URL. `schema_lock` has made the file by then; a file
@@ -332,8 +351,41 @@ def _connect_file(path: str, query: str, timeout: float = 120) -> sqlite3.Connec
                            check_same_thread=False)
 
 
-def open_storage(url: str | None = None):
+def probe_database(url: str, timeout_s: float) -> None:
+    """Connect to `url` afresh (no pool) and run one trivial query, each step bounded by
+    `timeout_s` where the driver allows it; raises what the driver raises. A SQLite file is
+    opened read-only and never created."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    path = sqlite_path(url)
+    if path is not None:
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no database file at {path}")
+        conn = _connect_file(os.path.abspath(path), "mode=ro", timeout=timeout_s)
+        try:
+            conn.execute("SELECT 1").fetchone()
+        finally:
+            conn.close()
+        return
+    options: dict[str, object] = {"poolclass": NullPool}
+    if url_dialect(url).name == "postgresql":
+        ms = int(timeout_s * 1000)
+        options["connect_args"] = {"connect_timeout": max(1, int(timeout_s)),
+                                   "options": f"-c statement_timeout={ms}"}
+    engine = create_engine(url, **options)
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1")).fetchone()
+    finally:
+        engine.dispose()
+
+
+def open_storage(url: str | None = None, serving: bool = False):
     """An Optuna RDBStorage for `url` (default: $WEIGHTSEARCH_STORAGE or ./weightsearch.db).
+    `serving` (the HTTP service): a server database's connections get a statement and lock
+    timeout and the pool a checkout timeout (SERVING_LIMITS), so that a request waits on a slow
+    database seconds, not forever.
 
     Raises StorageError with the URL and the fix when the database cannot be reached.
     """
@@ -352,7 +404,8 @@ def open_storage(url: str | None = None):
             storage = _resilient_class()(
                 url,
                 engine_kwargs=(_read_only_engine(url) if read_only
-                               else _existing_file_engine(url) or engine_kwargs(url)),
+                               else _existing_file_engine(url)
+                               or _serving(engine_kwargs(url), url, serving)),
                 # A trial whose process died (SIGKILL, lost node) stops heartbeating; the next
                 # launch or resume finds it and marks it FAIL instead of leaving it RUNNING.
                 heartbeat_interval=60,
@@ -606,7 +659,7 @@ def storage_failure(exc: BaseException, url: str | None,
     from optuna.exceptions import StorageInternalError
 
     kinds = (sqlite3.DatabaseError, sqlalchemy.exc.DatabaseError,
-             sqlalchemy.exc.OperationalError, StorageInternalError)
+             sqlalchemy.exc.OperationalError, sqlalchemy.exc.TimeoutError, StorageInternalError)
     chain = list(causes(exc))
     if not any(isinstance(e, kinds) for e in chain):
         return None

@@ -6,6 +6,7 @@ from typing import Literal
 from fastapi import APIRouter, Query
 
 from weightsearch.recommender.recommend import CLIPPING_PATTERN, ENCODER_PATTERN
+from weightsearch.service.db_calls import in_thread
 from weightsearch.service.deps import Database
 from weightsearch.service.models import Recommendation, errors
 from weightsearch.trainer import task_types
@@ -18,7 +19,7 @@ def make_router() -> APIRouter:
     router = APIRouter()
 
     @router.get("/recommend", response_model=Recommendation, responses=errors(400, 422, 503))
-    def recommend(database: Database,
+    async def recommend(database: Database,
                   train_size: int = Query(gt=0, le=10**12, description="training examples"),
                   task_type: task_type_names | None = None,  # type: ignore[valid-type]
                   encoder: str | None = Query(None, pattern=ENCODER_PATTERN, max_length=200),
@@ -32,7 +33,10 @@ def make_router() -> APIRouter:
 
         # The notes' hints name this route's query parameters, not the command's flags; they
         # begin with what decides the answer (the nearest evidence in the asked regime).
-        return recommend_from(database.evidence(), train_size, task_type, encoder,
-                              stage, clipping=clipping, audience="http").to_dict()
+        def answer() -> dict:  # off the event loop: reading and fitting take a while
+            return recommend_from(database.evidence(), train_size, task_type, encoder,
+                                  stage, clipping=clipping, audience="http").to_dict()
+
+        return await in_thread(answer)
 
     return router

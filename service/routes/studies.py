@@ -4,6 +4,8 @@ start runs, are in `weightsearch.service.routes.runs`)."""
 from fastapi import APIRouter, HTTPException
 from starlette.convertors import PathConvertor, register_url_convertor
 
+from weightsearch.service.database import StudyDatabase
+from weightsearch.service.db_calls import in_thread
 from weightsearch.service.deps import Database
 from weightsearch.service.models import StudyDetail, StudyList, errors
 from weightsearch.studies import schema
@@ -21,14 +23,22 @@ router = APIRouter()
 
 
 @router.get("/studies", response_model=StudyList, responses=errors(503))
-def list_studies(database: Database) -> dict:
+async def list_studies(database: Database) -> dict:
+    return await in_thread(_list, database)
+
+
+def _list(database: StudyDatabase) -> dict:
     from weightsearch.studies.inspection import overview
 
     return {"studies": overview(database.studies())}
 
 
 @router.get("/studies/{name:study}", response_model=StudyDetail, responses=errors(404, 422, 503))
-def get_study(name: str, database: Database) -> dict:
+async def get_study(name: str, database: Database) -> dict:
+    return await in_thread(_one, name, database)
+
+
+def _one(name: str, database: StudyDatabase) -> dict:
     # A study by its full name, or every central-task study under a base name. (No docstring:
     # FastAPI would publish it as the operation's description.)
     from weightsearch.studies.inspection import cell_rows
