@@ -38,8 +38,20 @@ def _unavailable(why: str) -> HTTPException:
 
 async def in_thread(call: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
     """`call(*args)` in a daemon thread, answered within `timeout` (CALL_TIMEOUT_S) or 503."""
-    if not _slots.acquire(blocking=False):
-        raise _unavailable(f"is not answering: {CALL_SLOTS} requests are waiting on it")
+    limit = CALL_TIMEOUT_S if timeout is None else timeout
+    return await in_daemon_thread(
+        call, args, _slots, limit,
+        _unavailable(f"is not answering: {CALL_SLOTS} requests are waiting on it"),
+        _unavailable(f"did not answer within {limit:g} s"))
+
+
+async def in_daemon_thread(call: Callable[..., T], args: tuple, slots: threading.Semaphore,
+                           timeout: float, busy: HTTPException, late: HTTPException) -> T:
+    """`call(*args)` in a daemon thread that holds one of `slots` until `call` returns (also
+    after the request gave up on it: hung calls cannot pile up); `busy` when no slot is free,
+    `late` past `timeout`. A daemon neither holds the answer nor the server's exit."""
+    if not slots.acquire(blocking=False):
+        raise busy
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
 
@@ -49,16 +61,15 @@ async def in_thread(call: Callable[..., T], *args: Any, timeout: float | None = 
         except BaseException as exc:  # the request answers it (a 503 for storage failures)
             outcome = (None, exc)
         finally:
-            _slots.release()
+            slots.release()
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
             loop.call_soon_threadsafe(_settle, future, *outcome)
 
-    threading.Thread(target=run, name="weightsearch-db", daemon=True).start()
-    limit = CALL_TIMEOUT_S if timeout is None else timeout
+    threading.Thread(target=run, name="weightsearch-worker", daemon=True).start()
     try:
-        return await asyncio.wait_for(future, limit)
-    except (asyncio.TimeoutError, TimeoutError):
-        raise _unavailable(f"did not answer within {limit:g} s") from None
+        return await asyncio.wait_for(future, timeout)
+    except (asyncio.TimeoutError, TimeoutError):  # two classes before Python 3.11
+        raise late from None
 
 
 def _settle(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:

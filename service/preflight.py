@@ -10,8 +10,6 @@ once: a check that outlives its answer still holds its slot, so hung reads canno
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -19,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from fastapi import HTTPException
 
 from weightsearch.core.errors import StorageError
+from weightsearch.service.db_calls import in_daemon_thread
 
 if TYPE_CHECKING:
     from weightsearch.sweep.spec import StudySpec
@@ -65,37 +64,10 @@ def _storage_checked(check: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 async def bounded(check: Callable[..., T], *args: Any) -> T:
     """`check(*args)` in a worker thread, within CHECK_TIMEOUT_S; 429 while CHECK_SLOTS
-    checks run, 503 past the time. The thread is a daemon: a check hung on a dead disk
-    neither holds the answer nor the server's exit."""
-    if not _slots.acquire(blocking=False):
-        raise HTTPException(429, "the server is checking other studies' data; retry in a few "
-                            "seconds", headers={"Retry-After": "5"})
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def run() -> None:
-        try:
-            outcome: tuple[Any, BaseException | None] = (check(*args), None)
-        except BaseException as exc:  # handed to the request, which answers it
-            outcome = (None, exc)
-        finally:
-            _slots.release()
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(_settle, future, *outcome)
-
-    threading.Thread(target=run, name="weightsearch-check", daemon=True).start()
-    try:
-        return await asyncio.wait_for(future, CHECK_TIMEOUT_S)
-    except (asyncio.TimeoutError, TimeoutError):  # two classes before Python 3.11
-        raise HTTPException(503, f"checking the study's data took over {CHECK_TIMEOUT_S:.0f} s "
-                            "(its files are very large, or their disk is slow); run `weightsearch "
-                            "launch` (or resume) on the server instead") from None
-
-
-def _settle(future: asyncio.Future, result: Any, exc: BaseException | None) -> None:
-    if future.done():  # the request timed out
-        return
-    if exc is None:
-        future.set_result(result)
-    else:
-        future.set_exception(exc)
+    checks run, 503 past the time (`db_calls.in_daemon_thread`)."""
+    busy = HTTPException(429, "the server is checking other studies' data; retry in a few "
+                         "seconds", headers={"Retry-After": "5"})
+    late = HTTPException(503, f"checking the study's data took over {CHECK_TIMEOUT_S:.0f} s "
+                         "(its files are very large, or their disk is slow); run `weightsearch "
+                         "launch` (or resume) on the server instead")
+    return await in_daemon_thread(check, args, _slots, CHECK_TIMEOUT_S, busy, late)
