@@ -292,7 +292,7 @@ def test_trials_read_back_exactly_through_the_study_reader(case: Case, tmp_path:
     assert reading.resolve(reader, case.url, "paper") == ["paper/mrpc", "paper/rte"]
     central = reading.read_central(reader, STUDY)
     assert central.counts == {"complete": 4, "running": 1, "failed": 1, "pending": 0,
-                              "pruned": 0, "superseded": 0}
+                              "pruned": 0, "superseded": 0, "interrupted": 0}
     assert (central.central_task, central.train_size, central.task_type) == (
         "rte", 2490, "classification")
     assert (central.source, central.maximize, central.encoder_size) == ("sweep", True, "32x2")
