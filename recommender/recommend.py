@@ -43,6 +43,7 @@ import dataclasses
 import difflib
 import functools
 import math
+import os
 import re
 import threading
 from collections.abc import Sequence
@@ -470,11 +471,18 @@ def check_regime(encoder: str | None, stage: str | None,
         normalize_clipping(clipping)
     except ConfigError as err:
         problems.extend(err.problems)
-    if encoder is not None and (not isinstance(encoder, str) or len(encoder) > 200
-                                or not _ENCODER_NAME.match(encoder)):
+    if _is_folder_path(encoder):
+        # A local model folder, as a study of it records it: asked for as studies are
+        # matched, by the folder's own name (`Regime.encoder_matches`).
+        encoder = asked_encoder(os.path.expanduser(encoder))
+        if encoder is None:
+            problems.append("encoder: the folder's name must be a model name (letters, digits, "
+                            "_ . -); ask by that name")
+    elif encoder is not None and (not isinstance(encoder, str) or len(encoder) > 200
+                                  or not _ENCODER_NAME.match(encoder)):
         problems.append(f"encoder must be a model name such as bert-base-uncased or "
-                        f"sentence-transformers/all-MiniLM-L6-v2 (as studies record it), "
-                        f"got {encoder!r}")
+                        f"sentence-transformers/all-MiniLM-L6-v2 (as studies record it), or a "
+                        f"local model folder (/path/to/encoder, ./encoder), got {encoder!r}")
     if stage is not None and stage not in schema.STAGES:
         problems.append(f"stage must be one of {', '.join(schema.STAGES)}, got {stage!r}")
     if variant is not None and variant not in VARIANTS:
@@ -482,6 +490,12 @@ def check_regime(encoder: str | None, stage: str | None,
     if problems:
         raise ConfigError(problems)
     return (encoder.lower() if encoder else None), stage
+
+
+def _is_folder_path(encoder: object) -> bool:
+    """A local folder as a user types it: absolute, relative to here, or under ~; printable."""
+    return (isinstance(encoder, str) and 0 < len(encoder) <= 4096 and encoder.isprintable()
+            and encoder.startswith(("/", "./", "../", "~/")))
 
 
 def asked_encoder(recorded: str | None) -> str | None:
