@@ -69,10 +69,15 @@ def _post(port: int, body: bytes | str, content_type: str, **headers) -> tuple[i
     return r.status_code, time.monotonic() - start, r.json()
 
 
+# A server that answers "at once" answers well within this on a loaded machine; one held up
+# by the hostile requests before it waits out their timeouts (HEAD_TIMEOUT_S, 10 s) or more.
+PROMPT_S = 5.0
+
+
 def _health_answers(port: int) -> None:
     start = time.monotonic()
     assert HTTP.get(f"http://127.0.0.1:{port}/health").status_code == 200
-    assert time.monotonic() - start < 1.0
+    assert time.monotonic() - start < PROMPT_S
 
 
 def test_yaml_alias_bomb_is_refused_fast(server):
@@ -274,7 +279,7 @@ def test_slow_clients_cannot_hold_the_server(server):
             stalled.append(s)
         start = time.monotonic()
         answer = httpx.get(f"http://127.0.0.1:{server}/health", timeout=5)
-        assert answer.status_code == 200 and time.monotonic() - start < 2
+        assert answer.status_code == 200 and time.monotonic() - start < PROMPT_S
         time.sleep(0.5)
         dropped = sum(_closed(s) for s in stalled)
         assert dropped >= 300 - MAX_CONNECTIONS, dropped

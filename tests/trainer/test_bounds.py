@@ -112,7 +112,7 @@ def test_a_search_space_too_large_to_list_is_refused_before_anything_lists_it():
     from weightsearch.sweep.spec import load_study_spec
 
     train = {"tasks": ["rte", "mrpc"]}
-    started = time.perf_counter()
+    started = time.process_time()  # CPU time: a loaded machine slows the clock, not the work
     with pytest.raises(ConfigError, match=r"14,000,000,001 values from low to high in steps of "
                                           r"1e-09; at most 10,000"):
         load_study_spec({"study": "s", "train": train, "search": {"space": {
@@ -122,7 +122,7 @@ def test_a_search_space_too_large_to_list_is_refused_before_anything_lists_it():
     with pytest.raises(ConfigError, match=r"1,000,000 cells .* exceed the cap of 50,000"):
         load_study_spec({"study": "s", "train": train, "central_tasks": ["rte"],
                          "search": {"space": grid}})
-    assert time.perf_counter() - started < 5  # refused by counting, not by listing
+    assert time.process_time() - started < 5  # refused by counting, not by listing
 
 
 def test_a_byte_order_mark_on_a_header_is_named(tmp_path, capsys):
