@@ -75,6 +75,7 @@ from weightsearch.recommender.shipped import SHIPPED
 from weightsearch.recommender.task_curve import locate_best, saturated_top
 from weightsearch.studies import schema
 from weightsearch.studies.verdict import by_seed, judge
+from weightsearch.trainer.clipping import DEFAULT_GRAD_CLIP, DEFAULT_GRAD_CLIP_MODE
 from weightsearch.trainer.task_types import (
     TASK_TYPES,  # a live view: registered types count at once
 )
@@ -85,7 +86,7 @@ TYPE_VAR = 1.0  # extra variance of a point of another task type, when the type 
 MAX_TRAIN_SIZE = 10 ** 12  # far beyond any dataset; larger numbers are typos
 PRIOR_ENCODER, PRIOR_STAGE, PRIOR_VARIANT = prior.ENCODER, prior.STAGE, prior.VARIANT
 UNKNOWN_ENCODER = UNKNOWN
-DEFAULT_CLIPPING = "clip1"  # the trainer's default: grad_clip 1.0, grad_clip_mode global
+DEFAULT_CLIPPING = schema.clipping_label(DEFAULT_GRAD_CLIP, DEFAULT_GRAD_CLIP_MODE)  # clip1
 ENCODER_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9_.-]+)?$"  # also the HTTP schema's
 _ENCODER_NAME = re.compile(ENCODER_PATTERN)
 AUDIENCES = ("cli", "http")  # who reads the notes: their hints name CLI flags or HTTP parameters

@@ -497,11 +497,15 @@ def _listed(items: list[str], shown: int = 3) -> str:
 def _clip_template(attrs: dict) -> tuple[float, str] | None:
     """The clipping of a launched study's run template (the trainer's defaults where it says
     nothing), or the one an import file gave."""
+    from weightsearch.trainer.clipping import DEFAULT_GRAD_CLIP, DEFAULT_GRAD_CLIP_MODE
+
     train = _spec_train(attrs)
     if train is not None:
-        clip, mode = train.get("grad_clip", 1.0), train.get("grad_clip_mode", "global")
+        clip = train.get("grad_clip", DEFAULT_GRAD_CLIP)
+        mode = train.get("grad_clip_mode", DEFAULT_GRAD_CLIP_MODE)
     else:
-        clip, mode = attrs.get(schema.A_GRAD_CLIP), attrs.get(schema.A_GRAD_CLIP_MODE, "global")
+        clip = attrs.get(schema.A_GRAD_CLIP)
+        mode = attrs.get(schema.A_GRAD_CLIP_MODE, DEFAULT_GRAD_CLIP_MODE)
     clip = _as_float(clip)
     return (clip, mode) if clip is not None and isinstance(mode, str) else None
 

@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # torch-free at import: the import file's checks read GRAD_CL
     import torch
 
 GRAD_CLIP_MODES = ("global", "unweighted")
+# The run config's defaults (the reference scripts' global_grad_clipping=1): every layer above
+# the trainer reads them from here.
+DEFAULT_GRAD_CLIP = 1.0
 DEFAULT_GRAD_CLIP_MODE = "global"
 _EPS = 1e-6  # as torch.nn.utils.clip_grad_norm_ adds to the norm
 

@@ -33,6 +33,7 @@ from weightsearch.core.fields import (
 )
 from weightsearch.core.yamlio import load_yaml, read_yaml_file
 from weightsearch.trainer.clipping import (
+    DEFAULT_GRAD_CLIP,
     DEFAULT_GRAD_CLIP_MODE,
     GRAD_CLIP_MODES,
     grad_clip_problems,
@@ -138,7 +139,7 @@ class RunConfig:
         1e-8, Eps(), since="0.2.0", omit_when=AT_DEFAULT,
         doc="eps of adamw and radam: 1e-8 as torch; 1e-6 as the SIWLM code's RAdam "
             "(--adam_eps)")
-    grad_clip: float = setting(1.0, Number(integer=False, low=0),
+    grad_clip: float = setting(DEFAULT_GRAD_CLIP, Number(integer=False, low=0),
                                doc="the gradient-norm limit of every update; 0: no clipping")
     # What grad_clip bounds (trainer/clipping.py): the weighted gradient, as the reference
     # MT-DNN/SIWLM code does (global; a weight times a gradient norm above grad_clip is clipped
