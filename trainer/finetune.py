@@ -40,6 +40,9 @@ def stage_config(cfg: RunConfig, task: str, init_from: Path) -> RunConfig:
         warmup=ft.warmup if ft.warmup is not None else cfg.warmup,
         weight_decay=ft.weight_decay if ft.weight_decay is not None else cfg.weight_decay,
         adversarial=ft.adversarial,
+        # One task: every parameter has a gradient at every update, so no parameter is idle;
+        # the multi-task stage's setting would only tie the fine-tuning optimizer to Adamax.
+        idle_params="skip",
         init_from=str(init_from),
         init_heads=ft.heads,
         finetune=None,

@@ -49,6 +49,9 @@ def fusion_problems(configs: Sequence[RunConfig]) -> list[str]:
                         "stacked models; leave it out to fuse")
     if cfg.precision == "bf16":
         problems.append(BF16_PROBLEM)
+    if cfg.idle_params == "step":
+        problems.append("idle_params: step schedules each parameter on a clock of its own, "
+                        "which the stacked optimizer does not keep; train such runs one by one")
     return problems
 
 

@@ -95,6 +95,8 @@ def _why_not(cfg: RunConfig, runtime: Runtime, scheme: Any) -> str | None:
         return "compile: true compiles the encoder itself"
     if cfg.recompute_activations:
         return "recompute_activations reads the random state on the host"
+    if cfg.idle_params == "step":
+        return "idle_params: step schedules each parameter on a clock of its own, on the host"
     if not getattr(scheme, "capturable", True):
         return f"the weighting scheme {cfg.weighting.scheme!r} is not capturable"
     return None

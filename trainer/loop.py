@@ -415,7 +415,9 @@ def _eager_step(run: StageRun, task: str, batch: dict[str, torch.Tensor], weight
                 skip: bool) -> torch.Tensor:
     """The step's update, or where `skip` only its forward pass; its readings."""
     if not skip:
-        run.optimizer.zero_grad(set_to_none=True)
+        # skip: a parameter without a gradient this batch is not stepped; step: zero-filled, as
+        # torch 1.4 did for the SIWLM code (RunConfig.idle_params)
+        run.optimizer.zero_grad(set_to_none=run.cfg.idle_params == "skip")
         return update(run, task, batch, weight)
     with torch.no_grad():
         with run.runtime.autocast():

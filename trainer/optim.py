@@ -47,6 +47,10 @@ class AdamaxW(torch.optim.Adamax):
         super().__init__(params, lr=lr, betas=betas, eps=eps, weight_decay=0.0, foreach=foreach,
                          capturable=capturable)
         self.defaults.update(self._extra_defaults)
+        # idle_params: step (`build_scheduler` sets it): each parameter's rate is the group's
+        # times clock(its own update count), as the SIWLM code's Adamax schedules it; the
+        # run's schedule then stays at 1.
+        self.clock: Any = None
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         for key, value in self._extra_defaults.items():
@@ -65,7 +69,7 @@ class AdamaxW(torch.optim.Adamax):
         for group in self.param_groups:
             decay = group["decoupled_weight_decay"]
             params = [p for p in group["params"] if p.grad is not None]
-            if decay and params:
+            if decay and params and self.clock is None:  # with a clock: per parameter, below
                 torch._foreach_mul_(params, _decay_factor(group["lr"], decay, group["capturable"]))
             if group["bias_correction"]:
                 corrected.append(group)
@@ -126,6 +130,9 @@ class AdamaxW(torch.optim.Adamax):
     def _uncorrected_step(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
         beta1, beta2 = group["betas"]
         eps, capturable = group["eps"], group["capturable"]
+        if self.clock is not None:
+            self._clocked_step(group, params)
+            return
         for p in params:
             state = self._state(p, capturable)
             state["step"] += 1
@@ -136,6 +143,24 @@ class AdamaxW(torch.optim.Adamax):
                 p.sub_(group["lr"] * m / (u + eps))
             else:
                 p.addcdiv_(m, u + eps, value=-float(group["lr"]))
+
+
+    def _clocked_step(self, group: dict[str, Any], params: list[torch.Tensor]) -> None:
+        """The SIWLM code's Adamax (module/bert_optim.py) per parameter: the rate is the
+        group's times clock(the parameter's own update count, read before it is counted),
+        and the decay is added to the update, from the weight before it."""
+        beta1, beta2 = group["betas"]
+        eps, decay = group["eps"], group["decoupled_weight_decay"]
+        for p in params:
+            state = self._state(p, False)
+            rate = float(group["lr"]) * self.clock(int(state["step"]))
+            state["step"] += 1
+            m, u = state["exp_avg"], state["exp_inf"]
+            m.lerp_(p.grad, 1 - beta1)
+            torch.maximum(u.mul_(beta2), p.grad.abs().add_(eps), out=u)
+            if decay:
+                p.mul_(1.0 - rate * decay)
+            p.addcdiv_(m, u + eps, value=-rate)
 
 
 def _decay_factor(lr: float | torch.Tensor, decay: float, capturable: bool
@@ -276,13 +301,21 @@ def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]
 
 def current_lr(scheduler: Any) -> float:
     """The first group's learning rate for the coming update, as a host number (the schedule's
-    own arithmetic; reading a device learning rate would wait for the device)."""
-    return float(scheduler.base_lrs[0]) * scheduler.lr_lambdas[0](scheduler.last_epoch)
+    own arithmetic; reading a device learning rate would wait for the device). With a clock per
+    parameter: the encoder's, whose count is the run's (it has a gradient at every update)."""
+    step = scheduler.last_epoch
+    clock = getattr(scheduler.optimizer, "clock", None)
+    factor = clock(step) if clock is not None else scheduler.lr_lambdas[0](step)
+    return float(scheduler.base_lrs[0]) * factor
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, cfg: RunConfig):
-    """The run's schedule (`cfg.schedule`) over `total_steps` updates."""
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: schedule_factor(cfg.schedule, cfg.optimizer, step, total_steps,
-                                                cfg.warmup)
-    )
+    """The run's schedule (`cfg.schedule`) over `total_steps` updates; with idle_params: step,
+    the optimizer's clock per parameter instead (the LambdaLR then stays at 1)."""
+    def factor(step: int) -> float:
+        return schedule_factor(cfg.schedule, cfg.optimizer, step, total_steps, cfg.warmup)
+
+    if cfg.idle_params == "step":
+        optimizer.clock = factor  # type: ignore[attr-defined]
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -46,6 +46,7 @@ from weightsearch.trainer.config.finetune_settings import (
 )
 from weightsearch.trainer.config.optim_settings import (
     HEAD_INITS,
+    IDLE_PARAMS,
     OPTIMIZERS,
     SCHEDULES,
     AdamaxSettings,
@@ -135,6 +136,17 @@ class RunConfig:
         doc="the learning-rate schedule: linear: warm-up to the peak, then down to 0 from it; "
             "warmup_linear: the SIWLM code's, 1 - progress after the warm-up (the rate falls "
             "to 1 - warmup of the peak where the warm-up ends)")
+    # skip: a parameter moves only on batches that give it a gradient (torch >= 2.0's
+    # zero_grad, and the current MT-DNN code); step: the SIWLM code's optimizers on torch 1.4,
+    # whose zero_grad zero-fills gradients, so every parameter that has had a gradient is
+    # stepped on every later batch (momentum, weight decay) on a schedule clock of its own
+    # that starts at its first gradient (trainer/optim.py `AdamaxW`).
+    idle_params: str = setting(
+        "skip", Choice(IDLE_PARAMS), since="0.2.0", omit_when=AT_DEFAULT,
+        doc="skip: a task head moves only on its task's batches (torch >= 2.0); step: as the "
+            "SIWLM code on torch 1.4, every parameter that has had a gradient steps on every "
+            "later batch, each on its own schedule clock (needs optimizer: adamax without bias "
+            "correction; not with CUDA graphs or fused cells)")
     adam_eps: float = setting(
         1e-8, Eps(), since="0.2.0", omit_when=AT_DEFAULT,
         doc="eps of adamw and radam: 1e-8 as torch; 1e-6 as the SIWLM code's RAdam "
@@ -453,6 +465,7 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     problems.extend(_window_problems(tasks, values.get("max_seq_len", 128)))
     if values.get("length_bucketing") is None:  # MT-DNN's consecutive batches with fixed
         values["length_bucketing"] = values.get("batches", "reshuffle") != "fixed"
+    problems.extend(idle_params_problems(values))
     if values.get("batches") == "fixed" and getattr(sampling, "epoch_ends_with", None):
         # Fixed batches come in one order every epoch: an epoch ended by another task's last
         # batch would train only the same first batches of the others, every epoch.
@@ -465,6 +478,20 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     ordered = tuple(sorted(tasks, key=lambda t: t.name != central))  # stable: central first
     return RunConfig(tasks=ordered, central_task=central, weighting=weighting,
                      sampling=sampling, **values)
+
+
+def idle_params_problems(values: Mapping[str, Any]) -> list[str]:
+    """idle_params: step restates the SIWLM code's Adamax (no bias correction, a schedule
+    clock per parameter); other optimizers are refused rather than approximated."""
+    if values.get("idle_params") != "step":
+        return []
+    adamax = values.get("adamax")
+    if values.get("optimizer", "adamax") != "adamax" or getattr(adamax, "bias_correction",
+                                                                  True):
+        return ["idle_params: step follows the SIWLM code's Adamax (no bias correction, a "
+                "schedule clock per parameter); use it with optimizer: adamax and adamax: "
+                "{bias_correction: false} (preset: siwlm-paper), or idle_params: skip"]
+    return []
 
 
 # How a relative path is read, as the data_dir message says it; a caller with another rule (the

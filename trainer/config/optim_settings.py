@@ -19,6 +19,8 @@ from weightsearch.core.fields import Flag, check_section, is_number, setting
 OPTIMIZERS = ("adamax", "adamw", "radam")
 # trainer/optim.py `schedule_factor` computes each
 SCHEDULES = ("linear", "warmup_linear")
+# What happens to a parameter on a batch that gives it no gradient (RunConfig.idle_params)
+IDLE_PARAMS = ("skip", "step")
 HEAD_INITS = ("default", "normal")
 HEAD_INIT_STD = 0.02  # BERT's initializer_range, what the reference code draws head weights from
 

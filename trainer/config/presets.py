@@ -37,6 +37,9 @@ SIWLM_PAPER: dict[str, Any] = {
     # SIWLM's copy of the MT-DNN code: BERT-style Adamax (no bias correction, eps 1e-6) and
     # task heads drawn from N(0, 0.02) with zero biases.
     "adamax": {"bias_correction": False, "eps": 1e-6},
+    # torch 1.4's zero_grad, under which the code's Adamax steps every head that has had a
+    # gradient on every later batch, on a clock of its own
+    "idle_params": "step",
     "adam_eps": 1e-6,  # the fine-tuning stage's RAdam
     "head_init": "normal",
     "max_seq_len": 512,
