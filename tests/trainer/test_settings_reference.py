@@ -38,12 +38,13 @@ EXPECTED_RESUME_FREE = {"output_dir", "device", "num_threads", "cache_dir", "log
 # The settings a record leaves out at their default (tracking: while off), so that configs and
 # digests of runs made before them read the same.
 OMITTED_AT_DEFAULT = {"grad_clip_mode", "attention_dropout", "batches", "recompute_activations",
-                      "tracking", "schedule", "adam_eps", "pad_to", "pad_buckets", "cuda_graphs"}
+                      "tracking", "schedule", "adam_eps", "pad_to", "pad_buckets", "cuda_graphs",
+                      "idle_params"}
 AWAY_FROM_DEFAULT = {"grad_clip_mode": "unweighted", "attention_dropout": 0.0,
                      "batches": "fixed", "recompute_activations": True,
                      "schedule": "warmup_linear", "adam_eps": 1e-6,
                      "tracking": TrackingSettings(tensorboard=True), "pad_to": "buckets",
-                     "pad_buckets": 8, "cuda_graphs": "off"}
+                     "pad_buckets": 8, "cuda_graphs": "off", "idle_params": "step"}
 
 
 def test_the_committed_reference_is_the_generated_one():
@@ -133,7 +134,7 @@ def test_since_says_which_settings_the_first_release_recorded():
     assert {f.name for f in dataclasses.fields(RunConfig)} - first == \
         {"grad_clip_mode", "attention_dropout", "batches", "checkpoints", "stop_on_divergence",
          "recompute_activations", "schedule", "adam_eps", "pad_to", "pad_buckets",
-         "cuda_graphs"}
+         "cuda_graphs", "idle_params"}
 
 
 def test_since_says_which_task_and_smart_settings_the_first_release_recorded():
