@@ -249,7 +249,7 @@ def best_rows(studies: list[CentralStudy]) -> list[dict]:
 
 
 def _verdict_text(s: CentralStudy) -> str:
-    return " ".join(filter(None, [s.majority_text(),
+    return "; ".join(filter(None, [s.majority_text(),
                                   s.verdict.text(s.primary_metric or "score")]))
 
 

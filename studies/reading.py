@@ -267,7 +267,7 @@ class CentralStudy:
             "best_seeds": best.n if best else 0,
             # whether the trials separate best_weight from every other weight, and the words
             "best_clear": verdict.clear,
-            "verdict": " ".join(filter(None, [self.majority_text(),
+            "verdict": "; ".join(filter(None, [self.majority_text(),
                                               verdict.text(self.primary_metric or "score")])),
             "not_separated": list(verdict.not_separated),
             "ties": list(verdict.ties),
