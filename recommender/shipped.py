@@ -50,4 +50,10 @@ SHIPPED: tuple[ShippedStudy, ...] = (
         "without (noclip) and with each task's own gradient clipped (uclip1), central weights "
         "1, 3 and 15, all-MiniLM-L6-v2, multi-task stage, variant reference, the ladder's "
         "auxiliaries (recommender/data/README.md)"),
+    ShippedStudy(
+        "sst2-rate-ladder", "sst2_rate_ladder_minilm.csv",
+        "SST-2 at the ladder's sizes with the central weight as its sampling rate "
+        "(weight_acts_on: sampling, regime rate-clip1), weights 1, 2, 4, 8, 15, "
+        "all-MiniLM-L6-v2, multi-task stage, variant reference, the ladder's auxiliaries "
+        "(recommender/data/README.md)"),
 )

@@ -13,6 +13,7 @@ from weightsearch.studies.reading import open_quiet, read_all
 
 LADDER = DATA / "sst2_ladder_minilm.csv"
 CLIP = DATA / "sst2_clip_minilm.csv"
+RATE = DATA / "sst2_rate_ladder_minilm.csv"
 
 
 def test_the_ladder_file_is_what_its_readme_says():
@@ -25,7 +26,7 @@ def test_the_ladder_file_is_what_its_readme_says():
          ("variant", "reference"))}
     assert {r.weight for r in rows} <= {1, 3, 6, 9, 12, 15} and {r.seed for r in rows} <= {1, 2, 3}
     assert all(0.4 < r.metric < 1 for r in rows)  # SST-2 dev accuracy, above chance
-    assert [s.file for s in SHIPPED] == [LADDER.name, CLIP.name]
+    assert [s.file for s in SHIPPED] == [LADDER.name, CLIP.name, RATE.name]
 
 
 def test_the_clipping_file_is_what_its_readme_says():
@@ -44,6 +45,20 @@ def test_the_clipping_file_is_what_its_readme_says():
     # The recommender reads it as two regimes of one dataset.
     points = [p for p in builtin_evidence() if p.study == "clip-weight"]
     assert {p.clipping for p in points} == {"clip1", "noclip", "uclip1"}
+
+
+def test_the_rate_ladder_file_is_what_its_readme_says():
+    rows = parse_rows(RATE)
+    cells = {(r.central_task, r.weight, r.seed) for r in rows}
+    assert cells == {(f"sst2_{n}", w, s) for n in (125, 700, 4000)
+                     for w in (1.0, 2.0, 4.0, 8.0, 15.0) for s in range(1, 5)}
+    assert {r.acts_on for r in rows} == {"sampling"} and {r.dataset for r in rows} == {"sst2"}
+    assert {r.regime["clipping"] for r in rows} == {"rate-clip1"}
+    assert all(0.4 < r.metric < 1 for r in rows)
+    # A sampling rate is never judged one treatment by its clip records.
+    points = [p for p in builtin_evidence() if p.study == "sst2-rate-ladder"]
+    assert {p.clipping for p in points} == {"rate-clip1"}
+    assert all(p.saturated_from is None for p in points)
 
 
 def test_it_imports_and_then_counts_once(tmp_path):
