@@ -30,6 +30,9 @@ def majority_scores(data: Mapping[str, Any]) -> dict[str, dict[str, float]]:
         train = np.asarray(task.train["label"])
         dev = np.asarray(splits[0]["label"])
         if kind == "classification":
+            train = train[train >= 0]  # an unlabelled row (-1) has no class to count
+            if train.size == 0:
+                continue
             constant = float(np.bincount(train.astype(np.int64)).argmax())
         else:
             constant = float(train.mean())

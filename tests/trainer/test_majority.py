@@ -64,6 +64,7 @@ def test_ties_go_to_the_smallest_label_and_types_without_a_constant_are_left_out
         "tied": Task("classification", ("accuracy",), [1, 0, 1, 0], [0, 0, 0, 1]),
         "qa": Task("span_qa", ("f1",), [1], [1]),
         "empty": Task("classification", ("accuracy",), [], [0]),
+        "unlabelled": Task("classification", ("accuracy",), [-1, -1], [0]),
     })
     assert found == {"tied": {"accuracy": 0.75}}  # class 0 of the tie: 3 of 4 dev rows
     assert not math.isnan(np.float64(found["tied"]["accuracy"]))
