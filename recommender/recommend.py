@@ -679,6 +679,16 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
         raise ConfigError("no evidence to recommend from (no prior and no finished study)")
     regime, notes = choose_regime(evidence, encoder, stage, variant, encoder_size, clipping,
                                   audience)
+    evidence, other_kind = same_quantity(evidence, regime.clipping)
+    if other_kind:
+        what = "a loss weight" if is_rate(regime.clipping) else "a sampling rate"
+        other = "clip1" if is_rate(regime.clipping) else "rate-clip1"
+        ask = f"clipping={other}" if audience == "http" else f"--clipping {other}"
+        notes.append(f"left out: {other_kind} task(s) whose searched weight was {what} "
+                     f"(another quantity, not a scale of this one; ask {ask} to answer for it)")
+    if not evidence:
+        raise ConfigError(f"no evidence for clipping {regime.clipping}: no study measured "
+                          "that quantity")
     unmatched = _unmatched_encoder(evidence, encoder)
     if unmatched and not unmatched["known_encoder"] and typed_by_user:
         _refuse_a_misspelling(encoder, unmatched["encoders_with_evidence"], audience)
@@ -1096,6 +1106,19 @@ def chance_of_top2(grid: tuple[float, ...]) -> float:
     return min(2, len(grid)) / len(grid) if grid else 0.0
 
 
+def is_rate(clipping: str | None) -> bool:
+    """Whether a regime's searched weight was the central task's sampling rate."""
+    return isinstance(clipping, str) and clipping.startswith("rate-")
+
+
+def same_quantity(evidence: list[EvidencePoint], clipping: str | None
+                  ) -> tuple[list[EvidencePoint], int]:
+    """The points whose weight is the same quantity as the regime's (a loss weight, or a
+    sampling rate: never each other's evidence), and how many tasks were left out."""
+    kept = [p for p in evidence if is_rate(p.clipping) == is_rate(clipping)]
+    return kept, len(evidence) - len(kept)
+
+
 def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None,
                        stage: str | None = None) -> tuple[list[dict], float | None, str]:
     """For each measured task (the prior's tasks when no study is usable): recommend without
@@ -1105,7 +1128,9 @@ def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None
     grid weights from it), whether the 80% interval holds the task's best weight, and the regret
     in metric points (`regret`: the best measured mean score less the one at the grid weight
     nearest the recommendation; chance: a random grid weight's). Returns (rows, hit rate, which
-    points were evaluated)."""
+    points were evaluated). Loss weights only: a sampling rate is another quantity, and the
+    shipped rate ladder is one dataset, which nothing else predicts out of sample."""
+    evidence, _ = same_quantity(evidence, None)
     targets = [p for p in evidence if p.source == "studies"]
     over = "studies"
     if not targets:

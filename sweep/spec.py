@@ -75,7 +75,8 @@ def as_launched(stored: Mapping[str, Any]) -> dict[str, Any]:
     format 4, over-long training examples were truncated; before format 5, every encoder
     trained at MT-DNN's lr 5e-5 (written in only where today's default differs: the default
     encoder, its lr not searched); before format 6, so did the default encoder named by its
-    folder. (A stored file without `version` is format 1.)"""
+    folder; before format 7, `preset: siwlm-paper` trained with `idle_params: skip` (it now
+    sets `step`). (A stored file without `version` is format 1.)"""
     from weightsearch.trainer.config import DEFAULT_ENCODER, MT_DNN_LR, default_lr
     from weightsearch.trainer.config.presets import expand_preset
     from weightsearch.trainer.encoders import DEFAULT_ENCODER_ALIASES
@@ -85,7 +86,7 @@ def as_launched(stored: Mapping[str, Any]) -> dict[str, Any]:
     version = out.get("version", 1)
     # Not a format number (an edited database): left to the study file's own check, which
     # names the field.
-    if isinstance(version, bool) or not isinstance(version, int) or version >= 6 or \
+    if isinstance(version, bool) or not isinstance(version, int) or version >= 7 or \
             not isinstance(train, Mapping):
         return out
     expanded = expand_preset(train, [])  # a preset may set them
@@ -101,8 +102,10 @@ def as_launched(stored: Mapping[str, Any]) -> dict[str, Any]:
     differs = default_lr(encoder)[0] != MT_DNN_LR
     if version == 5:
         differs = differs and encoder not in DEFAULT_ENCODER_ALIASES
-    if "lr" not in expanded and "lr" not in searched and differs:
+    if version < 6 and "lr" not in expanded and "lr" not in searched and differs:
         train["lr"] = MT_DNN_LR
+    if expanded.get("idle_params") == "step" and "idle_params" not in train:
+        train["idle_params"] = "skip"  # the preset's new setting, not what the study trained
     out["train"] = train
     return out
 

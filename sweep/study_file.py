@@ -54,7 +54,7 @@ TRIAL_CHECKPOINTS = "none"  # a trial's checkpoint policy unless train.checkpoin
 #    for every encoder before).
 # 5: before the default encoder named by its folder (the path a launch records for it) trained
 #    at the default encoder's lr too (MT-DNN's 5e-5 before, as for any other folder).
-SPEC_VERSION = 6
+SPEC_VERSION = 7
 
 SCHEDULERS = ("fifo", "asha")
 DEFAULT_WORKDIR = "./weightsearch_runs"

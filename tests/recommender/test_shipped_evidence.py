@@ -88,3 +88,23 @@ def test_recommend_for_minilm_answers_from_the_ladder_and_cites_it(capsys):
                  "--storage", "sqlite:////nonexistent/none.db", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert any("sst2-ladder" in n for n in out["notes"])
+
+
+def test_a_sampling_rate_is_never_evidence_for_a_loss_weight_nor_the_reverse():
+    """The rate ladder's best rates (8 at small sizes) are another quantity: the default
+    (loss-weight) answer is the same with and without them, and says they were left out; the
+    rate answer rests on rate evidence alone."""
+    from weightsearch.recommender.recommend import recommend_from
+
+    evidence = builtin_evidence()
+    loss = [p for p in evidence if p.study != "sst2-rate-ladder"]
+    for size in (300, 2500, 20_000):
+        with_rate, without = recommend_from(evidence, size), recommend_from(loss, size)
+        assert (with_rate.central_weight, with_rate.interval) == \
+            (without.central_weight, without.interval)
+        assert any(n.startswith("left out: 3 task(s) whose searched weight was a sampling rate")
+                   for n in with_rate.notes)
+    rate = recommend_from(evidence, 2500, clipping="rate-clip1")
+    assert {e["study"] for e in rate.evidence} == {"sst2-rate-ladder"}
+    assert any("left out: 14 task(s) whose searched weight was a loss weight" in n
+               for n in rate.notes)

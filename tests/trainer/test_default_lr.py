@@ -54,7 +54,7 @@ def test_a_study_launched_before_keeps_its_cells_at_the_old_default(sample_data_
                                      "epochs": 1},
            "central_tasks": ["rte"], "weights": [1, 9], "workdir": str(tmp_path / "runs")}
     stored = load_study_spec(raw).to_dict()
-    assert stored["version"] == 6 and "lr" not in stored["train"]
+    assert stored["version"] == 7 and "lr" not in stored["train"]
     assert as_launched(stored) == stored  # today's format: nothing written in
     before = {**stored, "version": 4}
     cell = load_study_spec(as_launched(before)).for_cell("rte", {"weighting.central_weight": 1.0},

@@ -161,3 +161,27 @@ def test_step_is_refused_for_fused_cells(sample_data_dir, tiny_encoder, tmp_path
                           weighting={"scheme": "siwlm", "central_weight": w, "focus_span": 2})
                for w in (1, 9)]
     assert any("idle_params: step" in p for p in fusion_problems(configs))
+
+
+def test_a_siwlm_paper_study_stored_before_format_7_keeps_training_with_skip(
+        sample_data_dir, tmp_path) -> None:
+    """preset: siwlm-paper now sets idle_params: step; a study launched before (format 6)
+    trained its first cells with skip, and its remaining cells must train as they did."""
+    from weightsearch.sweep.spec import as_launched, load_study_spec
+
+    raw = {"study": "paper", "train": {"preset": "siwlm-paper", "data_dir": str(sample_data_dir),
+                                       "tasks": ["rte", "mrpc"], "epochs": 1},
+           "central_tasks": ["rte"], "weights": [1, 9], "workdir": str(tmp_path / "runs")}
+    stored = load_study_spec(raw).to_dict()
+    assert stored["version"] == 7 and as_launched(stored) == stored
+
+    def cell(spec: dict):
+        return load_study_spec(as_launched(spec)).for_cell(
+            "rte", {"weighting.central_weight": 9.0}, 1, str(tmp_path / "x"))
+
+    assert cell(stored).idle_params == "step"
+    six = {**stored, "version": 6}
+    assert as_launched(six)["train"]["idle_params"] == "skip"
+    assert cell(six).idle_params == "skip"
+    plain = {**six, "train": {k: v for k, v in six["train"].items() if k != "preset"}}
+    assert "idle_params" not in as_launched(plain)["train"]  # nothing changed for it
