@@ -679,16 +679,7 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
         raise ConfigError("no evidence to recommend from (no prior and no finished study)")
     regime, notes = choose_regime(evidence, encoder, stage, variant, encoder_size, clipping,
                                   audience)
-    evidence, other_kind = same_quantity(evidence, regime.clipping)
-    if other_kind:
-        what = "a loss weight" if is_rate(regime.clipping) else "a sampling rate"
-        other = "clip1" if is_rate(regime.clipping) else "rate-clip1"
-        ask = f"clipping={other}" if audience == "http" else f"--clipping {other}"
-        notes.append(f"left out: {other_kind} task(s) whose searched weight was {what} "
-                     f"(another quantity, not a scale of this one; ask {ask} to answer for it)")
-    if not evidence:
-        raise ConfigError(f"no evidence for clipping {regime.clipping}: no study measured "
-                          "that quantity")
+    evidence = _of_its_quantity(evidence, regime.clipping, notes, audience)
     unmatched = _unmatched_encoder(evidence, encoder)
     if unmatched and not unmatched["known_encoder"] and typed_by_user:
         _refuse_a_misspelling(encoder, unmatched["encoders_with_evidence"], audience)
@@ -1115,8 +1106,25 @@ def same_quantity(evidence: list[EvidencePoint], clipping: str | None
                   ) -> tuple[list[EvidencePoint], int]:
     """The points whose weight is the same quantity as the regime's (a loss weight, or a
     sampling rate: never each other's evidence), and how many tasks were left out."""
-    kept = [p for p in evidence if is_rate(p.clipping) == is_rate(clipping)]
+    kept = Evidence([p for p in evidence if is_rate(p.clipping) == is_rate(clipping)],
+                    getattr(evidence, "skipped", ()))  # the notes on studies that gave nothing
     return kept, len(evidence) - len(kept)
+
+
+def _of_its_quantity(evidence: list[EvidencePoint], clipping: str, notes: list[str],
+                     audience: str) -> list[EvidencePoint]:
+    """`same_quantity`, with a note on what was left out; refused where nothing is left."""
+    kept, other_kind = same_quantity(evidence, clipping)
+    if other_kind:
+        what = "a loss weight" if is_rate(clipping) else "a sampling rate"
+        other = "clip1" if is_rate(clipping) else "rate-clip1"
+        ask = f"clipping={other}" if audience == "http" else f"--clipping {other}"
+        notes.append(f"left out: {other_kind} task(s) whose searched weight was {what} "
+                     f"(another quantity, not a scale of this one; ask {ask} to answer for it)")
+    if not kept:
+        raise ConfigError(f"no evidence for clipping {clipping}: no study measured that "
+                          "quantity")
+    return kept
 
 
 def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None,
