@@ -104,6 +104,7 @@ def test_weights_clipped_away_train_the_same_run(sample_data_dir, tiny_encoder, 
 
 @pytest.mark.parametrize("extra", [{"grad_clip_mode": "unweighted", "grad_clip": 1e-4},
                                    {"grad_clip": 0}])
+@pytest.mark.slow  # a tiny end-to-end run: over 5 CPU-seconds
 def test_without_weighted_clipping_the_weight_changes_the_run(sample_data_dir, tiny_encoder,
                                                               tmp_path, extra):
     runs = [train_tiny_run(sample_data_dir, tiny_encoder, tmp_path / f"w{w}", **extra,
