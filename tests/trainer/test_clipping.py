@@ -84,6 +84,7 @@ def test_the_live_range_per_focus_group_matches_the_logged_clip_factors(tiny_run
     assert summary["rte"]["saturates_off_focus"] > summary["rte"]["saturates_in_focus"]
 
 
+@pytest.mark.slow  # a tiny end-to-end run: over 5 CPU-seconds
 def test_weights_clipped_away_train_the_same_run(sample_data_dir, tiny_encoder, tmp_path):
     """Global clipping at a norm every update exceeds: central weights 6 and 15 apply the
     same gradient at every update, so the runs are one (fp32, to rounding)."""
