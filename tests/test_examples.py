@@ -48,7 +48,7 @@ def test_ladder_study_example_trains_one_size_beside_the_auxiliaries(sample_data
     assert cfg.subsample == "nested" and cfg.task("rte").max_eval_examples == 300
 
 
-@pytest.mark.slow  # a tiny end-to-end run: over 5 CPU-seconds
+@pytest.mark.slow  # a tiny end-to-end run: several CPU-seconds
 def test_siwlm_paper_example_runs_both_stages(sample_data_dir, tiny_encoder, tmp_path):
     cfg = _example("run-siwlm-paper.yaml", sample_data_dir, tiny_encoder, tmp_path / "paper",
                    **{"finetune.epochs": 1})

@@ -44,7 +44,7 @@ def _plant(checkpoint: Path, marker: Path) -> None:
     (checkpoint / "meta.json").write_text(json.dumps(meta))
 
 
-@pytest.mark.slow  # a tiny end-to-end run: over 5 CPU-seconds
+@pytest.mark.slow  # a tiny end-to-end run: several CPU-seconds
 def test_a_crafted_state_file_is_never_unpickled(sample_data_dir, tiny_encoder, tmp_path,
                                                  capsys):
     out = tmp_path / "shared-run"
@@ -63,7 +63,7 @@ def test_a_crafted_state_file_is_never_unpickled(sample_data_dir, tiny_encoder, 
     assert said.count("refused unread") == 2 and "state.pt" in said
 
 
-@pytest.mark.slow  # a tiny end-to-end run: over 5 CPU-seconds
+@pytest.mark.slow  # a tiny end-to-end run: several CPU-seconds
 def test_bytes_changed_inside_the_tensor_data_are_caught(sample_data_dir, tiny_encoder,
                                                          tmp_path):
     out = tmp_path / "run"

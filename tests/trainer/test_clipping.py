@@ -84,7 +84,7 @@ def test_the_live_range_per_focus_group_matches_the_logged_clip_factors(tiny_run
     assert summary["rte"]["saturates_off_focus"] > summary["rte"]["saturates_in_focus"]
 
 
-@pytest.mark.slow  # a tiny end-to-end run: over 5 CPU-seconds
+@pytest.mark.slow  # a tiny end-to-end run: several CPU-seconds
 def test_weights_clipped_away_train_the_same_run(sample_data_dir, tiny_encoder, tmp_path):
     """Global clipping at a norm every update exceeds: central weights 6 and 15 apply the
     same gradient at every update, so the runs are one (fp32, to rounding)."""
@@ -105,7 +105,7 @@ def test_weights_clipped_away_train_the_same_run(sample_data_dir, tiny_encoder, 
 
 @pytest.mark.parametrize("extra", [{"grad_clip_mode": "unweighted", "grad_clip": 1e-4},
                                    {"grad_clip": 0}])
-@pytest.mark.slow  # a tiny end-to-end run: over 5 CPU-seconds
+@pytest.mark.slow  # a tiny end-to-end run: several CPU-seconds
 def test_without_weighted_clipping_the_weight_changes_the_run(sample_data_dir, tiny_encoder,
                                                               tmp_path, extra):
     runs = [train_tiny_run(sample_data_dir, tiny_encoder, tmp_path / f"w{w}", **extra,

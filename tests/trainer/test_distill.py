@@ -191,7 +191,7 @@ def _soft_file(path, data, targets):
     return str(path)
 
 
-@pytest.mark.slow  # a tiny end-to-end run: over 5 CPU-seconds
+@pytest.mark.slow  # a tiny end-to-end run: several CPU-seconds
 def test_the_loop_trains_on_the_mean_of_hard_and_soft_losses(sample_data_dir, tiny_encoder,
                                                              tmp_path):
     # A regression task makes the mix readable from the logged first-update losses. For a loss

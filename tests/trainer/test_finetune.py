@@ -360,7 +360,7 @@ def test_a_resume_that_restarts_the_multitask_stage_discards_stale_finetuning(
     assert (out / "finetune" / "rte" / "result.json").is_file()
 
 
-@pytest.mark.slow  # a tiny end-to-end run: over 5 CPU-seconds
+@pytest.mark.slow  # a tiny end-to-end run: several CPU-seconds
 def test_a_run_removes_no_finetune_folder_it_did_not_make(sample_data_dir, tiny_encoder,
                                                          tmp_path):
     out = tmp_path / "run"

@@ -357,7 +357,7 @@ def test_a_checkpoint_keeps_the_loading_optimizers_implementation():
     assert float(state["step"]) == 1.0 and state["step"].dtype == torch.float32
 
 
-@pytest.mark.slow  # a tiny end-to-end run: over 5 CPU-seconds
+@pytest.mark.slow  # a tiny end-to-end run: several CPU-seconds
 def test_a_finished_graph_run_frees_its_model_without_the_garbage_collector(
         sample_data_dir, tiny_encoder, tmp_path, monkeypatch):
     """The graph steps and the run point at each other: `train` breaks that link when the

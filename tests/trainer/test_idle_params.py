@@ -121,7 +121,7 @@ def test_step_moves_every_parameter_as_the_siwlm_optimizer_on_torch_1_4(
         assert not math.isclose(moved_step, moved_skip, rel_tol=1e-3), head
 
 
-@pytest.mark.slow  # a tiny end-to-end run: over 5 CPU-seconds
+@pytest.mark.slow  # a tiny end-to-end run: several CPU-seconds
 def test_the_training_loop_zero_fills_gradients_only_under_step(
         sample_data_dir, tiny_encoder, tmp_path, monkeypatch) -> None:
     """The real loop (rte and mrpc, one epoch) clears gradients as the setting says: set to
