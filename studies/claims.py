@@ -248,13 +248,13 @@ class Claims:
                 call_retrying("renew claims", self.renew)
 
 
-def lease_states(engine: Any, study: str) -> dict[str, bool]:
+def lease_states(engine: Any, study: str) -> dict[str, bool] | None:
     """Every unit of `study` with a lease row: whether that lease is live (the database's
-    clock); {} where no claims table exists yet."""
+    clock); None where no claims table exists yet (nothing was ever leased)."""
     from sqlalchemy import inspect, select
 
     if not inspect(engine).has_table(_TABLE):
-        return {}
+        return None
     from sqlalchemy import MetaData
 
     t = _table(MetaData())

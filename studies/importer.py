@@ -625,7 +625,7 @@ def drop_abandoned(storage: Any) -> list[str]:
     from weightsearch.studies.reading import is_staging
 
     now, dropped = time.time(), []
-    leases = lease_states(engine_of(storage), IMPORT_LEASES)
+    leases = lease_states(engine_of(storage), IMPORT_LEASES) or {}
     for found in storage.get_all_studies():
         if is_staging(found.study_name) and _abandoned(found.study_name, now, leases):
             with contextlib.suppress(Exception):  # invisible to readers either way

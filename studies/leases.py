@@ -1,5 +1,5 @@
 """Which running cells have lost their driver: a launch holds a lease on each unit it trains
-(`studies/claims.py`, the table CLAIMS_TABLE in the study database) and renews it while the
+(`studies/claims.py`, its table in the study database) and renews it while the
 trial trains; a RUNNING trial whose unit has no live lease was left by a driver that stopped
 (killed, its Ray cluster lost, its machine gone). Readers show such a cell as `driver_gone`:
 `weightsearch resume <study>` continues it from its last checkpoint."""
@@ -9,8 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from weightsearch.studies.claims import CLAIMS_TABLE
-from weightsearch.studies.storage import dialect as backend
+from weightsearch.studies.claims import lease_states
 
 DRIVER_GONE = "driver_gone"
 
@@ -18,16 +17,8 @@ DRIVER_GONE = "driver_gone"
 def live_units(engine: Any, study: str) -> set[str] | None:
     """The units of Optuna study `study` under a live lease (the database's clock); None where
     the database has no claims table (nothing was launched against it)."""
-    from sqlalchemy import inspect, text
-
-    if not inspect(engine).has_table(CLAIMS_TABLE):
-        return None
-    now = backend(engine.dialect.name).now_sql
-    if now is None:  # a backend without a known clock: nothing can be judged
-        return None
-    query = text(f"SELECT unit FROM {CLAIMS_TABLE} WHERE study = :study AND expires >= {now}")
-    with engine.connect() as conn:
-        return {row[0] for row in conn.execute(query, {"study": study})}
+    states = lease_states(engine, study)
+    return None if states is None else {unit for unit, live in states.items() if live}
 
 
 def mark_driver_gone(storage: Any, studies: list) -> list:
