@@ -24,8 +24,10 @@ from weightsearch.studies.storage import (
     default_storage_url,
     file_identity,
     open_storage,
+    sqlite_path,
 )
 from weightsearch.sweep import lookup, study_db, tuning
+from weightsearch.sweep.inert_grid import refuse_clipped_grids
 from weightsearch.sweep.progress import Progress, say
 from weightsearch.sweep.searcher import CentralPlan
 from weightsearch.sweep.space import Point
@@ -55,6 +57,9 @@ def launch(
     # plan: everything checked (the data before the storage is opened, which creates a new
     # SQLite file), nothing written yet
     centrals = [study_db.describe(spec, c) for c in spec.central_tasks]
+    new_file = sqlite_path(url) is not None and file_identity(url) is None
+    if new_file:  # nothing stored yet: a grid of one treatment is refused before the file is made
+        refuse_clipped_grids(spec, [c.name for c in centrals], progress)
     storage = _open(url)
     # The file every write and the summary go to: a driver whose file is deleted or replaced
     # under it says so instead of summarising results that exist nowhere.
@@ -63,6 +68,10 @@ def launch(
     _refuse_foreign_runs(spec, [c.name for c in centrals if c.name not in existing], url)
     first = first_points(spec, centrals, url, existing)  # before the studies record it
     pending = _pending(spec, centrals, existing, first)
+    if pending and not new_file:  # the central tasks without a finished cell to judge from
+        refuse_clipped_grids(spec, [c.name for c in centrals
+                                    if not study_db.has_finished_cell(existing.get(c.name))],
+                             progress)
     if pending == 0:
         summary = summarise(spec, storage, url, centrals, ran=0, failed=0, first=first)
         check_same_file(url, identity)

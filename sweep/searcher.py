@@ -40,6 +40,7 @@ from weightsearch.studies import schema as S
 from weightsearch.studies.claims import Claims
 from weightsearch.studies.storage import check_same_file, file_identity, storage_failure
 from weightsearch.sweep import lookup, study_db
+from weightsearch.sweep.inert_grid import MEANS_IT, clipping_fix
 from weightsearch.sweep.progress import Progress, say, trial_label
 from weightsearch.sweep.space import CENTRAL_WEIGHT, Point, Space
 from weightsearch.sweep.spec import StudySpec
@@ -327,16 +328,14 @@ class CellSearcher(Searcher):
         if len(above) < 2:
             return
         shown = ", ".join(f"{w:g}" for w in above)
-        fix = (f"set grad_clip_mode: unweighted (the weight then scales the step at any norm), "
-               f"weight by sampling instead, or search weights up to about {limit:.2g}")
+        fix = clipping_fix(limit, record["grad_clip"])
         said = (f"{plan.central}: in a finished cell ({cell}) every central update was "
                 f"clipped from weight about {limit:.2g} up (global clipping at "
                 f"{record['grad_clip']:g}), so weights {shown} will train the same treatment")
         if len(above) == len(grid) and not self.spec.allow_inert:
             self.must_stop = ConfigError([
-                f"{said}: every weight of the grid, which cannot tell them apart; {fix}, or "
-                "set allow_inert: true (the default) in the study file and launch it again to "
-                "train them anyway"])
+                f"{said}: every weight of the grid, which cannot tell them apart; {fix}, "
+                f"{MEANS_IT}"])
             return
         if not quiet:
             say(f"note: {said}; to tell them apart, {fix}", self.progress.enabled)

@@ -21,8 +21,8 @@
                                       #                reduction_factor: 3}
     max_failures: 1                   # Ray retries per trial; a retry resumes its checkpoint
     reuse_workers: true               # a worker trains trial after trial (imports once)
-    allow_inert: true                 # false: stop when a finished cell shows that clipping
-                                      # makes every weight one treatment (true: a note)
+    allow_inert: false                # refuse a search whose every weight is one treatment
+                                      # (sweep/inert_grid.py); true: train it, with a note
     weight_acts_on: loss              # sampling: the searched weight is the central task's
                                       # sampling rate (sweep/weight_action.py)
     workdir: ./weightsearch_runs      # trial outputs and checkpoints; every node must reach it
@@ -76,7 +76,9 @@ def as_launched(stored: Mapping[str, Any]) -> dict[str, Any]:
     trained at MT-DNN's lr 5e-5 (written in only where today's default differs: the default
     encoder, its lr not searched); before format 6, so did the default encoder named by its
     folder; before format 7, `preset: siwlm-paper` trained with `idle_params: skip` (it now
-    sets `step`). (A stored file without `version` is format 1.)"""
+    sets `step`); before format 8, a grid of one treatment trained on with a note
+    (`allow_inert: true`, now refused by default). (A stored file without `version` is
+    format 1.)"""
     from weightsearch.trainer.config import DEFAULT_ENCODER, MT_DNN_LR, default_lr
     from weightsearch.trainer.config.presets import expand_preset
     from weightsearch.trainer.encoders import DEFAULT_ENCODER_ALIASES
@@ -86,8 +88,10 @@ def as_launched(stored: Mapping[str, Any]) -> dict[str, Any]:
     version = out.get("version", 1)
     # Not a format number (an edited database): left to the study file's own check, which
     # names the field.
-    if isinstance(version, bool) or not isinstance(version, int) or version >= 7 or \
-            not isinstance(train, Mapping):
+    if isinstance(version, bool) or not isinstance(version, int) or version >= 8:
+        return out
+    out.setdefault("allow_inert", True)
+    if version >= 7 or not isinstance(train, Mapping):
         return out
     expanded = expand_preset(train, [])  # a preset may set them
     train = dict(train)

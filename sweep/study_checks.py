@@ -30,6 +30,7 @@ from weightsearch.studies.schema import (
 )
 from weightsearch.studies.schema import T_GROUP_PATH as GROUP_PATH
 from weightsearch.studies.storage import default_storage_url
+from weightsearch.sweep.inert_grid import settings_problems
 from weightsearch.sweep.space import (
     CENTRAL_WEIGHT,
     EXHAUSTIVE_GROUP_MAX,
@@ -140,7 +141,7 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
     max_concurrent = plain.get("max_concurrent")
     max_failures = plain.get("max_failures", 1)
     reuse_workers = plain.get("reuse_workers", True)
-    allow_inert = plain.get("allow_inert", True)
+    allow_inert = plain.get("allow_inert", False)
     weight_acts_on = plain.get("weight_acts_on", LOSS)
     fuse_cells = _parse_fuse_cells(raw.get("fuse_cells"), scheduler, problems)
     if weight_acts_on == SAMPLING and isinstance(train_raw, Mapping):
@@ -157,6 +158,11 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
     _finetuned_objective_checks(objective, search, scheduler, problems)
     epochs = _check_cells(train, tasks, central, search, seeds, workdir, problems,
                           weight_acts_on)
+    if not allow_inert and isinstance(train_raw, Mapping):
+        chosen = tasks if aux is None else aux
+        aux_of = {c: [t for t in tasks if t in chosen and t != c] for c in central}
+        problems.extend(settings_problems(train_raw, search.space, central, aux_of,
+                                          weight_acts_on))
 
     if problems:
         raise ConfigError(problems, label)

@@ -309,6 +309,16 @@ def create_studies(spec: StudySpec, storage: Any, url: str, centrals: list[Centr
     return out
 
 
+def has_finished_cell(study: Any) -> bool:
+    """Whether `study` (None: not created yet) holds a finished cell, whose clipping record
+    judges its grid (`searcher._judge_stored_cells`)."""
+    if study is None:
+        return False
+    from optuna.trial import TrialState
+
+    return bool(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+
+
 def records(study: Any, space: Space, central: str) -> list[Record]:
     """The study's trials as a strategy sees them."""
     return [to_record(t, space) for t in study.get_trials(deepcopy=False)]

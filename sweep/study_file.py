@@ -54,7 +54,10 @@ TRIAL_CHECKPOINTS = "none"  # a trial's checkpoint policy unless train.checkpoin
 #    for every encoder before).
 # 5: before the default encoder named by its folder (the path a launch records for it) trained
 #    at the default encoder's lr too (MT-DNN's 5e-5 before, as for any other folder).
-SPEC_VERSION = 7
+# 6: before `preset: siwlm-paper` set `idle_params: step`.
+# 7: before a search whose every weight is one treatment was refused unless `allow_inert: true`
+#    (it trained with a note before).
+SPEC_VERSION = 8
 
 SCHEDULERS = ("fifo", "asha")
 DEFAULT_WORKDIR = "./weightsearch_runs"
@@ -177,10 +180,12 @@ class StudyFile:
     reuse_workers: bool = setting(True, Flag(),
                                   doc="a Ray worker trains one trial after another (imports "
                                       "once); false: a fresh process per trial")
-    allow_inert: bool = setting(True, Flag(),
-                                doc="train on (with a note) when a finished cell shows that "
-                                    "global clipping makes every searched central weight one "
-                                    "treatment; false: the launch stops there, exit 2")
+    allow_inert: bool = setting(
+        False, Flag(),
+        doc="true: train a search whose every central weight is one treatment (a task without "
+            "auxiliaries; global clipping that clips every update at every weight, found by a "
+            "probe before the first cell or by the first finished cell) with a note; false "
+            "(the default): refuse it, exit 2, nothing written")
     weight_acts_on: str = setting(
         LOSS, Choice(WEIGHT_ACTS_ON),
         doc="what the searched central weight sets: loss (SIWLM's loss weight, the paper's) or "
@@ -249,7 +254,7 @@ class StudySpec:
     aux_tasks: tuple[str, ...] | None = None  # None: every task but the central one
     reuse_workers: bool = True  # Ray workers train trial after trial (results are the same)
     fuse_cells: int = 1  # cells per trial, trained as one stacked model (results are the same)
-    allow_inert: bool = True  # false: stop a grid whose every weight is one treatment
+    allow_inert: bool = False  # true: train a grid whose every weight is one treatment
     weight_acts_on: str = LOSS  # sampling: the weight is the central task's sampling rate
     _strategies: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -291,8 +296,8 @@ class StudySpec:
             out["reuse_workers"] = False
         if self.fuse_cells > 1:  # likewise; how cells train, not what they learn
             out["fuse_cells"] = self.fuse_cells
-        if not self.allow_inert:  # likewise: whether to go on, not what a cell learns
-            out["allow_inert"] = False
+        if self.allow_inert:  # likewise: whether to go on, not what a cell learns
+            out["allow_inert"] = True
         if self.weight_acts_on != LOSS:  # what a cell learns: written where it is not the default
             out["weight_acts_on"] = self.weight_acts_on
         return out

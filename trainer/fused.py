@@ -301,7 +301,7 @@ def _train_epoch(stack: StackedModels, active: list[Member], epoch: int, bar: An
 def _fused_step(stack: StackedModels, training: list[Member], epoch: int, step: int, task: str,
                 indices: Any) -> list[tuple[dict[str, Any], torch.Tensor]]:
     """One batch for every training member: each member's weighted loss and its own update
-    unless its weight is 0. Each member's log record and readings, as `loop._train_step`."""
+    unless its weight is 0. Each member's log record and readings, as `loop.train_step`."""
     from weightsearch.trainer.clipping import step_readings
 
     lead = training[0].run

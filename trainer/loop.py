@@ -325,7 +325,7 @@ def _train_epoch(run: StageRun, epoch: int, progress: Progress, tracker: Tracker
     with (run.out / STEPS).open("a") as steps_log:
         log = EpochLog(run, progress, tracker, steps_log)
         for step, (task, indices) in enumerate(plan):
-            log.add(*_train_step(run, epoch, step, task, indices))
+            log.add(*train_step(run, epoch, step, task, indices))
             bar.update(1)
             if len(log.pending) >= run.cfg.log_every or step == len(plan) - 1:
                 bar.set_postfix(epoch=epoch, loss=f"{log.flush()[-1]['loss']:.4f}")
@@ -389,7 +389,7 @@ def _task_means(plan: list[tuple[str, np.ndarray]], losses: list[torch.Tensor]
     return {task: sum(v) / len(v) for task, v in by_task.items()}
 
 
-def _train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.ndarray
+def train_step(run: StageRun, epoch: int, step: int, task: str, indices: np.ndarray
                 ) -> tuple[dict[str, Any], torch.Tensor]:
     """One batch: its weighted loss, and an update unless its weight is 0. The step's log
     record (without its global step) and its readings, still on the device: the unweighted

@@ -1,6 +1,6 @@
-"""A grid that global clipping makes one treatment: the launch says so from its first finished
-cell, and, where the study sets allow_inert: false, stops (exit 2) when that is every weight
-of the grid."""
+"""A grid that global clipping makes one treatment: refused before anything is written, from a
+probe of the central task's first updates (unless the study sets allow_inert: true); judged
+again from the first finished cell, which stops a study whose stored cells show it."""
 
 from __future__ import annotations
 
@@ -36,27 +36,40 @@ def _trials(url: str) -> list:
     return optuna.load_study(study_name="inert/rte", storage=url).get_trials()
 
 
-def test_a_grid_clipping_makes_one_treatment_stops_after_its_first_cell(
+def test_a_grid_clipping_makes_one_treatment_is_refused_before_anything_is_written(
         local_ray: None, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
     """Clipped at 1e-4, every update of any weight from far below 1 is clipped: weights 1, 9
-    and 15 are one treatment. The first cell shows it; with allow_inert: false the other two
-    are never trained."""
+    and 15 are one treatment. The probe finds it before the database or a run folder is
+    made."""
     from weightsearch.sweep.launch import launch
 
-    spec = _spec(tmp_path, tiny_encoder, sample_data_dir, 1e-4, [1, 9, 15], allow_inert=False)
-    assert spec.to_dict()["allow_inert"] is False
+    spec = _spec(tmp_path, tiny_encoder, sample_data_dir, 1e-4, [1, 9, 15])
+    assert "allow_inert" not in spec.to_dict()  # the default: refuse
     with pytest.raises(ConfigError) as caught:
         launch(spec, progress=False)
-    text = str(caught.value)
-    assert "every central update was clipped from weight about" in text
-    assert "weights 1, 9, 15 will train the same treatment" in text
+    text = caught.value.problems[0]
+    assert text.startswith("weights: rte: in a probe of its first"), text
+    assert "every weight of the grid (1, 9, 15) would train the same treatment" in text
     assert "grad_clip_mode: unweighted" in text and "allow_inert: true" in text
-    complete = [t for t in _trials(spec.storage) if t.state.name == "COMPLETE"]
-    assert len(complete) == 1  # one cell told it; nothing more was spent
-    # Launched again as it was, it stops before training anything (the stored cell tells).
-    with pytest.raises(ConfigError, match="will train the same treatment"):
-        launch(spec, progress=False)
-    assert len(_trials(spec.storage)) == len(complete)
+    assert "raise train.grad_clip well above 0.0001" in text  # no weight of 1 or more acts
+    assert not (tmp_path / "inert.db").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_stored_cell_that_shows_it_stops_the_study(
+        local_ray: None, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
+    """A study whose finished cell shows every weight of the grid clipped alike stops before
+    training anything more (the probe is for studies without one)."""
+    from weightsearch.sweep.launch import launch
+
+    one = _spec(tmp_path, tiny_encoder, sample_data_dir, 1e-4, [1], allow_inert=True)
+    assert launch(one, progress=False).ran == 1
+    grown = _spec(tmp_path, tiny_encoder, sample_data_dir, 1e-4, [1, 9, 15])
+    with pytest.raises(ConfigError) as caught:
+        launch(grown, progress=False)
+    text = str(caught.value)
+    assert "in a finished cell (w=1 seed 1) every central update was clipped" in text, text
+    assert "weights 1, 9, 15 will train the same treatment" in text
+    assert len(_trials(grown.storage)) == 1
     # With allow_inert (how the study trains, not what it learns: the same study), it goes on.
     allowed = _spec(tmp_path, tiny_encoder, sample_data_dir, 1e-4, [1, 9, 15],
                     allow_inert=True)
@@ -71,7 +84,7 @@ def test_allow_inert_trains_the_grid_and_a_partly_inert_grid_gets_a_note(
     spec = _spec(tmp_path, tiny_encoder, sample_data_dir, 1e-4, [1, 15], allow_inert=True)
     summary = launch(spec, progress=False)
     assert summary.ran == 2 and summary.failed == 0
-    assert "allow_inert" not in spec.to_dict()  # the default: stored studies keep their digest
+    assert spec.to_dict()["allow_inert"] is True  # written where it is not the default
     # Where every update saturates scales with the clip: set the clip so that it lies near 3,
     # inside the grid 1, 9, 15 (the tiny encoder's norms, read off the run just made).
     record = _trials(spec.storage)[0].user_attrs["clipping"]["tasks"]["rte"]
@@ -83,5 +96,7 @@ def test_allow_inert_trains_the_grid_and_a_partly_inert_grid_gets_a_note(
     summary = launch(spec, progress=True)
     assert summary.ran == 3
     err = capsys.readouterr().err
+    # The probe says it first (from the first updates), the first finished cell again.
+    assert "note: rte: in a probe of its first" in err, err[-2000:]
     assert "note: rte: in a finished cell (w=1 seed 1) every central update" in err, err[-2000:]
     assert "weights 9, 15 will train the same treatment" in err

@@ -111,6 +111,12 @@ YAML = {"Content-Type": "application/yaml"}
 def test_launch_validates_then_starts_a_subprocess(client, tmp_path):
     bad = client.post("/studies", content="study: x\nweights: [0]\n", headers=YAML)
     assert bad.status_code == 400 and bad.json()["problems"]
+    # A search whose every weight is one treatment by its settings (no auxiliary task).
+    alone = client.post("/studies", headers=YAML, content=SPEC.format(name="alone").replace(
+        "tasks: [rte, mrpc]", "tasks: [rte]"))
+    assert alone.status_code == 400
+    assert any("would train with no auxiliary task" in p and "allow_inert: true" in p
+               for p in alone.json()["problems"]), alone.text
     exists = client.post("/studies", content=SPEC.format(name="siwlm-paper"),
                          headers=YAML)
     assert exists.status_code == 409 and "resume" in exists.json()["detail"]

@@ -333,7 +333,7 @@ def test_paths_resolve_against_the_study_file(tmp_path: Path, sample_data_dir: P
     folder.mkdir()
     (tmp_path / "data").symlink_to(sample_data_dir)
     path = folder / "s.yaml"
-    path.write_text("study: rel\ntrain:\n  data_dir: ../data\n  tasks: [rte]\n"
+    path.write_text("study: rel\ntrain:\n  data_dir: ../data\n  tasks: [rte, mrpc]\n"
                     "workdir: runs\n")
     monkeypatch.chdir("/")
     spec = load_study_spec(path)
@@ -345,7 +345,7 @@ def test_paths_resolve_against_the_study_file(tmp_path: Path, sample_data_dir: P
     assert spec.workdir == str(tmp_path / "elsewhere")
     # An MLflow folder too (a server URI stays as it is), whether the file or --set gives it.
     monkeypatch.chdir("/")
-    path.write_text("study: rel\ntrain:\n  data_dir: ../data\n  tasks: [rte]\n"
+    path.write_text("study: rel\ntrain:\n  data_dir: ../data\n  tasks: [rte, mrpc]\n"
                     "  tracking: {mlflow: mlruns}\nworkdir: runs\n")
     assert load_study_spec(path).train["tracking"]["mlflow"] == str(folder / "mlruns")
     monkeypatch.chdir(tmp_path)
@@ -506,3 +506,39 @@ def test_a_stored_version_that_is_no_format_number_is_named(version, tmp_path):
            "central_tasks": ["rte"], "weights": [1, 9], "workdir": str(tmp_path / "runs")}
     with pytest.raises(ConfigError, match="version: "):
         load_study_spec(as_launched(raw))
+
+
+@pytest.mark.parametrize(("change", "needle"), [
+    ({"train": {"tasks": ["rte"]}},
+     "central_tasks: rte would train with no auxiliary task, where every searched weight is "
+     "one treatment (a loss weight scales the whole loss"),
+    ({"aux_tasks": []}, "central_tasks: rte, mrpc, stsb would train with no auxiliary task"),
+    ({"train": {"tasks": ["rte"]}, "weight_acts_on": "sampling"},
+     "a sampling rate has no other task to share the batches with"),
+    ({"train": {"weighting": {"scheme": "siwlm", "variant": "paper", "off_focus": 0}}},
+     "off_focus: 0 gives every other batch weight 0, so the central weight reaches no batch"),
+])
+def test_a_search_of_one_treatment_by_its_settings_is_refused(base: dict, change: dict,
+                                                              needle: str) -> None:
+    raw = {**base, **change, "train": {**base["train"], **change.get("train", {})}}
+    found = problems_of(raw)
+    assert any(needle in p and "allow_inert: true" in p for p in found), found
+    # The study that means it trains it; and a search of more than the weight is not judged.
+    assert load_study_spec({**raw, "allow_inert": True}).allow_inert
+    if "weight_acts_on" not in change:
+        load_study_spec({**raw, "search": {"space": {"weighting.central_weight": [1, 9],
+                                                     "lr": [1e-4, 2e-4]}}})
+
+
+def test_a_study_stored_before_format_8_keeps_training_on(base: dict) -> None:
+    """Before format 8 a grid of one treatment trained with a note: a stored study keeps that
+    (its remaining cells train as its first ones), today's studies refuse it by default."""
+    from weightsearch.sweep.spec import SPEC_VERSION, as_launched
+
+    stored = load_study_spec(base).to_dict()
+    assert stored["version"] == SPEC_VERSION == 8 and "allow_inert" not in stored
+    assert load_study_spec(as_launched(stored)).allow_inert is False
+    before = load_study_spec(as_launched({**stored, "version": 7}))
+    assert before.allow_inert is True
+    said = load_study_spec(as_launched({**stored, "version": 7, "allow_inert": False}))
+    assert said.allow_inert is False  # a study that said so keeps what it said

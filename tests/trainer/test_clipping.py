@@ -125,7 +125,7 @@ def _one_update(run, task, restated_clip):
     and the same update restated on a copy of the model: the gradient of the batch's plain
     loss, clipped and weighted as `restated_clip(grads, weight)` says, then the optimizer
     step. The weight, and the parameters after each."""
-    from weightsearch.trainer.loop import _to_device, _train_step
+    from weightsearch.trainer.loop import _to_device, train_step
     from weightsearch.trainer.optim import build_optimizer
 
     step, indices = next((i, ix) for i, (t, ix) in enumerate(run.plans[1])
@@ -135,7 +135,7 @@ def _one_update(run, task, restated_clip):
     twin_opt = build_optimizer(twin, run.cfg, run.runtime.device, [])
 
     torch.manual_seed(5)
-    _train_step(run, 1, step, task, indices)
+    train_step(run, 1, step, task, indices)
 
     torch.manual_seed(5)
     twin.train()
@@ -188,7 +188,7 @@ def test_each_mode_matches_a_restatement(sample_data_dir, tiny_encoder, tmp_path
 
 def test_the_two_modes_differ_at_a_clipped_update(sample_data_dir, tiny_encoder, tmp_path):
     """The restatement is sharp: the two modes give different parameters at weight 9."""
-    from weightsearch.trainer.loop import _train_step, set_up
+    from weightsearch.trainer.loop import train_step, set_up
 
     after = {}
     for mode in ("global", "unweighted"):
@@ -201,7 +201,7 @@ def test_the_two_modes_differ_at_a_clipped_update(sample_data_dir, tiny_encoder,
         step, (task, indices) = next((i, p) for i, p in enumerate(run.plans[1])
                                      if p[0] == "rte" and run.scheme.weight("rte", 1, i) > 1)
         torch.manual_seed(5)
-        _train_step(run, 1, step, task, indices)
+        train_step(run, 1, step, task, indices)
         after[mode] = {k: v - before[k] for k, v in run.model.state_dict().items()}
     changes = [float((after["global"][k] - after["unweighted"][k]).abs().max())
                for k in after["global"]]

@@ -48,13 +48,13 @@ def test_a_run_begun_at_the_old_default_resumes_at_it(sample_data_dir):
 
 
 def test_a_study_launched_before_keeps_its_cells_at_the_old_default(sample_data_dir, tmp_path):
-    from weightsearch.sweep.spec import as_launched, load_study_spec
+    from weightsearch.sweep.spec import SPEC_VERSION, as_launched, load_study_spec
 
     raw = {"study": "old", "train": {"data_dir": str(sample_data_dir), "tasks": ["rte", "mrpc"],
                                      "epochs": 1},
            "central_tasks": ["rte"], "weights": [1, 9], "workdir": str(tmp_path / "runs")}
     stored = load_study_spec(raw).to_dict()
-    assert stored["version"] == 7 and "lr" not in stored["train"]
+    assert stored["version"] == SPEC_VERSION and "lr" not in stored["train"]
     assert as_launched(stored) == stored  # today's format: nothing written in
     before = {**stored, "version": 4}
     cell = load_study_spec(as_launched(before)).for_cell("rte", {"weighting.central_weight": 1.0},
@@ -76,7 +76,7 @@ def test_the_default_encoder_by_its_folder_gets_its_own_rate_and_old_studies_kee
     """The default encoder named by the folder its package ships it in (what a study's regime
     records) is the default encoder: 2e-4, as by its name. A study of format 5 named so trained
     at 5e-5 (a folder was any encoder then), and its remaining cells still do."""
-    from weightsearch.sweep.spec import as_launched, load_study_spec
+    from weightsearch.sweep.spec import SPEC_VERSION, as_launched, load_study_spec
     from weightsearch.trainer.config import default_lr
     from weightsearch.trainer.encoders import default_encoder_path
 

@@ -168,13 +168,13 @@ def test_a_siwlm_paper_study_stored_before_format_7_keeps_training_with_skip(
         sample_data_dir, tmp_path) -> None:
     """preset: siwlm-paper now sets idle_params: step; a study launched before (format 6)
     trained its first cells with skip, and its remaining cells must train as they did."""
-    from weightsearch.sweep.spec import as_launched, load_study_spec
+    from weightsearch.sweep.spec import SPEC_VERSION, as_launched, load_study_spec
 
     raw = {"study": "paper", "train": {"preset": "siwlm-paper", "data_dir": str(sample_data_dir),
                                        "tasks": ["rte", "mrpc"], "epochs": 1},
            "central_tasks": ["rte"], "weights": [1, 9], "workdir": str(tmp_path / "runs")}
     stored = load_study_spec(raw).to_dict()
-    assert stored["version"] == 7 and as_launched(stored) == stored
+    assert stored["version"] == SPEC_VERSION and as_launched(stored) == stored
 
     def cell(spec: dict):
         return load_study_spec(as_launched(spec)).for_cell(

@@ -183,3 +183,34 @@ def test_fixed_batches_are_consecutive_unless_bucketing_is_asked_for(sample_data
                          "length_bucketing": True})
     plan = batch_plan(data, 16, 1, 1, asked.length_bucketing, fixed=True)
     assert any(not np.array_equal(b, np.arange(b[0], b[0] + len(b))) for _, b in plan)
+
+
+@pytest.mark.parametrize(("total", "warmup"), [(1000, 0.1), (25, 0.1), (35, 0.1), (45, 0.1)])
+def test_linear_against_transformers_schedule_as_the_mt_dnn_code_calls_it(total, warmup):
+    """The current MT-DNN code passes warmup x total updates, unrounded, to `transformers`'
+    linear schedule. Ours warms up over round(warmup x total) updates, each at (k + 1) / n
+    (docs/departures.md): where the product is whole the two differ only by that one-update
+    shift of the warm-up; where it is not, the warm-up's length and the decay's denominator
+    differ too, and the schedules' summed rate apart by the figures departures.md gives."""
+    from transformers import get_linear_schedule_with_warmup
+
+    from weightsearch.trainer.optim import schedule_factor
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = get_linear_schedule_with_warmup(opt, num_warmup_steps=warmup * total,
+                                            num_training_steps=total)
+    ref = []
+    for _ in range(total):
+        ref.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    ours = [schedule_factor("linear", "adamax", k, total, warmup) for k in range(total)]
+    n = round(warmup * total)
+    if n == warmup * total:
+        assert ours[:n - 1] == pytest.approx(ref[1:n])  # one update earlier in the warm-up
+        assert ours[n:] == pytest.approx(ref[n:])  # the same decay
+    else:
+        assert ours[n:] != pytest.approx(ref[n:])
+    ratio = sum(ours) / sum(ref)
+    assert ratio == pytest.approx({1000: 1.002, 25: 1.085, 35: 1.060, 45: 1.046}[total],
+                                  abs=5e-4)
