@@ -188,7 +188,7 @@ def test_each_mode_matches_a_restatement(sample_data_dir, tiny_encoder, tmp_path
 
 def test_the_two_modes_differ_at_a_clipped_update(sample_data_dir, tiny_encoder, tmp_path):
     """The restatement is sharp: the two modes give different parameters at weight 9."""
-    from weightsearch.trainer.loop import train_step, set_up
+    from weightsearch.trainer.loop import set_up, train_step
 
     after = {}
     for mode in ("global", "unweighted"):

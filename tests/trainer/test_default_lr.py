@@ -76,7 +76,7 @@ def test_the_default_encoder_by_its_folder_gets_its_own_rate_and_old_studies_kee
     """The default encoder named by the folder its package ships it in (what a study's regime
     records) is the default encoder: 2e-4, as by its name. A study of format 5 named so trained
     at 5e-5 (a folder was any encoder then), and its remaining cells still do."""
-    from weightsearch.sweep.spec import SPEC_VERSION, as_launched, load_study_spec
+    from weightsearch.sweep.spec import as_launched, load_study_spec
     from weightsearch.trainer.config import default_lr
     from weightsearch.trainer.encoders import default_encoder_path
 
