@@ -9,8 +9,9 @@ written), reads the central task's unweighted gradient norms, and combines them 
 factor the weighting scheme applies to the central weight over the whole run (SIWLM: 1 in focus,
 `off_focus` elsewhere) into the weight above which every central update would be clipped.
 
-A probe is an estimate: it sees the first updates only, and gradient norms drift as a run
-trains. The study's first finished cell judges again from the whole run's record.
+A probe is an estimate: it sees the first updates only, gradient norms drift as a run trains,
+and it trains on the hard labels alone (a distilled task's soft targets are left out). The
+study's first finished cell judges again from the whole run's record.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def probe_clipping(cfg: RunConfig, central_updates: int = CENTRAL_UPDATES,
     if cfg.device == "cuda" and not torch.cuda.is_available():
         cfg = dataclasses.replace(cfg, device="auto")  # a driver without the trials' GPU
     with tempfile.TemporaryDirectory(prefix="weightsearch-probe-") as folder:
-        cfg = dataclasses.replace(cfg, output_dir=folder)  # set_up writes nothing there
+        # set_up writes nothing in output_dir; a compile would cost more than the probe
+        cfg = dataclasses.replace(cfg, output_dir=folder, compile=False)
         run = set_up(cfg, graphs=GraphPlan(False))
         try:
             trained, norms = _first_updates(run, central, central_updates, max_updates)
