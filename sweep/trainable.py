@@ -50,6 +50,11 @@ MEMBER_ERROR = "member_error"  # an ended member's error, one line
 FUSE_NOTE = "fuse_note"  # why a fused unit's cells trained one after another after all
 # Keys of the trial config the searcher hands over.
 RUN_CONFIG = "run_config"
+# Fault injection for tests: the path of a file. The first fused trial to report a member's end
+# while the file exists deletes it and SIGKILLs its own worker, as a machine that loses the
+# worker between a member's end and the trial's would: the retry must report the ended members
+# again and train none of them twice.
+KILL_AFTER_MEMBER_END = "WEIGHTSEARCH_TEST_KILL_AFTER_MEMBER_END"
 MEMBERS = "members"  # a fused unit: each member cell's own trial config
 
 
@@ -225,6 +230,20 @@ def run_fused(config: dict[str, Any]) -> None:
             reporter.failed(outcome)
         else:
             reporter.finished(outcome)
+        _fault_after_member_end()
+
+
+def _fault_after_member_end() -> None:
+    marker = os.environ.get(KILL_AFTER_MEMBER_END)
+    if not marker:
+        return
+    try:
+        os.unlink(marker)  # atomic: one worker takes it
+    except FileNotFoundError:
+        return
+    import signal
+
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 class _EarlierError(Exception):
