@@ -59,6 +59,7 @@ def launch(
     centrals = [study_db.describe(spec, c) for c in spec.central_tasks]
     new_file = sqlite_path(url) is not None and file_identity(url) is None
     if new_file:  # nothing stored yet: a grid of one treatment is refused before the file is made
+        _refuse_foreign_runs(spec, [c.name for c in centrals], url)
         refuse_clipped_grids(spec, [c.name for c in centrals], progress)
     storage = _open(url)
     # The file every write and the summary go to: a driver whose file is deleted or replaced

@@ -99,7 +99,7 @@ def test_a_fresh_core_install_trains_recommends_inspects_and_names_missing_extra
 
     spec = tmp_path / "study.yaml"
     spec.write_text(f"study: s\ntrain: {{data_dir: {ROOT / 'data' / 'glue_sample'}, "
-                    "tasks: [rte, mrpc]}\nweights: [1, 9]\n")
+                    "tasks: [rte, mrpc]}\nweights: [1, 9]\nallow_inert: true\n")
     run_cfg = tmp_path / "run.yaml"
     run_cfg.write_text(f"data_dir: {ROOT / 'data' / 'glue_sample'}\ntasks: [rte]\n"
                        "tracking: {tensorboard: true}\n")

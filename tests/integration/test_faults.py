@@ -178,7 +178,7 @@ def cluster() -> Iterator[Cluster]:
 def _study_file(tmp_path: Path, name: str, url: str, encoder: str, data: Path, weights: list,
                 concurrent: int, epochs: int = 3, examples: int = 192) -> Path:
     spec = {
-        "study": name,
+        "study": name, "allow_inert": True,
         "storage": url,
         "train": {
             "encoder": encoder, "data_dir": str(data), "tasks": ["rte", "mrpc"],

@@ -22,7 +22,7 @@ def test_export_import_and_recommend_by_the_encoder_folder(
 
     url = f"sqlite:///{tmp_path / 'own.db'}"
     spec = load_study_spec({
-        "study": "folder", "storage": url,
+        "study": "folder", "allow_inert": True, "storage": url,
         "train": {"encoder": tiny_encoder, "data_dir": str(sample_data_dir),
                   "tasks": ["rte", "mrpc"], "epochs": 1, "batch_size": 16,
                   "max_train_examples": 48, "max_eval_examples": 32, "num_threads": 1,

@@ -27,7 +27,7 @@ def _spec(tmp_path: Path, encoder: str, data: Path) -> Any:
     from weightsearch.sweep.spec import load_study_spec
 
     return load_study_spec({
-        "study": "lost",
+        "study": "lost", "allow_inert": True,
         "storage": f"sqlite:///{tmp_path / 'lost.db'}",
         "train": {"encoder": encoder, "data_dir": str(data), "tasks": ["rte", "mrpc"],
                   "epochs": 1, "batch_size": 16, "max_train_examples": 32,

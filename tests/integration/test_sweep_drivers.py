@@ -206,7 +206,7 @@ def test_stalled_driver_loses_its_cell_quietly(tiny_encoder: str, sample_data_di
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     path = tmp_path / "study.yaml"
     path.write_text(yaml.safe_dump({
-        "study": "stall",
+        "study": "stall", "allow_inert": True,
         "train": {"encoder": tiny_encoder, "data_dir": str(sample_data_dir),
                   "tasks": ["rte", "mrpc"], "epochs": 4, "batch_size": 4,
                   "max_train_examples": 300, "max_eval_examples": 32, "num_threads": 1},

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 def study_dict(name: str, tiny_encoder: str, data_dir: Path, tmp_path: Path) -> dict:
     return {
-        "study": name,
+        "study": name, "allow_inert": True,
         "storage": f"sqlite:///{tmp_path / 'studies.db'}",
         "train": {
             "encoder": tiny_encoder,

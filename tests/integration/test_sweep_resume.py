@@ -91,7 +91,7 @@ def test_ctrl_c_exits_130_and_leaves_no_running_trial(
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     study_file = tmp_path / "study.yaml"
     study_file.write_text(yaml.safe_dump({
-        "study": "cc",
+        "study": "cc", "allow_inert": True,
         "train": {"encoder": tiny_encoder, "data_dir": str(sample_data_dir),
                   "tasks": ["rte", "mrpc"], "epochs": 4, "batch_size": 8,
                   "max_train_examples": 200, "max_eval_examples": 32},

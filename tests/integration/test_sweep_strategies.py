@@ -27,7 +27,7 @@ def ray_session():
 def _study(name: str, tiny_encoder: str, data_dir: Path, tmp_path: Path, search: dict,
            epochs: int = 2, tasks=("rte", "mrpc")) -> dict:
     return {
-        "study": name, "storage": f"sqlite:///{tmp_path / 'studies.db'}",
+        "study": name, "allow_inert": True, "storage": f"sqlite:///{tmp_path / 'studies.db'}",
         "train": {"encoder": tiny_encoder, "data_dir": str(data_dir), "tasks": list(tasks),
                   "weighting": {"scheme": "siwlm"}, "epochs": epochs, "batch_size": 16,
                   "max_train_examples": 32, "max_eval_examples": 32, "max_seq_len": 64},

@@ -173,7 +173,7 @@ def test_a_launched_halving_study_starts_from_the_recommendation(
     from weightsearch.sweep.launch import launch
 
     spec = load_study_spec({
-        "study": "seeded", "storage": f"sqlite:///{tmp_path / 'studies.db'}",
+        "study": "seeded", "allow_inert": True, "storage": f"sqlite:///{tmp_path / 'studies.db'}",
         "train": {"encoder": tiny_encoder, "data_dir": str(sample_data_dir),
                   "tasks": ["rte", "mrpc"], "weighting": {"scheme": "siwlm"}, "epochs": 2,
                   "batch_size": 16, "max_train_examples": 32, "max_eval_examples": 32,

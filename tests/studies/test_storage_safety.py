@@ -144,6 +144,7 @@ def test_an_in_memory_database_is_refused_wherever_results_are_written(
     study.write_text(f"study: mem\ntrain: {{encoder: {tiny_encoder}, data_dir: "
                      f"{sample_data_dir}, tasks: [rte, mrpc], epochs: 1, "
                      f"max_train_examples: 16}}\ncentral_tasks: [rte]\nweights: [1, 9]\n"
+                     "allow_inert: true\n"
                      f"workdir: {tmp_path / 'work'}\n")
     for argv in (["launch", str(study)], ["resume", "mem"],
                  ["import", str(TABLE2), "--study", "mem"], ["serve", "--port", "1"]):

@@ -177,7 +177,7 @@ def test_a_real_study_with_every_central_update_clipped(tiny_encoder, tmp_path):
     from weightsearch.sweep.spec import load_study_spec
 
     spec = load_study_spec({
-        "study": "clipped", "storage": f"sqlite:///{tmp_path / 'studies.db'}",
+        "study": "clipped", "allow_inert": True, "storage": f"sqlite:///{tmp_path / 'studies.db'}",
         "train": {"encoder": tiny_encoder, "data_dir": str(SAMPLE),
                   "tasks": ["rte", "mrpc"], "epochs": 1, "batch_size": 16,
                   "max_train_examples": 32, "max_eval_examples": 32, "grad_clip": 1e-4,

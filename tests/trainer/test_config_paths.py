@@ -106,7 +106,8 @@ def test_run_configs_and_study_files_anchor_an_encoder_folder_alike(
     monkeypatch.setenv("HOME", str(project))  # `~/models/tiny` is then the same folder
     shutil.copytree(tiny_encoder, project / "models" / "tiny")
     shutil.copytree(sample_data_dir / "RTE", project / "RTE")
-    run = f"encoder: {written}\ndata_dir: .\ntasks: [rte]\n"
+    shutil.copytree(sample_data_dir / "MRPC", project / "MRPC")
+    run = f"encoder: {written}\ndata_dir: .\ntasks: [rte, mrpc]\n"
     (project / "run.yaml").write_text(run)
     (project / "study.yaml").write_text(
         "study: s\ntrain:\n" + "".join(f"  {line}\n" for line in run.splitlines()))
