@@ -59,7 +59,7 @@ def train(
     """
     cfg = config if isinstance(config, RunConfig) else load_config(config)
     if quiet:
-        _silence_libraries()
+        silence_libraries()
     threads = torch.get_num_threads()
     reset_peak()  # the run's own peak memory, in a worker that trained runs before
     try:
@@ -86,7 +86,7 @@ def train_fused(
     for cfg in cfgs:
         _check_finetune_folder(cfg)
     if quiet:
-        _silence_libraries()
+        silence_libraries()
     threads = torch.get_num_threads()
     reset_peak()
     reports = list(reports) if reports is not None else [None] * len(cfgs)
@@ -185,7 +185,7 @@ def _finetune(cfg: RunConfig, init_from: Path, report: Report | None, quiet: boo
     return results
 
 
-def _silence_libraries() -> None:
+def silence_libraries() -> None:
     """Workers log through their reports; library progress bars would only flood their logs."""
     import datasets
     import transformers
@@ -195,4 +195,4 @@ def _silence_libraries() -> None:
     datasets.disable_progress_bars()
 
 
-__all__ = ["train", "train_fused"]
+__all__ = ["silence_libraries", "train", "train_fused"]

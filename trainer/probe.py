@@ -27,6 +27,7 @@ import torch
 from weightsearch.trainer.config import RunConfig
 from weightsearch.trainer.graphs import GraphPlan
 from weightsearch.trainer.loop import StageRun, set_up, train_step
+from weightsearch.trainer.pipeline import silence_libraries
 from weightsearch.trainer.weighting import build_scheme
 
 CENTRAL_UPDATES = 8  # the central task's updates a probe reads
@@ -56,6 +57,7 @@ def probe_clipping(cfg: RunConfig, central_updates: int = CENTRAL_UPDATES,
         raise ValueError("a clipping probe needs a run with a central task")
     if cfg.device == "cuda" and not torch.cuda.is_available():
         cfg = dataclasses.replace(cfg, device="auto")  # a driver without the trials' GPU
+    silence_libraries()  # the driver's progress lines, not a loader's bars
     with tempfile.TemporaryDirectory(prefix="weightsearch-probe-") as folder:
         # set_up writes nothing in output_dir; a compile would cost more than the probe
         cfg = dataclasses.replace(cfg, output_dir=folder, compile=False)
