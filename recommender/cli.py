@@ -63,7 +63,7 @@ def register(subparsers) -> None:
 
 
 def _train_size(args) -> int:
-    from weightsearch.recommender.recommend import check_train_size
+    from weightsearch.recommender.asking import check_train_size
 
     if args.train_size is not None:
         try:
@@ -130,14 +130,11 @@ def _is_number(cell: str) -> bool:
 
 
 def run_recommend(args) -> int:
+    from weightsearch.recommender.asking import check_regime
+    from weightsearch.recommender.evaluation import evaluation_summary, leave_one_task_out
+    from weightsearch.recommender.evidence import load_evidence
     from weightsearch.recommender.handover import FORMATS, check_param, optuna_text, ray_text
-    from weightsearch.recommender.recommend import (
-        check_regime,
-        evaluation_summary,
-        leave_one_task_out,
-        load_evidence,
-        recommend_from,
-    )
+    from weightsearch.recommender.recommend import recommend_from
     from weightsearch.recommender.report import (
         evaluation_text,
         plot_evaluation,

@@ -5,14 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from weightsearch.recommender.answer_text import NEAR_DECADES
+from weightsearch.recommender.evaluation import CLEAR_GAIN
+from weightsearch.recommender.evidence import EvidencePoint
 from weightsearch.recommender.prior import PRIOR_STUDY
-from weightsearch.recommender.recommend import (
-    CLEAR_GAIN,
-    NEAR_DECADES,
-    EvidencePoint,
-    Recommendation,
-    recommend_from,
-)
+from weightsearch.recommender.recommend import Recommendation, recommend_from
 
 SOURCE_WORDS = {
     "prior": "built-in only (the SIWLM paper's Table 2 and this project's shipped studies)",
@@ -87,7 +84,7 @@ def _regime_cell(e: dict) -> str:
 
 
 def evaluation_text(rows: list[dict], rate: float | None, over: str) -> str:
-    from weightsearch.recommender.recommend import evaluation_summary
+    from weightsearch.recommender.evaluation import evaluation_summary
 
     if not rows:
         return "nothing to evaluate: no finished central task"

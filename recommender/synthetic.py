@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from weightsearch.recommender.recommend import EvidencePoint, _point
+from weightsearch.recommender.evidence import EvidencePoint, point_from_scores
 
 GRID = (1.0, 3.0, 6.0, 9.0, 12.0, 15.0)
 TASK_SD = 1.5
@@ -273,8 +273,8 @@ def as_evidence(task: SyntheticTask, encoder: str | None = None,
                 stage: str = "multitask") -> EvidencePoint | None:
     """The task's study as the recommender reads it; None when it has fewer than two weights
     (a study that contributes nothing)."""
-    return _point(task.name, f"synthetic/{task.name}", task.train_size, "classification",
-                  "studies", task.values, True, encoder or task.regime, stage, None)
+    return point_from_scores(task.name, f"synthetic/{task.name}", task.train_size, "classification",
+                             "studies", task.values, True, encoder or task.regime, stage, None)
 
 
 def as_rows(task: SyntheticTask) -> list[dict]:

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 
-from weightsearch.recommender.recommend import (
+from weightsearch.recommender.evidence import (
     builtin_evidence,
     load_evidence,
     merge_evidence,

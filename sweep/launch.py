@@ -231,7 +231,8 @@ def first_points(spec: StudySpec, centrals: list[Central], url: str,
     if not (spec.warm_recommend or strategy.wants_recommendation(settings)):
         # (the spec checks that a recommendation's space searches the central weight)
         return {c.name: list(spec.warm_start) for c in centrals}
-    from weightsearch.recommender.recommend import asked_encoder, recommend
+    from weightsearch.recommender.asking import asked_encoder
+    from weightsearch.recommender.recommend import recommend
 
     out: dict[str, list[Point]] = {}
     for c in centrals:

@@ -5,7 +5,7 @@ from typing import Literal
 
 from fastapi import APIRouter, Query
 
-from weightsearch.recommender.recommend import CLIPPING_PATTERN, ENCODER_PATTERN
+from weightsearch.recommender.asking import CLIPPING_PATTERN, ENCODER_PATTERN
 from weightsearch.service.db_calls import in_thread
 from weightsearch.service.deps import Database
 from weightsearch.service.models import Recommendation, errors

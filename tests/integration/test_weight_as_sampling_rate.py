@@ -35,7 +35,8 @@ def test_a_sampling_rate_study_trains_exports_and_answers_in_its_own_regime(
         local_ray: None, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
     import optuna
 
-    from weightsearch.recommender.recommend import load_evidence, recommend
+    from weightsearch.recommender.evidence import load_evidence
+    from weightsearch.recommender.recommend import recommend
     from weightsearch.studies.exporter import export_study
     from weightsearch.studies.importer import import_file
     from weightsearch.studies.reading import read_central

@@ -386,7 +386,7 @@ def test_regret_comparison_counts_a_dataset_once_and_says_when_it_cannot_judge()
     together; with fewer than three datasets there is no verdict."""
     import numpy as np
 
-    from weightsearch.recommender.recommend import regret_comparison
+    from weightsearch.recommender.evaluation import regret_comparison
 
     rules = ("weight_1", "constant", "rule_of_thumb", "size_rule_refit", "nearest_neighbour")
     rows = [_row(f"d{i // 2}", 0.1 * i, {r: 0.1 * i + 0.5 + 0.1 * k for k, r in

@@ -6,8 +6,9 @@ import pytest
 
 from tests.helpers import TABLE2
 from weightsearch.core.errors import ConfigError
+from weightsearch.recommender.evidence import prior_evidence
 from weightsearch.recommender.prior import GRID, PRIOR, write_prior_csv
-from weightsearch.recommender.recommend import prior_evidence, recommend, recommend_from
+from weightsearch.recommender.recommend import recommend, recommend_from
 
 
 def test_prior_has_the_papers_eight_tasks_on_its_grid():

@@ -8,8 +8,10 @@ import pytest
 
 from tests.helpers import SAMPLE, TABLE2
 from weightsearch.cli import main
+from weightsearch.recommender.evaluation import leave_one_task_out
+from weightsearch.recommender.evidence import load_evidence
 from weightsearch.recommender.prior import PRIOR_STUDY
-from weightsearch.recommender.recommend import leave_one_task_out, load_evidence, recommend
+from weightsearch.recommender.recommend import recommend
 from weightsearch.studies.importer import import_file
 
 # A measured RTE (same data as the paper's) whose best weight is 3, over two seeds.

@@ -12,7 +12,8 @@ import pytest
 
 from tests.helpers import SAMPLE
 from weightsearch.cli import main
-from weightsearch.recommender.recommend import _point, prior_evidence, recommend_from
+from weightsearch.recommender.evidence import point_from_scores, prior_evidence
+from weightsearch.recommender.recommend import recommend_from
 from weightsearch.recommender.synthetic import as_evidence, coverage_and_error, make_task
 from weightsearch.studies.importer import import_file
 
@@ -22,8 +23,8 @@ def study(task: str, size: int, means: dict[float, float], seeds: int = 3, sprea
     """A study whose per-weight means are exactly `means`; seeds spread symmetrically."""
     offsets = np.linspace(-spread, spread, seeds) if seeds > 1 else np.zeros(1)
     values = {w: [m + float(o) for o in offsets] for w, m in means.items()}
-    return _point(task, f"mine/{task}", size, "classification", "studies", values, True,
-                  encoder, stage, None)
+    return point_from_scores(task, f"mine/{task}", size, "classification", "studies", values, True,
+                             encoder, stage, None)
 
 
 PEAK_AT_3 = {1.0: 72.0, 3.0: 78.0, 6.0: 74.0, 9.0: 71.0, 12.0: 69.0, 15.0: 68.0}

@@ -16,8 +16,9 @@ from weightsearch.recommender.baselines import (
     nearest_neighbour,
     rule_of_thumb,
 )
+from weightsearch.recommender.evidence import load_evidence, point_from_scores
 from weightsearch.recommender.hierarchy import fit_law, mixture_quantiles
-from weightsearch.recommender.recommend import _point, load_evidence, recommend_from
+from weightsearch.recommender.recommend import recommend_from
 from weightsearch.recommender.task_curve import locate_best
 from weightsearch.studies.importer import import_file
 
@@ -33,8 +34,8 @@ def curve(best: float, grid=GRID, height: float = 4.0, seeds: int = 3, noise: fl
 
 
 def point(task: str, size: int, values: dict, encoder: str = "mine"):
-    return _point(task, f"{encoder}/{task}", size, "classification", "studies", values, True,
-                  encoder, "multitask", None)
+    return point_from_scores(task, f"{encoder}/{task}", size, "classification", "studies", values,
+                             True, encoder, "multitask", None)
 
 
 def line(x: float) -> float:
@@ -111,8 +112,8 @@ def test_another_regime_gets_a_shared_offset_estimated_where_the_regimes_overlap
 
 def test_several_studies_of_one_task_pool():
     a = point("rte", 2490, curve(12.0, seed=1))
-    b = _point("rte", "again/rte", 2490, "classification", "studies", curve(12.0, seed=2), True,
-               "mine", "multitask", None)
+    b = point_from_scores("rte", "again/rte", 2490, "classification", "studies",
+                          curve(12.0, seed=2), True, "mine", "multitask", None)
     rec = recommend_from([a, b, *studies_on_the_line([3.0, 4.0, 5.0])], 2490, encoder="mine")
     says = [e["say"] for e in rec.evidence if e["task"] == "rte"]
     assert len(says) == 2 and min(says) > 0.05
@@ -276,8 +277,9 @@ def test_an_outlier_task_studied_twice_is_still_singled_out():
     """Its two studies share the task's scatter: left out one at a time, each would be
     predicted by the other; the task is left out as a whole."""
     evidence = studies_on_the_line([2.8, 3.0, 3.2, 3.6, 4.0, 4.4, 4.8, 5.2])
-    twice = [_point("odd", f"s{i}/odd", 1000, "classification", "studies",
-                    curve(1.0, seed=20 + i), True, "mine", "multitask", None) for i in range(2)]
+    twice = [point_from_scores("odd", f"s{i}/odd", 1000, "classification", "studies",
+                               curve(1.0, seed=20 + i), True, "mine", "multitask", None)
+             for i in range(2)]
     both = evidence + twice
     robust = fit_law([math.log10(p.train_size) for p in both], [p.location for p in both],
                      [p.variance for p in both], [p.task for p in both])

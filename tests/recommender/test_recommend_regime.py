@@ -12,12 +12,9 @@ import pytest
 
 from weightsearch.cli import main
 from weightsearch.core.errors import ConfigError
-from weightsearch.recommender.recommend import (
-    _point,
-    check_train_size,
-    prior_evidence,
-    recommend_from,
-)
+from weightsearch.recommender.asking import check_train_size
+from weightsearch.recommender.evidence import point_from_scores, prior_evidence
+from weightsearch.recommender.recommend import recommend_from
 from weightsearch.recommender.regime import VARIANTS, encoder_size, size_from_config
 from weightsearch.studies import schema as S
 
@@ -29,8 +26,8 @@ def study(task: str, size: int, means: dict[float, float], encoder: str | None =
           stage: str | None = "multitask", variant: str | None = None,
           encoder_size: str | None = None, clipping: str | None = None):
     values = {w: [m - 0.5, m, m + 0.5] for w, m in means.items()}
-    return _point(task, f"mine/{task}", size, "classification", "studies", values, True,
-                  encoder, stage, variant, encoder_size, clipping=clipping)
+    return point_from_scores(task, f"mine/{task}", size, "classification", "studies", values, True,
+                             encoder, stage, variant, encoder_size, clipping=clipping)
 
 
 def test_variant_is_part_of_the_regime() -> None:
@@ -199,7 +196,7 @@ def test_law_cache_is_safe_under_threads() -> None:
 def test_unasked_the_regime_is_the_users_own_else_the_default_encoders() -> None:
     """The published rows (BERT-base, fine-tuned) outnumber a user's studies; unasked, the
     answer is still for the user's own regime, and without studies for the default encoder's."""
-    from weightsearch.recommender.recommend import builtin_evidence
+    from weightsearch.recommender.evidence import builtin_evidence
     from weightsearch.recommender.regime import DEFAULT_ENCODER
     from weightsearch.trainer.config import DEFAULT_ENCODER as TRAINER_DEFAULT
 
@@ -224,7 +221,7 @@ def test_a_launched_study_that_locates_nothing_never_sets_the_regime() -> None:
     """Two toy studies of one's own, one in uclip1 whose curve is flat (no say in the answer):
     the answer stays in the default encoder's regime, with a note naming what was passed
     over; a uclip1 study that does locate a best weight sets the regime as before."""
-    from weightsearch.recommender.recommend import builtin_evidence
+    from weightsearch.recommender.evidence import builtin_evidence
 
     builtin = builtin_evidence()
     flat = {w: 70.0 for w in (1.0, 3.0, 9.0, 15.0)}
@@ -246,7 +243,7 @@ def test_the_recommendation_plot_marks_discounted_points_and_keeps_labels_apart(
     matplotlib.use("Agg")
     from matplotlib.transforms import Bbox
 
-    from weightsearch.recommender.recommend import builtin_evidence
+    from weightsearch.recommender.evidence import builtin_evidence
     from weightsearch.recommender.report import recommendation_figure
 
     evidence = builtin_evidence()
@@ -306,7 +303,7 @@ def test_a_bad_clipping_is_refused(bad, capsys) -> None:
 
 
 def test_the_prior_and_the_ladder_are_clip1() -> None:
-    from weightsearch.recommender.recommend import shipped_evidence
+    from weightsearch.recommender.evidence import shipped_evidence
 
     assert {p.clipping for p in prior_evidence()} == {"clip1"}
     assert {p.clipping for p in shipped_evidence() if p.study == "sst2-ladder"} == {"clip1"}
@@ -329,7 +326,7 @@ def test_the_published_clipping_pattern_accepts_exactly_what_the_recommender_doe
     from hypothesis import strategies as st
 
     from weightsearch.core.errors import ConfigError
-    from weightsearch.recommender.recommend import CLIPPING_PATTERN, normalize_clipping
+    from weightsearch.recommender.asking import CLIPPING_PATTERN, normalize_clipping
 
     pattern = re.compile(CLIPPING_PATTERN)
 

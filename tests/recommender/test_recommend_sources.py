@@ -13,14 +13,10 @@ import pytest
 
 from weightsearch.cli import main
 from weightsearch.recommender import hierarchy
+from weightsearch.recommender.evaluation import evaluation_summary, leave_one_task_out
+from weightsearch.recommender.evidence import builtin_evidence, point_from_scores
 from weightsearch.recommender.hierarchy import fit_law
-from weightsearch.recommender.recommend import (
-    _point,
-    builtin_evidence,
-    evaluation_summary,
-    leave_one_task_out,
-    recommend_from,
-)
+from weightsearch.recommender.recommend import recommend_from
 from weightsearch.recommender.report import evaluation_text
 
 GRID = (1.0, 3.0, 6.0, 9.0, 12.0, 15.0)
@@ -29,8 +25,8 @@ GRID = (1.0, 3.0, 6.0, 9.0, 12.0, 15.0)
 def study(task: str, size: int, best: float, encoder: str, dataset: str | None = None):
     """Three seeds of a concave curve peaking at `best`, inside the grid (nothing censored)."""
     values = {w: [80 - 4 * ((w - best) / 7) ** 2 + e for e in (-0.3, 0.0, 0.3)] for w in GRID}
-    return _point(task, f"{encoder}/{task}", size, "classification", "studies", values, True,
-                  encoder, "multitask", None, dataset=dataset)
+    return point_from_scores(task, f"{encoder}/{task}", size, "classification", "studies", values,
+                             True, encoder, "multitask", None, dataset=dataset)
 
 
 def two_regimes():
@@ -178,8 +174,8 @@ LOSS = {1.0: 0.52, 3.0: 0.47, 6.0: 0.45, 9.0: 0.46, 12.0: 0.49, 15.0: 0.55}
 
 def measured(task: str, size: int, means: dict[float, float], maximize: bool = True):
     values = {w: [m - 0.001, m, m + 0.001] for w, m in means.items()}
-    return _point(task, f"mine/{task}", size, "classification", "studies", values, maximize,
-                  "mine", "multitask", None)
+    return point_from_scores(task, f"mine/{task}", size, "classification", "studies", values,
+                             maximize, "mine", "multitask", None)
 
 
 def test_evaluate_reports_regret_in_metric_points():

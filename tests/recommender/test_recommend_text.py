@@ -13,15 +13,9 @@ import numpy as np
 import pytest
 
 from weightsearch.cli import main
-from weightsearch.recommender.recommend import (
-    CLEAR_GAIN,
-    _point,
-    builtin_evidence,
-    evaluation_summary,
-    leave_one_task_out,
-    prior_evidence,
-    recommend_from,
-)
+from weightsearch.recommender.evaluation import CLEAR_GAIN, evaluation_summary, leave_one_task_out
+from weightsearch.recommender.evidence import builtin_evidence, point_from_scores, prior_evidence
+from weightsearch.recommender.recommend import recommend_from
 from weightsearch.recommender.report import evaluation_text, recommendation_text
 from weightsearch.studies.importer import import_file
 
@@ -50,8 +44,8 @@ def peaked(weight: float, seed: int) -> float:
 
 def point(curve, size: int = 3000, task: str = "mytask"):
     values = {float(w): [curve(w, s) for s in (1, 2, 3)] for w in GRID}
-    return _point(task, f"mine/{task}", size, "classification", "studies", values, True,
-                  ENCODER, "multitask", None)
+    return point_from_scores(task, f"mine/{task}", size, "classification", "studies", values, True,
+                             ENCODER, "multitask", None)
 
 
 def import_study(tmp_path: Path, curve, size: int = 3000) -> str:

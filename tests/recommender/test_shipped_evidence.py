@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from weightsearch.cli import main
-from weightsearch.recommender.recommend import builtin_evidence, load_evidence, recommend
+from weightsearch.recommender.evidence import builtin_evidence, load_evidence
+from weightsearch.recommender.recommend import recommend
 from weightsearch.recommender.shipped import DATA, SHIPPED
 from weightsearch.studies.importer import import_file, parse_rows
 from weightsearch.studies.reading import open_quiet, read_all

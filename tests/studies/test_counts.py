@@ -67,7 +67,7 @@ def test_points_of_another_dimension_are_not_seeds(tmp_path, sample_data_dir, ca
     assert main(["inspect", "grid", "--storage", url]) == 0
     assert "4 seeds" not in capsys.readouterr().out
 
-    from weightsearch.recommender.recommend import study_evidence
+    from weightsearch.recommender.evidence import study_evidence
     from weightsearch.studies.reading import open_quiet, read_all
 
     (point,) = study_evidence(read_all(open_quiet(url)))

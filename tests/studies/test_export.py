@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from weightsearch.cli import main
-from weightsearch.recommender.recommend import load_evidence
+from weightsearch.recommender.evidence import load_evidence
 from weightsearch.studies.importer import import_file
 from weightsearch.studies.reading import open_quiet, read_all
 

@@ -56,7 +56,7 @@ def test_paper_table_imports_as_one_study_per_central_task(url):
     # The shipped table imports with its regime: the recommender sees the paper's evidence as
     # the paper's (BERT-base, fine-tuned), in place of its built-in copy, not beside it.
     assert (cola.encoder, cola.stage) == ("bert-base-uncased", "finetuned")
-    from weightsearch.recommender.recommend import load_evidence
+    from weightsearch.recommender.evidence import load_evidence
 
     evidence = load_evidence(url)
     rte = [p for p in evidence if p.task == "rte"]

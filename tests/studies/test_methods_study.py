@@ -244,7 +244,7 @@ def test_the_comparison_against_a_restatement_by_hand(tmp_path, capsys):
 
 
 def test_the_recommender_reads_only_the_siwlm_trials(tmp_path):
-    from weightsearch.recommender.recommend import study_evidence
+    from weightsearch.recommender.evidence import study_evidence
     from weightsearch.studies.reading import open_quiet, read_all
 
     url = f"sqlite:///{tmp_path / 'm.db'}"

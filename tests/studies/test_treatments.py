@@ -299,7 +299,7 @@ def test_a_weight_still_running_keeps_the_grid_from_being_whole(url):
 
 
 def test_a_wholly_inert_study_is_no_evidence_for_the_recommender(url):
-    from weightsearch.recommender.recommend import study_evidence
+    from weightsearch.recommender.evidence import study_evidence
     from weightsearch.studies.reading import open_quiet, read_all
 
     _study(url, "inert", [c for c in _cells() if c[0] != 1.0])

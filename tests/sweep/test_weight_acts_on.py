@@ -101,14 +101,14 @@ def test_a_sampling_rate_is_never_judged_one_treatment_by_its_clip_record() -> N
     ("clip1", "clip1"),
 ])
 def test_the_recommender_asks_for_a_sampling_rate_regime(asked: str, label: str) -> None:
-    from weightsearch.recommender.recommend import normalize_clipping
+    from weightsearch.recommender.asking import normalize_clipping
 
     assert normalize_clipping(asked) == label
 
 
 @pytest.mark.parametrize("asked", ["rate-", "rate-clip0", "rateclip1", "rate-rate-clip1"])
 def test_a_malformed_sampling_rate_regime_is_refused(asked: str) -> None:
-    from weightsearch.recommender.recommend import normalize_clipping
+    from weightsearch.recommender.asking import normalize_clipping
 
     with pytest.raises(ConfigError, match="led by rate-"):
         normalize_clipping(asked)
