@@ -172,15 +172,6 @@ def lead_notes(evidence: list[EvidencePoint], groups: list[str | None],
     return lines
 
 
-def _flat(p: EvidencePoint) -> bool:
-    """Most of the point's grid, a run of neighbouring weights, within seed noise of its best."""
-    within = p.within_noise or ()
-    grid = sorted(p.grid)
-    index = sorted(grid.index(w) for w in within if w in grid)
-    run = bool(index) and index == list(range(index[0], index[0] + len(index)))
-    return run and len(index) >= max(2, math.ceil(len(grid) / 2))
-
-
 def _point_text(p: EvidencePoint, train_size: int) -> str:
     """A point in plain words: task, size, where from, seeds, best weight, how flat."""
     ratio = max(p.train_size, train_size) / min(p.train_size, train_size)

@@ -93,7 +93,9 @@ def refuse_clipped_grids(spec: StudySpec, centrals: Sequence[str], progress: boo
         return
     from weightsearch.trainer.probe import probe_clipping
 
-    weights = weights_of(spec.space.dim(CENTRAL_WEIGHT))
+    dim = spec.space.dim(CENTRAL_WEIGHT)
+    weights = weights_of(dim)
+    span = "grid" if dim is not None and dim.values else "range"
     problems = []
     for central in centrals:
         point = {CENTRAL_WEIGHT: weights[0]}
@@ -118,7 +120,6 @@ def refuse_clipped_grids(spec: StudySpec, centrals: Sequence[str], progress: boo
         shown = ", ".join(f"{w:g}" for w in above)
         fix = clipping_fix(limit, cfg.grad_clip)
         if len(above) == len(weights):
-            span = "range" if spec.space.dim(CENTRAL_WEIGHT).values == () else "grid"
             problems.append(f"weights: {said}, so every weight of the {span} ({shown}) would "
                             f"train the same treatment; {fix}, {MEANS_IT}")
         else:

@@ -41,6 +41,30 @@ def pytest_runtest_call(item: pytest.Item):
     start = cpu_seconds()
     yield
     item.stash[_CPU] = cpu_seconds() - start
+    _SPENT.append((item.stash[_CPU] + item.stash.get(_SETUP_CPU, 0.0), item.nodeid))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    start = cpu_seconds()
+    yield
+    item.stash[_SETUP_CPU] = cpu_seconds() - start
+
+
+# WEIGHTSEARCH_CPU_REPORT=N lists the N tests that used the most CPU (their set-up, shared
+# fixtures included, and their body): where the fast tier's time goes.
+_SETUP_CPU = pytest.StashKey[float]()
+_SPENT: list[tuple[float, str]] = []
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    shown = int(os.environ.get("WEIGHTSEARCH_CPU_REPORT", "0") or 0)
+    if not shown or not _SPENT:
+        return
+    total = sum(cpu for cpu, _ in _SPENT)
+    terminalreporter.write_sep("-", f"CPU-seconds per test (set-up + body), {total:.1f} in all")
+    for cpu, nodeid in sorted(_SPENT, reverse=True)[:shown]:
+        terminalreporter.write_line(f"{cpu:7.1f}  {nodeid}")
 
 
 @pytest.hookimpl(hookwrapper=True)
