@@ -12,5 +12,6 @@ python -m pip install -q "${TORCH_SPEC:-torch==2.13.0}"
 python -m pip install -q -c docker/constraints.txt -e ".[all,test]"
 ruff check .
 lint-imports  # the layer contracts in pyproject.toml
+mypy  # the types, over the installed namespace (pyproject.toml [tool.mypy])
 # Every tier: `-m ""` lifts the fast-tier default of pyproject.toml (a later `-m` in "$@" wins).
 python -m pytest -q -p no:cacheprovider -m "" "$@"
