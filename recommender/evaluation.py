@@ -154,7 +154,6 @@ def regret_comparison(rows: list[dict]) -> dict:
     MIN_DATASETS datasets, else "better" / "worse" where the edge's interval excludes 0, else
     "no better"."""
     import numpy as np
-    from scipy import stats
 
     scored = [r for r in rows if r.get("regret") is not None
               and all(r["rule_regrets"].get(m) is not None for m in POINT_RULES
@@ -172,34 +171,63 @@ def regret_comparison(rows: list[dict]) -> dict:
     def value(r: dict, method: str) -> float:
         return r["regret"] if method == "recommender" else r["rule_regrets"][method]
 
-    def spearman(sample: list[dict]) -> float | None:
-        got = [r["recommended"] for r in sample]
-        best = [r["best_weight"] for r in sample]
-        if len(sample) < 3 or len(set(got)) < 2 or len(set(best)) < 2:
-            return None
-        return float(stats.spearmanr(got, best).statistic)
-
+    # A draw resamples whole datasets: it is the count of each dataset's rows it holds, so a
+    # mean over a draw is a weighted mean of the datasets' sums (one matrix product for all
+    # draws, not a list per draw).
     rng = np.random.default_rng(0)
-    by_family = {f: [r for r in scored if r["family"] == f] for f in families}
-    draws = [[r for f in rng.choice(families, len(families)) for r in by_family[f]]
-             for _ in range(BOOTSTRAP)] if len(families) >= 2 else []
+    by_family = [[r for r in scored if r["family"] == f] for f in families]
+    picks = [rng.choice(len(families), len(families)) for _ in range(BOOTSTRAP)] \
+        if len(families) >= 2 else []
+    counts = np.array([np.bincount(p, minlength=len(families)) for p in picks], dtype=float)
+    sizes = np.array([len(rows_f) for rows_f in by_family], dtype=float)
 
-    def summary(stat: Any) -> dict[str, Any]:
-        point = stat(scored)
-        boot = [v for v in (stat(d) for d in draws) if v is not None]
-        low, high = (np.percentile(boot, [5, 95]) if boot else (None, None))
+    def spearmans(weights: np.ndarray) -> list[float | None]:
+        """Spearman's rho of recommended against measured best weight in each draw, the draws
+        given as each scored row's multiplicity (draws x rows): Pearson's r of the average
+        ranks (scipy's spearmanr), with the ranks counted from the multiplicities."""
+        def ranks(values: list[float]) -> np.ndarray:
+            levels, index = np.unique(values, return_inverse=True)
+            held = weights @ (index[:, None] == np.arange(len(levels))[None, :])
+            below = np.cumsum(held, axis=1) - held  # draw x level: how many rank below it
+            return (below + (held + 1) / 2)[:, index]  # draw x row: each row's average rank
+        x = ranks([r["recommended"] for r in ordered])
+        y = ranks([r["best_weight"] for r in ordered])
+        total = weights.sum(axis=1)
+        mx = (weights * x).sum(axis=1) / total
+        my = (weights * y).sum(axis=1) / total
+        dx, dy = x - mx[:, None], y - my[:, None]
+        sxy, sxx, syy = ((weights * a * b).sum(axis=1) for a, b in ((dx, dy), (dx, dx), (dy, dy)))
+        # fewer than 3 rows, or one level only: no correlation (as scipy's check said)
+        tiny = 1e-12 * np.maximum(1.0, total) ** 2
+        return [None if n < 3 or a <= tiny_n or b <= tiny_n else float(c / np.sqrt(a * b))
+                for n, a, b, c, tiny_n in zip(total, sxx, syy, sxy, tiny, strict=True)]
+
+    ordered = [r for rows_f in by_family for r in rows_f]
+    family_of = np.repeat(np.arange(len(families)), sizes.astype(int))
+    every_row_once = np.ones((1, len(ordered)))
+
+    def summary(point: float | None, boot: list[float | None]) -> dict[str, Any]:
+        kept = [v for v in boot if v is not None]
+        low, high = (np.percentile(kept, [5, 95]) if kept else (None, None))
         return {"mean": None if point is None else round(point, 3),
                 "low90": None if low is None else round(float(low), 3),
                 "high90": None if high is None else round(float(high), 3)}
 
+    def mean_summary(value_of: Any) -> dict[str, Any]:
+        sums = np.array([sum(value_of(r) for r in rows_f) for rows_f in by_family])
+        point = float(np.mean([value_of(r) for r in scored]))
+        boot = list(counts @ sums / (counts @ sizes)) if picks else []
+        return summary(point, boot)
+
     for m in methods:
-        out["methods"][m] = summary(lambda s, m=m: float(np.mean([value(r, m) for r in s])))
-    out["spearman"] = summary(spearman)
+        out["methods"][m] = mean_summary(lambda r, m=m: value(r, m))
+    out["spearman"] = summary(spearmans(every_row_once)[0],
+                              spearmans(counts[:, family_of]) if picks else [])
     rules = [m for m in methods if m != "recommender" and m not in in_sample]
     if rules:
-        best = min(rules, key=lambda m: out["methods"][m]["mean"])
-        out["edge"] = {"rule": best, **summary(
-            lambda s: float(np.mean([value(r, "recommender") - value(r, best) for r in s])))}
+        best_rule = min(rules, key=lambda m: out["methods"][m]["mean"])
+        out["edge"] = {"rule": best_rule, **mean_summary(
+            lambda r: value(r, "recommender") - value(r, best_rule))}
         if len(families) >= MIN_DATASETS:
             low, high = out["edge"]["low90"], out["edge"]["high90"]
             out["verdict"] = ("better" if high is not None and high < 0 else

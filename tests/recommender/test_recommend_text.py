@@ -194,6 +194,13 @@ def test_the_command_lines_hints_name_its_flags(tmp_path, capsys):
         recommend_from(builtin_evidence(), 4000, audience="email")
 
 
+@pytest.fixture(scope="module")
+def evaluated() -> tuple:
+    """The built-in evidence's leave-one-task-out evaluation, computed once for the module
+    (its rows are only read)."""
+    return leave_one_task_out(builtin_evidence())
+
+
 def _rows_with(rows: list[dict], edge: float) -> list[dict]:
     """The rows with the recommender's |error| set so that it leads the best simple rule by
     `edge` weight units on every task (no spread: the standard error is 0)."""
@@ -201,8 +208,8 @@ def _rows_with(rows: list[dict], edge: float) -> list[dict]:
     return [{**r, "abs_error": r["baselines"][rule] - edge} for r in rows]
 
 
-def test_evaluate_says_plainly_how_the_recommender_compares_with_the_best_rule():
-    rows, rate, over = leave_one_task_out(builtin_evidence())
+def test_evaluate_says_plainly_how_the_recommender_compares_with_the_best_rule(evaluated):
+    rows, rate, over = evaluated
     summary = evaluation_summary(rows)
     versus = summary["against_best_rule"]
     means = summary["baselines"]
@@ -229,8 +236,8 @@ def test_evaluate_says_plainly_how_the_recommender_compares_with_the_best_rule()
     (-CLEAR_GAIN / 2, "no better", "a difference of 0.25 per task"),
     (-2.0, "worse", "farther per task on average"),
 ])
-def test_each_verdict_against_the_best_rule(edge, verdict, words):
-    rows, rate, over = leave_one_task_out(builtin_evidence())
+def test_each_verdict_against_the_best_rule(evaluated, edge, verdict, words):
+    rows, rate, over = evaluated
     moved = _rows_with(rows, edge)
     versus = evaluation_summary(moved)["against_best_rule"]
     assert versus["verdict"] == verdict and versus["edge"] == pytest.approx(edge, abs=1e-3)
