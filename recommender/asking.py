@@ -136,7 +136,7 @@ def check_regime(encoder: str | None, stage: str | None,
         normalize_clipping(clipping)
     except ConfigError as err:
         problems.extend(err.problems)
-    if _is_folder_path(encoder):
+    if isinstance(encoder, str) and _is_folder_path(encoder):
         # A local model folder, as a study of it records it: asked for as studies are
         # matched, by the folder's own name (`Regime.encoder_matches`).
         encoder = asked_encoder(os.path.expanduser(encoder))

@@ -161,6 +161,7 @@ def run_recommend(args) -> int:
             print(evaluation_text(rows, rate, over))
         rec = None
     else:
+        assert size is not None  # read above unless --evaluate
         rec = recommend_from(evidence, size, args.task_type, args.encoder, args.stage,
                              clipping=args.clipping)
         if args.format == "optuna":

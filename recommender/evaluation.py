@@ -77,7 +77,7 @@ def leave_one_task_out(evidence: list[EvidencePoint], encoder: str | None = None
             "rule_regrets": {name: _rounded(regret(p, nearest(w, grid))) for name, w in
                              rule_points(p.train_size, measured).items()},
         })
-    rate = sum(r["hit"] for r in rows) / len(rows) if rows else None
+    rate = sum(bool(r["hit"]) for r in rows) / len(rows) if rows else None
     return rows, rate, over
 
 

@@ -130,10 +130,11 @@ def _within_noise(values: dict[float, list[float]], maximize: bool,
 
 
 def prior_evidence() -> list[EvidencePoint]:
-    return [point_from_scores(t.task, PRIOR_STUDY, t.train_size, t.task_type, "prior",
-                              {w: [v] for w, v in t.scores.items()}, True, PRIOR_ENCODER,
-                              PRIOR_STAGE, PRIOR_VARIANT, clipping=prior.CLIPPING)
-            for t in PRIOR]
+    points = [point_from_scores(t.task, PRIOR_STUDY, t.train_size, t.task_type, "prior",
+                                {w: [v] for w, v in t.scores.items()}, True, PRIOR_ENCODER,
+                                PRIOR_STAGE, PRIOR_VARIANT, clipping=prior.CLIPPING)
+              for t in PRIOR]
+    return [p for p in points if p is not None]  # every row of the table has two weights
 
 
 @functools.cache

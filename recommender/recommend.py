@@ -166,7 +166,7 @@ def recommend_from(evidence: list[EvidencePoint], train_size: int,
                                   audience)
     evidence = of_its_quantity(evidence, regime.clipping, notes, audience)
     unmatched = unmatched_encoder(evidence, encoder)
-    if unmatched and not unmatched["known_encoder"] and typed_by_user:
+    if unmatched and not unmatched["known_encoder"] and typed_by_user and encoder is not None:
         refuse_a_misspelling(encoder, unmatched["encoders_with_evidence"], audience)
     if unmatched:
         notes.append(

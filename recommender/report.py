@@ -308,6 +308,7 @@ def _label_points(ax, points: list[tuple[str, float, float]]) -> None:
                 text.remove()
             if overlap == 0:
                 break
+        assert best is not None  # offsets is not empty
         placed.append(best[2])
 
 

@@ -111,7 +111,8 @@ def estimate_from_pairs(table: ScoreTable, max_size: int) -> tuple[ScoreTable, l
         if any(v is None for v in pairs.values()):
             missing.append(group)
             continue
-        scores[group] = {a: statistics.fmean(pairs[a, b][a] for b in group if b != a)
+        known = {k: v for k, v in pairs.items() if v is not None}  # every pair, checked above
+        scores[group] = {a: statistics.fmean(known[a, b][a] for b in group if b != a)
                          for a in group}
         estimated.add(group)
     return ScoreTable(table.tasks, scores, frozenset(estimated)), missing

@@ -303,7 +303,7 @@ def _extra_metrics(rec: Mapping[str, Any], metric_columns: list[str],
                    else _metric_problem(c, c, value))
         if problem:
             problems.append(problem)
-        else:
+        elif value is not None:  # (a None value is a problem above)
             extra[c] = value
     return extra
 
