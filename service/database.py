@@ -7,6 +7,7 @@ import importlib
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING, Any
 
 from weightsearch.recommender.evidence import (
     builtin_evidence,
@@ -15,6 +16,10 @@ from weightsearch.recommender.evidence import (
     study_evidence,
 )
 from weightsearch.studies import schema
+
+if TYPE_CHECKING:
+    from weightsearch.recommender.evidence import Evidence
+    from weightsearch.studies.reading import StudyCache
 
 log = logging.getLogger("weightsearch.service")
 
@@ -27,12 +32,12 @@ class StudyDatabase:
     def __init__(self, url: str, refresh_s: float) -> None:
         self.url = url
         self.refresh_s = refresh_s
-        self._storage = None
+        self._storage: Any = None  # optuna's RDBStorage, opened on first use
         self._identity: tuple[int, int] | None = None  # of the SQLite file opened
-        self._cache = None
+        self._cache: StudyCache | None = None
         self._open_lock = threading.Lock()
         self._lock = threading.Lock()  # the StudyCache is not thread-safe
-        self._evidence = None
+        self._evidence: Evidence | None = None
         self._checked = 0.0
         self._refreshing = False
         self._failure: BaseException = RuntimeError("the study database was not read yet")

@@ -237,7 +237,8 @@ class CentralStudy:
         once; computed once per study read (inspect, plots and summaries all ask for it)."""
         from weightsearch.studies.treatments import merge, rest_of
 
-        scores, names = self._scores(), {}
+        scores = self._scores()
+        names: dict[Any, Any] = {}  # a merged arm's weight -> the weights it stands for
         rests = {rest_of(c.point) for c in self.cells if c.state == "complete"}
         if len(rests) == 1:  # one grid of weights; other points compare in `inspect`'s points
             scores, names = merge(scores, self.arms, rests.pop())
