@@ -110,6 +110,7 @@ def registry_groups(key: str, selector: str, registry: dict, intro: str) -> list
 def all_groups() -> tuple[Group, list[Group], list[tuple[str, list[Group]]]]:
     """The run config's group, its nested groups, and the sections of registered choices."""
     from weightsearch.sweep.strategies import STRATEGIES
+    from weightsearch.sweep.study_file import StudyFile
     from weightsearch.trainer.config import RunConfig
     from weightsearch.trainer.sampling import SAMPLERS
     from weightsearch.trainer.weighting import SCHEMES
@@ -123,7 +124,10 @@ def all_groups() -> tuple[Group, list[Group], list[tuple[str, list[Group]]]]:
         ("Study file `search`", registry_groups("search", "strategy", STRATEGIES,
                                                 "A study file's search strategy")),
     ]
-    return run, nested_groups(RunConfig), choices
+    study = Group("Study file", "", StudyFile, "The keys of a study file "
+                  f"(`{_name(StudyFile)}`): `train:` holds a run config, `search:` a strategy "
+                  "and its space (below).")
+    return run, [*nested_groups(RunConfig), study], choices
 
 
 def _number(value: float) -> str:
