@@ -108,17 +108,17 @@ def _show(key: Any) -> str:
     return f"{key:g}" if isinstance(key, float | int) else str(key)
 
 
-def by_seed(scores: list[tuple[float, int | None, float]]) -> tuple[dict[float, list[float]],
-                                                                   bool]:
-    """Each weight's finite scores from (weight, seed, score) triples, and whether they pair:
-    the same seeds (two or more, each once) at every weight, then each list in seed order."""
-    cells: dict[float, dict[int | None, list[float]]] = {}
+def by_seed(scores: list[tuple[Any, int | None, float]]) -> tuple[dict[Any, list[float]], bool]:
+    """Each weight's (or point label's) finite scores from (weight, seed, score) triples, and
+    whether they pair: the same seeds (two or more, each once) at every weight, then each list
+    in seed order."""
+    cells: dict[Any, dict[int | None, list[float]]] = {}
     for weight, seed, score in scores:
         if math.isfinite(score):
             cells.setdefault(weight, {}).setdefault(seed, []).append(score)
     seeds = {frozenset(v) for v in cells.values()}
-    order = sorted(next(iter(seeds))) if len(seeds) == 1 and None not in next(iter(seeds)) \
-        else []
+    order = sorted(s for s in next(iter(seeds)) if s is not None) \
+        if len(seeds) == 1 and None not in next(iter(seeds)) else []
     once = all(len(s) == 1 for v in cells.values() for s in v.values())
     if len(order) >= 2 and once:
         return {w: [v[s][0] for s in order] for w, v in cells.items()}, True
@@ -147,6 +147,7 @@ def _judge(values: dict[Any, list[float]], paired: bool, maximize: bool, kind: s
     if len(values) == 1:
         return Verdict(best, False, seeds=seeds, reason=f"one {kind}", kind=kind)
     pooled = _pooled_mean_square(values) if paired else None
+    intervals: dict[Any, tuple[float, float] | None]
     if pooled is not None:
         intervals = {w: _pooled_interval(values[best], values[w], pooled, sign)
                      for w in values if w != best}
@@ -154,8 +155,11 @@ def _judge(values: dict[Any, list[float]], paired: bool, maximize: bool, kind: s
         intervals = {w: _interval(values[best], values[w], paired, sign)
                      for w in values if w != best}
     # The rival: the weight whose interval reaches lowest (the least separated one).
-    rival = min(intervals, key=lambda w: (intervals[w][0] if intervals[w] else -math.inf,
-                                          -sign * means[w]))
+    def low_end(w: Any) -> float:
+        interval = intervals[w]
+        return interval[0] if interval else -math.inf
+
+    rival = min(intervals, key=lambda w: (low_end(w), -sign * means[w]))
     lead = sign * (means[best] - means[rival])
     interval = intervals[rival]
     if not all(math.isfinite(x) for v in values.values() for x in v):
@@ -176,8 +180,7 @@ def _judge(values: dict[Any, list[float]], paired: bool, maximize: bool, kind: s
     ties = tuple(w for w in intervals if (
         math.isclose(sum(values[w]), sum(values[best]), rel_tol=1e-12, abs_tol=0)
         if len(values[w]) == len(values[best]) else means[w] == means[best]))
-    apart = [w for w in intervals if intervals[w] is None or not intervals[w][0] > 0
-             or w in ties]
+    apart = [w for w in intervals if intervals[w] is None or not low_end(w) > 0 or w in ties]
     not_separated = tuple(sorted(apart, key=lambda w: (-sign * means[w], w)))
     noise = "pooled" if pooled is not None else "paired" if paired else "welch"
     return Verdict(best, not reason, rival, lead, interval, seeds, paired, reason, kind,
