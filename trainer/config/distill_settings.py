@@ -32,7 +32,7 @@ def parse_distill(raw: object, tasks: Mapping[str, str], problems: list[str]
     if raw is None:
         return None
     teachers = raw.get("teachers") if isinstance(raw, Mapping) else None
-    if not isinstance(teachers, Mapping) or not teachers:
+    if not isinstance(raw, Mapping) or not isinstance(teachers, Mapping) or not teachers:
         problems.append("distill: expected {teachers: {task: [teacher run folders] or a soft-"
                         f"target file}}, got {raw!r}")
         return None

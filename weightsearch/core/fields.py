@@ -350,8 +350,8 @@ def json_schema(cls: type, keys: Iterable[str] | None = None,
     for key in keys if keys is not None else fields:
         f = fields.get(key)
         rule = f.metadata.get(RULE) if f is not None else None
-        schema = dict((parts or {}).get(key) or (rule.schema() if hasattr(rule, "schema")
-                                                 else {}))
+        schema = dict((parts or {}).get(key) or (rule.schema() if rule is not None and
+                                                 hasattr(rule, "schema") else {}))
         if f is not None and DOC in f.metadata:
             schema["description"] = f.metadata[DOC]
         properties[key] = schema
