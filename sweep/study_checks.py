@@ -212,7 +212,7 @@ def _finetuned_objective_checks(objective: Objective, search: Search, scheduler:
 
 
 def _check_cells(train: dict[str, Any], tasks: tuple[str, ...], central: tuple[str, ...],
-                 search: Search, seeds: tuple[int, ...], workdir: Path,
+                 search: Search, seeds: tuple[int, ...], workdir: str,
                  problems: list[str], weight_acts_on: str = LOSS) -> int:
     """The study's size against the cap, every point's run config, and the strategy's own
     checks; returns the epochs a trial trains (5 when the run config could not be read)."""
@@ -224,7 +224,7 @@ def _check_cells(train: dict[str, Any], tasks: tuple[str, ...], central: tuple[s
                         "strategy: guided")
     elif train:
         epochs = _check_points(train, tasks, central or tasks[:1], search,
-                               seeds, str(workdir), problems, weight_acts_on)
+                               seeds, workdir, problems, weight_acts_on)
     STRATEGIES[search.strategy].check(search.settings, search.space, central, problems,
                                       where="weights" if search.shorthand else "search",
                                       epochs=epochs if train else None)
@@ -430,7 +430,7 @@ def _scheme_sections(train: Mapping[str, Any], space: Space, problems: list[str]
         if dim is None:
             continue
         schemes = [s for s in dim.options("") or [] if keys_of(s) is not None]
-        taken = {k for s in schemes for k in keys_of(s)}
+        taken = {k for s in schemes for k in keys_of(s) or ()}
         names = ", ".join(map(str, schemes))
         for path in space.paths:  # a searched setting that no searched scheme takes
             key = path.split(".")[1] if path.startswith(f"{section}.") else "scheme"
