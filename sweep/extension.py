@@ -40,11 +40,11 @@ def extension_problem(old: StudySpec, new: StudySpec, central: str) -> str | Non
                        ("search space", old.space.paths, new.space.paths)):
         if a != b:
             return f"its {what} changed"
-    for what, a, b in (("central tasks", old.central_tasks, new.central_tasks),
-                       ("seeds", old.seeds, new.seeds)):
-        dropped = [str(x) for x in a if x not in b]
+    for listed, before, after in (("central tasks", old.central_tasks, new.central_tasks),
+                                  ("seeds", old.seeds, new.seeds)):
+        dropped = [str(x) for x in before if x not in after]
         if dropped:
-            return f"it drops {what} {', '.join(dropped)}"
+            return f"it drops {listed} {', '.join(dropped)}"
     options = []
     for d_old, d_new in zip(old.space.dims, new.space.dims, strict=True):
         was, now = d_old.options(central), d_new.options(central)

@@ -210,7 +210,8 @@ class Strategy(ABC):
         options = dim.options(central)
         if options is not None:
             weight = min(options, key=lambda w: abs(w - weight))
-        else:
+        else:  # a range: its two ends are set
+            assert dim.low is not None and dim.high is not None
             weight = min(dim.high, max(dim.low, weight))
         return [{**base, CENTRAL_WEIGHT: float(weight)}]
 
