@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from weightsearch.core.errors import ConfigError
 from weightsearch.sweep.progress import say
-from weightsearch.sweep.space import CENTRAL_WEIGHT, Dimension, Space
+from weightsearch.sweep.space import CENTRAL_WEIGHT, Dimension
 from weightsearch.sweep.weight_action import LOSS
 
 if TYPE_CHECKING:
-    from weightsearch.sweep.study_file import StudySpec
+    from weightsearch.sweep.study_file import Search, StudySpec
 
 MEANS_IT = "or set allow_inert: true in the study file to train them anyway"
 
@@ -42,10 +42,10 @@ def clipping_fix(limit: float, grad_clip: float) -> str:
             f"norm), weight by sampling instead (weight_acts_on: sampling), or {inside}")
 
 
-def settings_problems(train: Mapping[str, Any], space: Space, central_tasks: Sequence[str],
+def settings_problems(train: Mapping[str, Any], search: Search, central_tasks: Sequence[str],
                       aux_of: Mapping[str, Sequence[str]], weight_acts_on: str) -> list[str]:
     """The study's searched central weight is one treatment by its settings alone."""
-    if not space.central_weight_only:
+    if not search.space.central_weight_only:
         return []
     problems = []
     alone = [c for c in central_tasks if not aux_of.get(c)]
@@ -91,11 +91,10 @@ def refuse_clipped_grids(spec: StudySpec, centrals: Sequence[str], progress: boo
     only some do. Nothing is written but the tokenisation cache."""
     if not centrals or not needs_probe(spec):
         return
-    from weightsearch.trainer.probe import probe_clipping
-
     dim = spec.space.dim(CENTRAL_WEIGHT)
     weights = weights_of(dim)
     span = "grid" if dim is not None and dim.values else "range"
+    field = "weights" if spec.search.shorthand else "search"  # as the file wrote it
     problems = []
     for central in centrals:
         point = {CENTRAL_WEIGHT: weights[0]}
@@ -103,16 +102,24 @@ def refuse_clipped_grids(spec: StudySpec, centrals: Sequence[str], progress: boo
             cfg = spec.for_cell(central, point, spec.seeds[0], folder)
         if cfg.grad_clip <= 0 or cfg.grad_clip_mode != "global" or cfg.adversarial.enabled:
             continue  # no clip, or one that cannot cut the weight away (or no probe of it)
+        if cfg.distill is not None and central in cfg.distill.sources():
+            say(f"note: {central} is distilled: its loss mixes soft targets, which a probe does "
+                "not build; the first finished cell judges the grid", progress)
+            continue
         say(f"[{spec.study}] {central}: probing the gradient norms of its first updates "
             f"(global clipping at {cfg.grad_clip:g})", progress)
-        probe = probe_clipping(cfg)
-        limit = probe.saturates_at
+        probe = _probe_apart(cfg)
+        limit = probe.saturates_at if not isinstance(probe, str) else None
         if limit is None:
+            why = probe if isinstance(probe, str) else "it saw no update of the task"
+            if isinstance(probe, str) or not probe.central_updates:
+                say(f"note: {central}: the clipping probe could not judge the grid ({why}); "
+                    "the first finished cell judges it", progress)
             continue
         above = [w for w in weights if w > limit]
         if len(above) < 2:
             continue
-        said = (f"{central}: in a probe of its first {probe.updates} updates "
+        said = (f"{central}: in a probe of {probe.updates} updates "
                 f"({probe.central_updates} of {central}, smallest gradient norm "
                 f"{probe.smallest_norm:.3g}) "
                 f"every central update would be clipped from weight about {limit:.2g} up "
@@ -120,13 +127,32 @@ def refuse_clipped_grids(spec: StudySpec, centrals: Sequence[str], progress: boo
         shown = ", ".join(f"{w:g}" for w in above)
         fix = clipping_fix(limit, cfg.grad_clip)
         if len(above) == len(weights):
-            problems.append(f"weights: {said}, so every weight of the {span} ({shown}) would "
+            problems.append(f"{field}: {said}, so every weight of the {span} ({shown}) would "
                             f"train the same treatment; {fix}, {MEANS_IT}")
         else:
             say(f"note: {said}, so weights {shown} will likely train the same treatment; to "
                 f"tell them apart, {fix}", progress)
     if problems:
         raise ConfigError(problems)
+
+
+def _probe_apart(cfg: Any) -> Any:
+    """`probe_clipping(cfg)` in a process of its own, so that the driver keeps no model, data
+    or GPU context once it is done; a failure's one line (str) instead of the probe: the
+    launch goes on, and the first finished cell judges the grid."""
+    import multiprocessing
+
+    from weightsearch.trainer.probe import probe_clipping
+
+    pool = multiprocessing.get_context("spawn").Pool(1)
+    try:
+        return pool.apply(probe_clipping, (cfg,))
+    except Exception as exc:  # any failure of a probe is a note, not a stop
+        text = str(exc).strip().splitlines()
+        return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
+    finally:  # on Ctrl-C too, which must not wait for the probe
+        pool.terminate()
+        pool.join()
 
 
 __all__ = ["MEANS_IT", "clipping_fix", "needs_probe", "refuse_clipped_grids",

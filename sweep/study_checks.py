@@ -159,10 +159,13 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
     epochs = _check_cells(train, tasks, central, search, seeds, workdir, problems,
                           weight_acts_on)
     if not allow_inert and isinstance(train_raw, Mapping):
-        chosen = tasks if aux is None else aux
-        aux_of = {c: [t for t in tasks if t in chosen and t != c] for c in central}
-        problems.extend(settings_problems(train_raw, search.space, central, aux_of,
-                                          weight_acts_on))
+        from weightsearch.trainer.config.presets import expand_preset
+
+        # The tasks a cell trains: a preset may list them (`siwlm-paper`'s eight GLUE tasks).
+        trained = tasks or _task_names(expand_preset(train_raw, []).get("tasks"))
+        chosen = trained if aux is None else aux
+        aux_of = {c: [t for t in trained if t in chosen and t != c] for c in central}
+        problems.extend(settings_problems(train_raw, search, central, aux_of, weight_acts_on))
 
     if problems:
         raise ConfigError(problems, label)

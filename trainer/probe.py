@@ -9,9 +9,10 @@ written), reads the central task's unweighted gradient norms, and combines them 
 factor the weighting scheme applies to the central weight over the whole run (SIWLM: 1 in focus,
 `off_focus` elsewhere) into the weight above which every central update would be clipped.
 
-A probe is an estimate: it sees the first updates only, gradient norms drift as a run trains,
-and it trains on the hard labels alone (a distilled task's soft targets are left out). The
-study's first finished cell judges again from the whole run's record.
+A probe is an estimate: it sees the first updates only (past MAX_UPDATES, the central task's
+next batches alone), and gradient norms drift as a run trains. The study's first finished
+cell judges again from the whole run's record. A distilled central task is not probed (its
+loss mixes soft targets the probe does not build).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ def probe_clipping(cfg: RunConfig, central_updates: int = CENTRAL_UPDATES,
     central = cfg.central_task
     if central is None:
         raise ValueError("a clipping probe needs a run with a central task")
+    if cfg.distill is not None and central in cfg.distill.sources():
+        return ClipProbe(central, 0, 0, None, None)
     if cfg.device == "cuda" and not torch.cuda.is_available():
         cfg = dataclasses.replace(cfg, device="auto")  # a driver without the trials' GPU
     silence_libraries()  # the driver's progress lines, not a loader's bars
@@ -81,12 +84,16 @@ def probe_clipping(cfg: RunConfig, central_updates: int = CENTRAL_UPDATES,
 
 def _first_updates(run: StageRun, central: str, wanted: int, most: int
                    ) -> tuple[int, list[float]]:
-    """Train the run's first updates (epoch 1's plan, in order); the number trained and the
-    central task's unweighted gradient norms (read once, at the end)."""
+    """Train the run's first updates (epoch 1's plan, in order), up to `most`; past that, where
+    the central task's batches are rare among large auxiliary tasks, its next batches alone,
+    until `wanted` of them. The number trained and the central task's unweighted gradient
+    norms (read once, at the end)."""
     readings: list[tuple[float, torch.Tensor]] = []
     trained = 0
     run.model.train()  # dropout on, as the run trains
-    for step, (task, indices) in enumerate(run.plans[1][:most]):
+    for step, (task, indices) in enumerate(run.plans[1]):
+        if trained >= most and task != central:
+            continue
         record, reading = train_step(run, 1, step, task, indices)
         trained += 1
         if task == central and not record["skipped"]:

@@ -542,3 +542,13 @@ def test_a_study_stored_before_format_8_keeps_training_on(base: dict) -> None:
     assert before.allow_inert is True
     said = load_study_spec(as_launched({**stored, "version": 7, "allow_inert": False}))
     assert said.allow_inert is False  # a study that said so keeps what it said
+
+
+def test_the_tasks_a_preset_lists_are_auxiliaries_too(sample_data_dir: Path) -> None:
+    """`siwlm-paper` lists the eight GLUE tasks: a study that names none of its own trains each
+    central task beside the other seven, so it is no search without auxiliaries."""
+    spec = load_study_spec({"study": "paper", "train": {"preset": "siwlm-paper",
+                                                       "data_dir": str(sample_data_dir)},
+                            "central_tasks": ["rte"], "weights": [1, 9]})
+    assert spec.allow_inert is False
+    assert len(spec.for_cell("rte", {CENTRAL_WEIGHT: 1.0}, 1, "/tmp/unused").tasks) > 1

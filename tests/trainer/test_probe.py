@@ -66,3 +66,13 @@ def test_where_a_clip_cannot_cut_the_weight_the_probe_finds_no_limit(sample_data
                                                  "focus_span": 2, "variant": "paper"})
     probe = probe_clipping(paper, central_updates=3)
     assert probe.saturates_at == pytest.approx(0.5 / (probe.smallest_norm * 0.1), rel=1e-9)
+
+
+def test_past_its_cap_the_probe_takes_the_central_tasks_batches_alone(sample_data_dir,
+                                                                      tiny_encoder, tmp_path):
+    """A small central task beside large auxiliary ones: its batches are rare in the first
+    updates, so past `max_updates` the probe trains the central task's next batches only."""
+    cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1, grad_clip=0.5)
+    probe = probe_clipping(cfg, central_updates=3, max_updates=1)
+    assert probe.central_updates == 3 and probe.updates <= 4
+    assert probe.saturates_at is not None
