@@ -142,6 +142,78 @@ MIN_DATASETS = 3  # held-out datasets below which the evaluation cannot judge
 BOOTSTRAP = 2000
 
 
+class _DatasetDraws:
+    """The bootstrap's draws over the scored rows, each resampling whole datasets (`families`):
+    a draw is the count of each dataset it holds, so a mean over a draw is a weighted mean of
+    the datasets' sums (one matrix product for all draws), and each row's weight in a draw is
+    its dataset's count."""
+
+    def __init__(self, scored: list[dict], families: list[str]) -> None:
+        import numpy as np
+
+        rng = np.random.default_rng(0)
+        self.by_family = [[r for r in scored if r["family"] == f] for f in families]
+        self.rows = [r for rows_f in self.by_family for r in rows_f]
+        picks = [rng.choice(len(families), len(families)) for _ in range(BOOTSTRAP)] \
+            if len(families) >= 2 else []
+        self.counts = np.array([np.bincount(p, minlength=len(families)) for p in picks],
+                               dtype=float).reshape(len(picks), len(families))
+        self.sizes = np.array([len(rows_f) for rows_f in self.by_family], dtype=float)
+        self.family_of = np.repeat(np.arange(len(families)), self.sizes.astype(int))
+
+    def mean(self, value_of: Any) -> dict[str, Any]:
+        """The mean of `value_of(row)` over the rows, and its bootstrap interval."""
+        import numpy as np
+
+        sums = np.array([sum(value_of(r) for r in rows_f) for rows_f in self.by_family])
+        boot = list(self.counts @ sums / (self.counts @ self.sizes)) if len(self.counts) else []
+        return _interval_summary(float(np.mean([value_of(r) for r in self.rows])), boot)
+
+    def spearman(self) -> dict[str, Any]:
+        """Spearman's rho of the recommended against the measured best weight, and its
+        bootstrap interval."""
+        import numpy as np
+
+        point = _weighted_spearman(self.rows, np.ones((1, len(self.rows))))[0]
+        boot = _weighted_spearman(self.rows, self.counts[:, self.family_of]) \
+            if len(self.counts) else []
+        return _interval_summary(point, boot)
+
+
+def _weighted_spearman(rows: list[dict], weights: Any) -> list[float | None]:
+    """Spearman's rho of `recommended` against `best_weight` in each draw, the draws given as
+    each row's multiplicity (draws x rows): Pearson's r of the average ranks (scipy's
+    spearmanr), the ranks counted from the multiplicities. None where a draw holds fewer than
+    3 rows or one level only (as scipy's check says)."""
+    import numpy as np
+
+    def ranks(values: list[float]) -> Any:
+        levels, index = np.unique(values, return_inverse=True)
+        held = weights @ (index[:, None] == np.arange(len(levels))[None, :])
+        below = np.cumsum(held, axis=1) - held  # draw x level: how many rank below it
+        return (below + (held + 1) / 2)[:, index]  # draw x row: each row's average rank
+
+    x = ranks([r["recommended"] for r in rows])
+    y = ranks([r["best_weight"] for r in rows])
+    total = weights.sum(axis=1)
+    dx = x - ((weights * x).sum(axis=1) / total)[:, None]
+    dy = y - ((weights * y).sum(axis=1) / total)[:, None]
+    sxy, sxx, syy = ((weights * a * b).sum(axis=1) for a, b in ((dx, dy), (dx, dx), (dy, dy)))
+    tiny = 1e-12 * np.maximum(1.0, total) ** 2
+    return [None if n < 3 or a <= t or b <= t else float(c / np.sqrt(a * b))
+            for n, a, b, c, t in zip(total, sxx, syy, sxy, tiny, strict=True)]
+
+
+def _interval_summary(point: float | None, boot: list[Any]) -> dict[str, Any]:
+    import numpy as np
+
+    kept = [v for v in boot if v is not None]
+    low, high = (np.percentile(kept, [5, 95]) if kept else (None, None))
+    return {"mean": None if point is None else round(point, 3),
+            "low90": None if low is None else round(float(low), 3),
+            "high90": None if high is None else round(float(high), 3)}
+
+
 def regret_comparison(rows: list[dict]) -> dict:
     """The recommender and each point rule (`baselines.POINT_RULES`) on regret at the held-out
     tasks, in metric points, with 90% intervals from a bootstrap that resamples datasets (the
@@ -153,8 +225,6 @@ def regret_comparison(rows: list[dict]) -> dict:
     include the paper's own (`in_sample`). `verdict`: "cannot judge" with fewer than
     MIN_DATASETS datasets, else "better" / "worse" where the edge's interval excludes 0, else
     "no better"."""
-    import numpy as np
-
     scored = [r for r in rows if r.get("regret") is not None
               and all(r["rule_regrets"].get(m) is not None for m in POINT_RULES
                       if m in r["rule_regrets"])]
@@ -171,62 +241,14 @@ def regret_comparison(rows: list[dict]) -> dict:
     def value(r: dict, method: str) -> float:
         return r["regret"] if method == "recommender" else r["rule_regrets"][method]
 
-    # A draw resamples whole datasets: it is the count of each dataset's rows it holds, so a
-    # mean over a draw is a weighted mean of the datasets' sums (one matrix product for all
-    # draws, not a list per draw).
-    rng = np.random.default_rng(0)
-    by_family = [[r for r in scored if r["family"] == f] for f in families]
-    picks = [rng.choice(len(families), len(families)) for _ in range(BOOTSTRAP)] \
-        if len(families) >= 2 else []
-    counts = np.array([np.bincount(p, minlength=len(families)) for p in picks], dtype=float)
-    sizes = np.array([len(rows_f) for rows_f in by_family], dtype=float)
-
-    def spearmans(weights: np.ndarray) -> list[float | None]:
-        """Spearman's rho of recommended against measured best weight in each draw, the draws
-        given as each scored row's multiplicity (draws x rows): Pearson's r of the average
-        ranks (scipy's spearmanr), with the ranks counted from the multiplicities."""
-        def ranks(values: list[float]) -> np.ndarray:
-            levels, index = np.unique(values, return_inverse=True)
-            held = weights @ (index[:, None] == np.arange(len(levels))[None, :])
-            below = np.cumsum(held, axis=1) - held  # draw x level: how many rank below it
-            return (below + (held + 1) / 2)[:, index]  # draw x row: each row's average rank
-        x = ranks([r["recommended"] for r in ordered])
-        y = ranks([r["best_weight"] for r in ordered])
-        total = weights.sum(axis=1)
-        mx = (weights * x).sum(axis=1) / total
-        my = (weights * y).sum(axis=1) / total
-        dx, dy = x - mx[:, None], y - my[:, None]
-        sxy, sxx, syy = ((weights * a * b).sum(axis=1) for a, b in ((dx, dy), (dx, dx), (dy, dy)))
-        # fewer than 3 rows, or one level only: no correlation (as scipy's check said)
-        tiny = 1e-12 * np.maximum(1.0, total) ** 2
-        return [None if n < 3 or a <= tiny_n or b <= tiny_n else float(c / np.sqrt(a * b))
-                for n, a, b, c, tiny_n in zip(total, sxx, syy, sxy, tiny, strict=True)]
-
-    ordered = [r for rows_f in by_family for r in rows_f]
-    family_of = np.repeat(np.arange(len(families)), sizes.astype(int))
-    every_row_once = np.ones((1, len(ordered)))
-
-    def summary(point: float | None, boot: list[float | None]) -> dict[str, Any]:
-        kept = [v for v in boot if v is not None]
-        low, high = (np.percentile(kept, [5, 95]) if kept else (None, None))
-        return {"mean": None if point is None else round(point, 3),
-                "low90": None if low is None else round(float(low), 3),
-                "high90": None if high is None else round(float(high), 3)}
-
-    def mean_summary(value_of: Any) -> dict[str, Any]:
-        sums = np.array([sum(value_of(r) for r in rows_f) for rows_f in by_family])
-        point = float(np.mean([value_of(r) for r in scored]))
-        boot = list(counts @ sums / (counts @ sizes)) if picks else []
-        return summary(point, boot)
-
+    draws = _DatasetDraws(scored, families)
     for m in methods:
-        out["methods"][m] = mean_summary(lambda r, m=m: value(r, m))
-    out["spearman"] = summary(spearmans(every_row_once)[0],
-                              spearmans(counts[:, family_of]) if picks else [])
+        out["methods"][m] = draws.mean(lambda r, m=m: value(r, m))
+    out["spearman"] = draws.spearman()
     rules = [m for m in methods if m != "recommender" and m not in in_sample]
     if rules:
         best_rule = min(rules, key=lambda m: out["methods"][m]["mean"])
-        out["edge"] = {"rule": best_rule, **mean_summary(
+        out["edge"] = {"rule": best_rule, **draws.mean(
             lambda r: value(r, "recommender") - value(r, best_rule))}
         if len(families) >= MIN_DATASETS:
             low, high = out["edge"]["low90"], out["edge"]["high90"]

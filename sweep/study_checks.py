@@ -159,13 +159,8 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
     epochs = _check_cells(train, tasks, central, search, seeds, workdir, problems,
                           weight_acts_on)
     if not allow_inert and isinstance(train_raw, Mapping):
-        from weightsearch.trainer.config.presets import expand_preset
-
-        # The tasks a cell trains: a preset may list them (`siwlm-paper`'s eight GLUE tasks).
-        trained = tasks or _task_names(expand_preset(train_raw, []).get("tasks"))
-        chosen = trained if aux is None else aux
-        aux_of = {c: [t for t in trained if t in chosen and t != c] for c in central}
-        problems.extend(settings_problems(train_raw, search, central, aux_of, weight_acts_on))
+        problems.extend(_inert_by_settings(train_raw, tasks, aux, central, search,
+                                           weight_acts_on))
 
     if problems:
         raise ConfigError(problems, label)
@@ -177,6 +172,19 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
         reuse_workers=reuse_workers, fuse_cells=fuse_cells, allow_inert=allow_inert,
         weight_acts_on=weight_acts_on,
     )
+
+
+def _inert_by_settings(train_raw: Mapping[str, Any], tasks: tuple[str, ...],
+                       aux: tuple[str, ...] | None, central: tuple[str, ...], search: Search,
+                       weight_acts_on: str) -> list[str]:
+    """`inert_grid.settings_problems` with each central task's auxiliaries, from the tasks a
+    cell trains: a preset may list them (`siwlm-paper`'s eight GLUE tasks)."""
+    from weightsearch.trainer.config.presets import expand_preset
+
+    trained = tasks or _task_names(expand_preset(train_raw, []).get("tasks"))
+    chosen = trained if aux is None else aux
+    aux_of = {c: [t for t in trained if t in chosen and t != c] for c in central}
+    return settings_problems(train_raw, search, central, aux_of, weight_acts_on)
 
 
 def _stopping_checks(search: Search, scheduler: Scheduler, problems: list[str]) -> None:
