@@ -17,7 +17,6 @@ whole run's record (`searcher._judge_live_range`), since a probe sees only the f
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -98,8 +97,9 @@ def refuse_clipped_grids(spec: StudySpec, centrals: Sequence[str], progress: boo
     problems = []
     for central in centrals:
         point = {CENTRAL_WEIGHT: weights[0]}
-        with tempfile.TemporaryDirectory(prefix="weightsearch-probe-cfg-") as folder:
-            cfg = spec.for_cell(central, point, spec.seeds[0], folder)
+        # the cell's own config; the probe trains in a folder of its own, never this one
+        cfg = spec.for_cell(central, point, spec.seeds[0],
+                            spec.trial_dir(central, point, spec.seeds[0]))
         if cfg.grad_clip <= 0 or cfg.grad_clip_mode != "global" or cfg.adversarial.enabled:
             continue  # no clip, or one that cannot cut the weight away (or no probe of it)
         if cfg.distill is not None and central in cfg.distill.sources():
