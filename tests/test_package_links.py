@@ -4,6 +4,7 @@ writes with core.symlinks=false) cannot build a partial wheel and says how to fi
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -81,3 +82,31 @@ def test_a_checkout_without_links_refuses_to_build_and_says_the_fix(tmp_path: Pa
     assert command.stderr.startswith("weightsearch: error: this weightsearch checkout is "
                                      "broken: weightsearch/recommender is a file")
     assert "Traceback" not in command.stderr
+
+
+def test_coverage_measures_each_module_once_under_its_folder(tmp_path: Path) -> None:
+    """pyproject.toml's coverage settings: a module run through the namespace is measured, and
+    no module is listed twice (once by its folder, once through a link)."""
+    pytest.importorskip("coverage")
+    data = tmp_path / ".coverage"
+    env = {**os.environ, "COVERAGE_FILE": str(data)}
+    run = [sys.executable, "-m", "coverage"]
+    script = tmp_path / "uses_the_trainer.py"
+    script.write_text("import weightsearch.trainer.clipping\n")
+    ran = subprocess.run([*run, "run", "--rcfile", str(ROOT / "pyproject.toml"), str(script)],
+                         capture_output=True, text=True, env=env, cwd=ROOT)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    report = tmp_path / "report.json"
+    done = subprocess.run([*run, "json", "--rcfile", str(ROOT / "pyproject.toml"), "-o",
+                           str(report)], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    measured = json.loads(report.read_text())["files"]
+    files = [Path(name).resolve().relative_to(ROOT).as_posix() for name in measured]
+    assert len(files) == len(set(files))
+    expected = {p.relative_to(ROOT).as_posix() for top in ("weightsearch", *LINKED)
+                for p in (ROOT / top).rglob("*.py")
+                if "__pycache__" not in p.parts and not (top == "weightsearch"
+                                                         and p.parent.name in LINKED)}
+    assert set(files) == expected
+    clipping = next(v for k, v in measured.items() if k.endswith("trainer/clipping.py"))
+    assert clipping["summary"]["covered_lines"] > 0
