@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.func import functional_call, vmap
 from tqdm.auto import tqdm
 
 from weightsearch.core.errors import TrainingDiverged
+from weightsearch.trainer import draws
 from weightsearch.trainer.checkpoint import restore_rng, rng_state
 from weightsearch.trainer.config import RunConfig
 from weightsearch.trainer.fusable import (
@@ -71,6 +71,7 @@ from weightsearch.trainer.loop import (
 from weightsearch.trainer.model import MTDNN
 from weightsearch.trainer.optim import current_lr
 from weightsearch.trainer.results import RunResult
+from weightsearch.trainer.stacked import widen
 from weightsearch.trainer.tracking import Tracker, open_tracker, run_params
 
 NO_GRAPHS = GraphPlan(False, why_not="fused runs train every member in one stacked step")
@@ -79,40 +80,39 @@ NO_GRAPHS = GraphPlan(False, why_not="fused runs train every member in one stack
 class StackedModels:
     """K models of one architecture whose parameters live in stacked [K, ...] tensors: each
     model's parameter is a view of its slice (same Parameter object, so the model's optimizer
-    and checkpoints work unchanged), while `forward` runs all K in one vectorised call."""
+    and checkpoints work unchanged), while `forward` runs all K as one wide model
+    (`weightsearch.trainer.stacked`) on the batch replicated K times."""
 
     def __init__(self, models: Sequence[MTDNN]) -> None:
         self.models = list(models)
         self.lead = self.models[0]  # its structure and buffers serve every member
         self.lead_device = next(self.lead.parameters()).device
         members = [dict(m.named_parameters()) for m in self.models]
-        self.stacked: dict[str, torch.Tensor] = {}
+        self.stacked: dict[str, torch.nn.Parameter] = {}
         self.views: list[list[tuple[torch.nn.Parameter, str]]] = [[] for _ in self.models]
         for name, lead in members[0].items():
             params = [m[name] for m in members]
-            stacked = torch.stack([p.detach() for p in params]).requires_grad_(lead.requires_grad)
+            stacked = torch.nn.Parameter(torch.stack([p.detach() for p in params]),
+                                         requires_grad=lead.requires_grad)
             for k, p in enumerate(params):
                 p.data = stacked.data[k]  # the member's parameter now lives in its slice
                 self.views[k].append((p, name))
             self.stacked[name] = stacked
+        self.wide = widen(self.lead, self.stacked)
+        self.last = draws.Stack()  # the last forward pass's (how many attention layers drew)
 
     def __len__(self) -> int:
         return len(self.models)
 
     def forward(self, task: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Every member's head outputs for the shared batch, stacked: [K, ...]."""
-        def one(params: dict[str, torch.Tensor], shared: dict[str, torch.Tensor]) -> Any:
-            return functional_call(self.lead, params, (task, shared))
-
-        fused = vmap(one, in_dims=(0, None), randomness="same")
-        if self.lead_device.type == "cuda" and self.lead.training:
-            # The flash and memory-efficient kernels refuse shared random numbers under vmap:
-            # attention dropout needs the math kernel there.
-            from torch.nn.attention import SDPBackend, sdpa_kernel
-
-            with sdpa_kernel(SDPBackend.MATH):
-                return fused(self.stacked, batch)
-        return fused(self.stacked, batch)
+        k = len(self)
+        if self.wide.training != self.lead.training:
+            self.wide.train(self.lead.training)
+        wide = {name: replicated(t, k) for name, t in batch.items()}
+        with draws.stacked(k, wide["input_ids"].shape[0]) as self.last:
+            out = self.wide(task, wide)
+        return out.view(k, out.shape[0] // k, *out.shape[1:])
 
     def clear_gradients(self) -> None:
         for stacked in self.stacked.values():
@@ -127,6 +127,13 @@ class StackedModels:
             for p, name in self.views[k]:
                 grad = self.stacked[name].grad
                 p.grad = None if grad is None else grad[k]
+
+
+def replicated(value: Any, k: int) -> Any:
+    """A batch entry repeated for `k` members along its first dimension, member-major."""
+    if not isinstance(value, torch.Tensor) or not value.dim():
+        return value
+    return value.repeat(k, *[1] * (value.dim() - 1))
 
 
 @dataclasses.dataclass

@@ -29,6 +29,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from weightsearch.trainer import draws
+
 STEPS = 5  # MT-DNN's answer_num_turn
 STEP_DROPOUT = 0.1  # MT-DNN's answer_mem_drop_p
 
@@ -69,17 +71,16 @@ class StochasticAnswerNetwork(nn.Module):
             return mean.clamp_min(1e-30).log()
 
     def _dropout(self, x: Tensor) -> Tensor:
-        return nn.functional.dropout(x, self.p, self.training)
+        return draws.dropout(x, self.p, self.training)
 
     def _sequence_dropout(self, x: Tensor) -> Tensor:
         """Variational dropout: one mask per sequence and feature, shared by its tokens."""
         if not self.training or self.p == 0:
             return x
-        # A fresh tensor, not x.new_full: under a fused unit's vmap x is batched over the
-        # members, and the members share one mask as their stand-alone runs draw the same.
-        keep = torch.bernoulli(torch.full((x.shape[0], 1, x.shape[2]), 1 - self.p,
-                                          dtype=x.dtype, device=x.device))
-        return x * keep / (1 - self.p)
+        # The members of a stacked model share one mask, as their stand-alone runs draw.
+        keep = torch.bernoulli(torch.full((draws.member_rows(x.shape[0]), 1, x.shape[2]),
+                                          1 - self.p, dtype=x.dtype, device=x.device))
+        return x * draws.repeat_members(keep) / (1 - self.p)
 
     def _step_weights(self, stacked: Tensor) -> Tensor:
         """Each step's weight: 1 at inference; in training kept with probability 1 - p and
@@ -87,10 +88,11 @@ class StochasticAnswerNetwork(nn.Module):
         n, steps = stacked.shape[:2]
         if not self.training or self.step_dropout == 0:
             return torch.ones(n, steps, device=stacked.device)
+        n = draws.member_rows(n)  # one member's draws, shared by all (a stacked model)
         keep = (torch.rand(n, steps, device=stacked.device) >= self.step_dropout).float()
         forced = torch.randint(steps, (n,), device=stacked.device)
         keep = keep.scatter(1, forced.unsqueeze(1), 1.0)
-        return keep / (1 - self.step_dropout)
+        return draws.repeat_members(keep / (1 - self.step_dropout))
 
 
 def _masked_softmax(scores: Tensor, mask: Tensor) -> Tensor:
