@@ -47,24 +47,14 @@ def fusion_problems(configs: Sequence[RunConfig]) -> list[str]:
     if cfg.recompute_activations:
         problems.append("recompute_activations: recomputed layers do not vectorise over "
                         "stacked models; leave it out to fuse")
-    if cfg.precision == "bf16":
-        problems.append(BF16_PROBLEM)
     if cfg.idle_params == "step":
         problems.append("idle_params: step schedules each parameter on a clock of its own, "
                         "which the stacked optimizer does not keep; train such runs one by one")
     return problems
 
 
-# Under vmap, autocast no longer covers a linear layer whole (its batching rule adds the bias
-# in fp32) nor attention, so a fused member would compute in a mix of precisions and not train
-# as its stand-alone bf16 run does.
-BF16_PROBLEM = ("precision: bf16 autocast does not carry through the stacked models' forward "
-                "pass, so fused members would not train as their stand-alone runs do; set "
-                "precision: fp32 to fuse (TF32 matmuls on a GPU), or train one run per trial")
-
-
 def _shared_settings(cfg: RunConfig) -> dict[str, Any]:
     return {k: v for k, v in cfg.to_dict().items() if k not in MEMBER_SETTINGS}
 
 
-__all__ = ["BF16_PROBLEM", "MEMBER_SETTINGS", "CannotFuse", "fusion_problems"]
+__all__ = ["MEMBER_SETTINGS", "CannotFuse", "fusion_problems"]

@@ -4,33 +4,33 @@ stacked model on the shared batches.
 The runs of a weight search's cells differ in one scalar on the loss; everything else (central
 task, seed, data, batch plan, every other setting) is the same. Trained one by one, each costs
 a step's host work per batch, and a small encoder leaves a GPU mostly idle. Fused, each
-parameter of the K models lives in one [K, ...] tensor, and a training step is one
-`torch.func.vmap` call over `functional_call` of the K slices on the shared batch: the K weighted
-losses are summed (their parameters are disjoint, so each member's gradient is its own), and
-each member then clips its own gradient and steps its own optimizer and schedule.
+parameter of the K models lives in one [K, ...] tensor, and a training step is one forward pass
+of a wide model of ordinary batched kernels (`weightsearch.trainer.stacked`) on the batch
+replicated K times: the K weighted losses are summed (their parameters are disjoint, so each
+member's gradient is its own), and each member then clips its own gradient and steps its own
+optimizer and schedule. Autocast covers the wide model as it does a stand-alone run's.
 
 Each member stays its own run. Its model's parameters are views of its slices, so evaluation,
 checkpoints, resume and the result are the stand-alone code's, in the member's own
-`output_dir`. Dropout draws one mask per call for all members (`randomness="same"`), which is
-the mask a stand-alone run with the same seed draws: its random stream does not depend on the
-weights. So each member trains as its stand-alone run does, to float tolerance, and a member
-that stops (a report that stops it, a diverged loss) or skips a batch (weight 0) simply takes no
-step; the others go on. On resume, members whose checkpoints are behind the others train alone
-first until all are at the same epoch (the random state is the same for all of them at every
-epoch's end).
+`output_dir`. Dropout, attention dropout included, draws one mask per call for all members
+(`weightsearch.trainer.draws`), which is the mask a stand-alone run with the same seed draws:
+its random stream does not depend on the weights. So each member trains as its stand-alone run
+does, to float tolerance, and a member that stops (a report that stops it, a diverged loss) or
+skips a batch (weight 0) simply takes no step; the others go on. On resume, members whose
+checkpoints are behind the others train alone first until all are at the same epoch (the random
+state is the same for all of them at every epoch's end).
 
 What cannot be fused raises `CannotFuse` (a `ConfigError`) before anything is written:
 members that differ in more than their weighting, a compiled encoder, SMART (its perturbation
-is a forward pass of its own), activation recomputation, and heads whose forward pass does not
-vectorise (probed on a batch of each task). The caller trains those runs one by one.
+is a forward pass of its own), activation recomputation, layers that cannot be stacked, and
+tasks whose stacked forward pass is not the members' (probed on a batch of each task). The
+caller trains those runs one by one.
 """
-
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,7 +43,6 @@ from weightsearch.trainer import draws
 from weightsearch.trainer.checkpoint import restore_rng, rng_state
 from weightsearch.trainer.config import RunConfig
 from weightsearch.trainer.fusable import (
-    BF16_PROBLEM,
     MEMBER_SETTINGS,
     CannotFuse,
     fusion_problems,
@@ -68,7 +67,7 @@ from weightsearch.trainer.loop import (
     task_loss,
     weighted_total,
 )
-from weightsearch.trainer.model import MTDNN
+from weightsearch.trainer.model import ATTENTION_DROPOUT_KEYS, MTDNN
 from weightsearch.trainer.optim import current_lr
 from weightsearch.trainer.results import RunResult
 from weightsearch.trainer.stacked import widen
@@ -99,6 +98,7 @@ class StackedModels:
                 self.views[k].append((p, name))
             self.stacked[name] = stacked
         self.wide = widen(self.lead, self.stacked)
+        self.wide_training: bool | None = None  # the mode last set on every wide layer
         self.last = draws.Stack()  # the last forward pass's (how many attention layers drew)
 
     def __len__(self) -> int:
@@ -107,8 +107,9 @@ class StackedModels:
     def forward(self, task: str, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Every member's head outputs for the shared batch, stacked: [K, ...]."""
         k = len(self)
-        if self.wide.training != self.lead.training:
+        if self.wide_training is not self.lead.training:  # the lead's mode, set recursively
             self.wide.train(self.lead.training)
+            self.wide_training = self.lead.training
         wide = {name: replicated(t, k) for name, t in batch.items()}
         with draws.stacked(k, wide["input_ids"].shape[0]) as self.last:
             out = self.wide(task, wide)
@@ -173,49 +174,71 @@ def train_fused_stage(configs: Sequence[RunConfig],
     runs = [set_up(cfg, resume, stage, soft_targets, graphs=NO_GRAPHS)
             for cfg in configs]
     problems = fusion_problems([r.cfg for r in runs])  # as resumed runs trained them
-    if runs[0].runtime.precision == "bf16" and BF16_PROBLEM not in problems:
-        problems.append(BF16_PROBLEM.replace(
-            "precision: bf16", "precision: auto resolves to bf16 here, and bf16"))
     if problems:
         raise CannotFuse(problems)
     fresh_rng = rng_state()  # every member's at its first update (each set-up seeds the same)
     members = [Member(run, report, slot)
                for slot, (run, report) in enumerate(zip(runs, reports, strict=True))]
-    with warnings.catch_warnings():
-        # An op without a batching rule runs once per member: slower, not different.
-        warnings.filterwarnings("ignore", message=".*not yet implemented the batching rule")
-        stack = StackedModels([r.model for r in runs])
-        _probe(stack, runs[0])
-        for run in runs if prepare is not None else ():
-            prepare(run)
-        outcomes = _train_unit(stack, members, fresh_rng, quiet)
+    stack = StackedModels([r.model for r in runs])
+    _probe(stack, runs[0])
+    for run in runs if prepare is not None else ():
+        prepare(run)
+    outcomes = _train_unit(stack, members, fresh_rng, quiet)
     return [(run.cfg, outcome) for run, outcome in zip(runs, outcomes, strict=True)]
 
 
 def _probe(stack: StackedModels, run: StageRun) -> None:
-    """Refuse before anything is written when a task's forward pass does not vectorise: one
-    batch of two rows per task, in training mode (dropout's draws must vectorise too) on a
-    forked random state, so the run's own draws are not moved."""
+    """Refuse before anything is written when the wide model does not compute what the
+    members' models compute: one batch of two rows per task, on a forked random state so the
+    run's own draws are not moved."""
     devices = [stack.lead_device] if stack.lead_device.type == "cuda" else []
     failed = []
-    stack.lead.train()
     with torch.random.fork_rng(devices=devices):
         for name, data in run.data.items():
             batch = step_batch(run, name, np.arange(min(2, len(data.train))))
             try:
-                with run.runtime.autocast():
-                    outputs = stack.forward(name, batch)
-                total = sum(task_loss(run, name, outputs[k], batch) for k in range(len(stack)))
-                total.backward()  # type: ignore[union-attr]
-            except Exception as exc:  # whatever vmap or a module raises: refuse, do not crash
+                why = _probe_task(stack, run, name, batch)
+            except Exception as exc:  # whatever a stacked layer or a module raises: refuse
                 why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-                failed.append(f"tasks: {name}'s forward pass (the encoder and its "
-                              f"{data.spec.type} head) does not run vectorised over stacked "
-                              f"models ({why}); train these runs one by one")
             finally:
                 stack.clear_gradients()
+            if why is not None:
+                failed.append(f"tasks: {name}'s forward pass (the encoder and its "
+                              f"{data.spec.type} head) does not run as one stacked model "
+                              f"({why}); train these runs one by one")
     if failed:
         raise CannotFuse(failed)
+
+
+def _probe_task(stack: StackedModels, run: StageRun, task: str,
+                batch: dict[str, torch.Tensor]) -> str | None:
+    """Why the stacked forward pass of `task` is not the members' (None: it is): in evaluation
+    mode each member's outputs against its own model's; in training mode, under the run's
+    autocast, a forward and backward pass, whose attention dropout must draw shared masks."""
+    stack.lead.eval()
+    for model in stack.models:
+        model.eval()
+    with torch.no_grad():
+        outputs = stack.forward(task, batch).float()
+        for k, model in enumerate(stack.models):
+            alone = model(task, batch).float()
+            if outputs[k].shape != alone.shape or \
+                    (outputs[k] - alone).abs().max() > 1e-4 * (1 + alone.abs().max()):
+                return f"member {k}'s outputs differ from its own model's"
+    stack.lead.train()
+    for model in stack.models:
+        model.train()
+    with run.runtime.autocast():
+        outputs = stack.forward(task, batch)
+    total = sum(task_loss(run, task, outputs[k], batch) for k in range(len(stack)))
+    total.backward()  # type: ignore[union-attr]
+    config = getattr(stack.lead.encoder, "config", None)
+    dropout = max((float(getattr(config, key, 0) or 0) for key in ATTENTION_DROPOUT_KEYS),
+                  default=0.0)
+    if len(stack) > 1 and dropout > 0 and stack.last.attention_calls == 0:
+        return ("its attention dropout does not go through transformers' attention "
+                "interface, so the members would draw masks of their own")
+    return None
 
 
 def _train_unit(stack: StackedModels, members: list[Member], fresh_rng: dict[str, Any],
