@@ -45,10 +45,12 @@ def by_member(x: Tensor, members: int) -> Tensor:
 class StackedLinear(nn.Module):
     """K linear layers: weight [K, out, in], bias [K, out]."""
 
-    def __init__(self, weight: nn.Parameter, bias: nn.Parameter | None) -> None:
+    weight: Tensor
+    bias: Tensor | None
+
+    def __init__(self, weight: Tensor, bias: Tensor | None) -> None:
         super().__init__()
-        self.weight = weight
-        self.register_parameter("bias", bias)
+        self.weight, self.bias = weight, bias
 
     def forward(self, x: Tensor) -> Tensor:
         rows = by_member(x, self.weight.shape[0])
@@ -61,13 +63,15 @@ class StackedLinear(nn.Module):
 class StackedLayerNorm(nn.Module):
     """K layer norms over the last dimension: weight and bias [K, H]."""
 
+    weight: Tensor
+    bias: Tensor | None
+
     def __init__(self, layer: nn.LayerNorm) -> None:
         super().__init__()
         if len(layer.normalized_shape) != 1:
             raise ValueError("only a norm over the last dimension stacks")
         self.shape, self.eps = tuple(layer.normalized_shape), layer.eps
-        self.weight = layer.weight
-        self.register_parameter("bias", layer.bias)
+        self.weight, self.bias = layer.weight, layer.bias
 
     def forward(self, x: Tensor) -> Tensor:
         rows = by_member(x, self.weight.shape[0])
@@ -160,7 +164,7 @@ def stacked_layer(module: nn.Module) -> nn.Module | None:
     return None
 
 
-def widen(lead: nn.Module, stacked: dict[str, nn.Parameter]) -> nn.Module:
+def widen(lead: nn.Module, stacked: dict[str, Tensor]) -> nn.Module:
     """A copy of `lead` whose layers compute every member at once: its parameters are the
     stacked tensors of `stacked` (by `lead`'s parameter names), its buffers copies of the
     lead's. Raises CannotFuse naming each layer that cannot be stacked."""

@@ -1,8 +1,9 @@
 """Fused runs (`weightsearch.trainer.fused`): every member of a unit trains as its stand-alone run
 with the same seed does, to float tolerance, on the real trainer with a tiny encoder: SIWLM
-weight grids over classification (rte, mrpc) and regression (stsb) heads, a member stopped by its
-report, a member that skips the batches of weight 0, and a unit resumed with its members at
-different epochs."""
+weight grids over classification (rte, mrpc) and regression (stsb) heads, over one task of each
+head kind for 3 epochs (every update within 1e-6), a member stopped by its report, a member that
+skips the batches of weight 0, and a unit resumed with its members at different epochs; a unit
+trains under bf16 autocast."""
 
 from __future__ import annotations
 
@@ -15,12 +16,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.helpers import run_config
+from tests.helpers import QA_SAMPLE, run_config
 from weightsearch.trainer import train, train_fused
 from weightsearch.trainer.fused import CannotFuse, StackedModels
 
 WEIGHTS = (1, 9, 15)
 STEP_READINGS = ("loss", "grad_norm", "clip_scale")
+REL = 1e-6  # every update's readings, fused against stand-alone, over 3 epochs
 
 
 def siwlm(weight: float) -> dict:
@@ -57,9 +59,10 @@ def metrics_of(folder: Path) -> list[dict]:
     return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
 
 
-def assert_same_run(fused: Path, alone: Path, epochs: tuple[int, ...] = (1, 2)) -> None:
+def assert_same_run(fused: Path, alone: Path, epochs: tuple[int, ...] = (1, 2),
+                    rel: float = 1e-4, absolute: float = 1e-6) -> None:
     """The fused member trained as the stand-alone run: each update's loss, gradient norm and
-    clip factor, each epoch's dev scores and the weights at each epoch's end."""
+    clip factor (within `rel`), each epoch's dev scores and the weights at each epoch's end."""
     fused_steps, alone_steps = steps_of(fused), steps_of(alone)
     assert [(s["task"], s["weight"], s["skipped"]) for s in fused_steps] == \
         [(s["task"], s["weight"], s["skipped"]) for s in alone_steps]
@@ -68,7 +71,7 @@ def assert_same_run(fused: Path, alone: Path, epochs: tuple[int, ...] = (1, 2)) 
             if theirs[key] is None:
                 assert ours[key] is None
             else:
-                assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), key
+                assert ours[key] == pytest.approx(theirs[key], rel=rel, abs=absolute), key
     for ours, theirs in zip(metrics_of(fused), metrics_of(alone), strict=True):
         assert (ours["epoch"], ours["task"]) == (theirs["epoch"], theirs["task"])
         assert ours["primary"] == pytest.approx(theirs["primary"], abs=1e-4)
@@ -96,6 +99,39 @@ def test_each_member_of_a_fused_siwlm_grid_trains_as_its_stand_alone_run(
     apart = max((low[n] - high[n]).abs().max().item() for n in low)
     drift = max((low[n] - weights_of(alone[0], 2)[n]).abs().max().item() for n in low)
     assert apart > 100 * drift
+
+
+# One task of each head kind: classification, regression, SAN, span QA (windows of 128 tokens:
+# the tiny encoder has 256 positions).
+EVERY_HEAD = ["rte", "stsb", {"preset": "mrpc", "head": "san"},
+              {"preset": "squad2", "data_dir": str(QA_SAMPLE), "max_seq_len": 128,
+               "doc_stride": 48, "max_query_len": 32}]
+
+
+@pytest.mark.slow
+def test_members_over_every_head_kind_train_as_their_stand_alone_runs_for_3_epochs(
+        sample_data_dir, tiny_encoder, tmp_path):
+    extra = {"tasks": EVERY_HEAD, "epochs": 3, "max_seq_len": 64}
+    lone = member_configs(sample_data_dir, tiny_encoder, tmp_path, "alone", **extra)
+    for cfg in lone:
+        train(cfg, quiet=True)
+    fused = member_configs(sample_data_dir, tiny_encoder, tmp_path, "fused", **extra)
+    results = train_fused(fused, quiet=True)
+
+    assert not any(isinstance(r, BaseException) for r in results)
+    for ours, theirs in zip(fused, lone, strict=True):
+        assert_same_run(Path(ours.output_dir), Path(theirs.output_dir), (1, 2, 3),
+                        rel=REL, absolute=0)
+
+
+@pytest.mark.slow
+def test_a_fused_unit_trains_under_bf16_autocast(sample_data_dir, tiny_encoder, tmp_path):
+    configs = member_configs(sample_data_dir, tiny_encoder, tmp_path, "fused",
+                             precision="bf16", epochs=1)
+    results = train_fused(configs, quiet=True)
+
+    assert not any(isinstance(r, BaseException) for r in results)
+    assert all(s["loss"] > 0 for c in configs for s in steps_of(Path(c.output_dir)))
 
 
 @pytest.mark.slow
@@ -169,7 +205,7 @@ def test_a_unit_resumed_with_members_at_different_epochs_ends_as_the_stand_alone
     ({"lr": 1e-4}, "lr"),
     ({"seed": 2}, "seed"),
     ({"adversarial": {"enabled": True}}, "adversarial"),
-    ({"precision": "bf16"}, "precision: bf16 autocast does not carry through"),
+    ({"recompute_activations": True}, "recompute_activations"),
 ])
 def test_runs_that_cannot_be_fused_are_refused_before_anything_is_written(
         change, named, sample_data_dir, tiny_encoder, tmp_path):
