@@ -34,7 +34,9 @@ def site_database(folder: Path) -> str:
     import_file(TABLE2, "siwlm-paper", url)
     import_file(seeded_results(folder / "seeded.csv"), "demo", url)
     import_file(seeded_results(folder / "other.csv"), "renamed", url)
-    with sqlite3.connect(folder / "site.db") as db:  # another tool's name for that study
+    db = sqlite3.connect(folder / "site.db")  # another tool's name for that study
+    with db:
         db.execute("UPDATE studies SET study_name = replace(study_name, 'renamed/', ?)",
                    (HOSTILE + "/",))
+    db.close()
     return url
