@@ -58,7 +58,8 @@ from weightsearch.trainer.config.presets import expand_preset
 from weightsearch.trainer.mixture import MixtureSettings, parse_mixture
 from weightsearch.trainer.sampling import ShuffleSettings, parse_sampling
 from weightsearch.trainer.smart import AdversarialSettings, parse_adversarial
-from weightsearch.trainer.tasks import TaskSpec, parse_tasks, preset_key
+from weightsearch.trainer.task_parsing import parse_tasks
+from weightsearch.trainer.tasks import TaskSpec, preset_key
 from weightsearch.trainer.tracking import TrackingSettings, parse_tracking
 from weightsearch.trainer.weighting import parse_weighting, scheme_problems
 
