@@ -105,7 +105,7 @@ def _scheme_sections(train: Mapping[str, Any], space: Space, problems: list[str]
 
 def task_names(raw_tasks: Any) -> tuple[str, ...]:
     """Task names in config order (load_config puts the central task first)."""
-    from weightsearch.trainer.tasks import parse_tasks
+    from weightsearch.trainer.task_parsing import parse_tasks
 
     found: list[str] = []
     parsed = parse_tasks(raw_tasks, found) if raw_tasks is not None else ()

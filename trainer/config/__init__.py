@@ -82,7 +82,8 @@ from weightsearch.trainer.config.presets import expand_preset
 from weightsearch.trainer.mixture import MixtureSettings
 from weightsearch.trainer.sampling import ShuffleSettings, parse_sampling
 from weightsearch.trainer.smart import AdversarialSettings
-from weightsearch.trainer.tasks import TaskSpec, parse_tasks
+from weightsearch.trainer.task_parsing import parse_tasks
+from weightsearch.trainer.tasks import TaskSpec
 from weightsearch.trainer.tracking import TrackingSettings
 from weightsearch.trainer.weighting import parse_weighting, scheme_problems
 
