@@ -43,8 +43,9 @@ def build(work: Path, size: int, cycles: int):
     from weightsearch.studies.storage import open_storage
     from weightsearch.sweep import lookup, study_db
     from weightsearch.sweep.claims import Claims
+    from weightsearch.sweep.driver_state import CentralPlan
     from weightsearch.sweep.progress import Progress
-    from weightsearch.sweep.searcher import CellSearcher, CentralPlan
+    from weightsearch.sweep.searcher import CellSearcher
     from weightsearch.sweep.spec import load_study_spec
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

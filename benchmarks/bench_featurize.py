@@ -102,7 +102,7 @@ def measure(mode: str, rows: int, words: int, max_len: int, shape: str, vocab: i
             ) -> dict:
     """One measurement, in this process."""
     from weightsearch.trainer.encoders import load_tokenizer
-    from weightsearch.trainer.heads.base import encode_counted
+    from weightsearch.trainer.heads.token_limit import encode_counted
 
     tokenizer = load_tokenizer(None)
     text_a, text_b = _rows(shape, rows, words, vocab)

@@ -11,7 +11,8 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from weightsearch.studies.importer import ImportRow, parse_rows
+from weightsearch.studies.import_columns import ImportRow
+from weightsearch.studies.import_rows import parse_rows
 
 DATA = Path(__file__).parent / "data"
 

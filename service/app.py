@@ -1,4 +1,5 @@
-"""The REST service: read studies, recommend a weight, launch or resume a study.
+"""The REST service: read studies, recommend a weight, launch or resume a study; and the
+results site over the same data (`weightsearch.service.ui`).
 
 `create_app` builds the app: the shared objects on `app.state` (`weightsearch.service.deps` hands
 them to the routes), the request guard, the offline docs, one error shape, and a router per resource
@@ -47,6 +48,7 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
     from weightsearch.service.deps import describe_bearer
     from weightsearch.service.error_handlers import install_error_handlers
     from weightsearch.service.routes import health, jobs, recommend, runs, studies
+    from weightsearch.service.ui import routes as site
 
     token = os.environ.get(token_env, "")
     if require_token and not token:
@@ -79,6 +81,6 @@ def create_app(storage_url: str, token_env: str = "WEIGHTSEARCH_TOKEN",
     # In this order (the order of the paths in the schema; the first route whose path matches
     # names the methods of a 405): reads, then the writes that start runs.
     for router in (health.router, studies.router, recommend.make_router(), jobs.router,
-                   runs.router):
+                   runs.router, site.router):
         app.include_router(router)
     return app

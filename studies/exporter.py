@@ -1,4 +1,4 @@
-"""`weightsearch export`: a study's finished trials as an import file (studies/importer.py).
+"""`weightsearch export`: a study's finished trials as an import file (studies/import_columns.py).
 
 One row per COMPLETE trial of each central task: the required columns, the regime the study
 recorded (encoder, stage, variant, the gradient clipping), the share of the central task's

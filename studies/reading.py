@@ -590,7 +590,8 @@ def _dataset_from_spec(attrs: dict, central: str) -> str | None:
     train = _spec_train(attrs)
     if train is None:
         return None
-    from weightsearch.trainer.tasks import dataset_name, parse_tasks
+    from weightsearch.trainer.task_parsing import parse_tasks
+    from weightsearch.trainer.tasks import dataset_name
 
     problems: list[str] = []
     tasks = parse_tasks(train.get("tasks"), problems)

@@ -12,7 +12,7 @@ Two ways a grid can be inert, judged before the first write:
   each central update is clipped trains the same steps.
 
 A study that means it sets `allow_inert: true`. The first finished cell judges again from the
-whole run's record (`searcher._judge_live_range`), since a probe sees only the first updates.
+whole run's record (`sweep/live_range.py`), since a probe sees only the first updates.
 """
 
 from __future__ import annotations

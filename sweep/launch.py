@@ -5,7 +5,8 @@ data files and the Ray address are all checked before the first write, and the s
 created only once Ray is up with the resources the trials ask for.
 
 Jobs live in their own modules: `study_db` (the Optuna studies and their trials), `tuning`
-(Ray and Tune), `searcher` (units handed to Tune, claimed in the database), `summary`.
+(Ray and Tune), `searcher` (units handed to Tune, claimed in the database; each central
+task's plan in `driver_state`), `summary`.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ from weightsearch.studies.storage import (
     sqlite_path,
 )
 from weightsearch.sweep import lookup, study_db, tuning
+from weightsearch.sweep.driver_state import CentralPlan
 from weightsearch.sweep.inert_grid import refuse_clipped_grids
 from weightsearch.sweep.progress import Progress, say
-from weightsearch.sweep.searcher import CentralPlan
 from weightsearch.sweep.space import Point
 from weightsearch.sweep.spec import StudySpec, load_study_spec
 from weightsearch.sweep.strategies import STRATEGIES

@@ -67,7 +67,8 @@ GROUP = S.T_GROUP_PATH  # "tasks": the run-config key a task group sets
 EXHAUSTIVE_GROUP_MAX = 5  # candidates up to which every subset is trained (2^5 = 32 groups)
 # Keys of the run config that the sweep sets per cell; a space may not vary them.
 SWEEP_OWNED = ("central_task", "seed", "output_dir")
-_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_][A-Za-z0-9_-]*)*$")
+# A run-config path: keys joined by dots (`weighting.central_weight`, `sampling.weights.squad2`).
+PATH_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_][A-Za-z0-9_-]*)*$")
 _COUNT_MAX = 1_000_000  # a conditional space's points are counted by listing up to this many
 _KEY_MAX = 100  # a cell key is a claim's unit (128 characters with its prefix)
 _FOLDER_MAX = 120
@@ -115,7 +116,7 @@ class Dimension:
         if self.step is None and not self.integer:
             return None
         step = self.step or 1
-        n = _steps(self.low, self.high, step)
+        n = step_count(self.low, self.high, step)
         if n > MAX_DIMENSION_VALUES:  # parse_space refuses these; never enumerate one
             raise ValueError(f"{self.path}: {n} values exceed {MAX_DIMENSION_VALUES}")
         out = [self.low + i * step for i in range(n)]
@@ -131,11 +132,12 @@ class Dimension:
             return len(self.values)
         if self.step is None and not self.integer:
             return math.inf
-        return _steps(self.low, self.high, self.step or 1)
+        return step_count(self.low, self.high, self.step or 1)
 
     def contains(self, value: Any, central: str) -> bool:
         if self.kind == "range":
-            if not _real(value) or not self.low - 1e-12 <= value <= self.high + 1e-12:
+            if not is_finite_number(value) or not (
+                    self.low - 1e-12 <= value <= self.high + 1e-12):
                 return False
             found = self.options(central)
             return found is None or any(abs(value - v) < 1e-9 for v in found)
@@ -174,7 +176,7 @@ class Dimension:
             else:
                 dist = FloatDistribution(self.low, self.high, log=self.log, step=self.step)
             return {names[0]: dist}
-        numeric = all(_real(v) for v in self.values)
+        numeric = all(is_finite_number(v) for v in self.values)
         if self.path == CENTRAL_WEIGHT and not guided:
             return {names[0]: FloatDistribution(S.WEIGHT_LOW, S.WEIGHT_HIGH)}
         if numeric and not guided and not self.categorical:
@@ -431,7 +433,8 @@ def _short(path: str) -> str:
     return path
 
 
-def _steps(low: float, high: float, step: float) -> int:
+def step_count(low: float, high: float, step: float) -> int:
+    """How many values `low, low + step, ...` takes up to `high` (a float's last bit spared)."""
     return math.floor((high - low) / step + 1e-9) + 1
 
 
@@ -440,7 +443,8 @@ def _tidy(value: float) -> float:
     return float(f"{value:.12g}")
 
 
-def _real(value: Any) -> bool:
+def is_finite_number(value: Any) -> bool:
+    """A finite int or float, not a bool."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 

@@ -14,16 +14,16 @@ from typing import Any
 from weightsearch.core.fields import Flag, Number, check_fields, setting, unknown_keys
 from weightsearch.studies import schema as S
 from weightsearch.sweep.space import (
-    _PATH,
     CENTRAL_WEIGHT,
     GROUP,
     MAX_DIMENSION_VALUES,
+    PATH_PATTERN,
     SWEEP_OWNED,
     Dimension,
     Space,
-    _real,
-    _steps,
     default_space,
+    is_finite_number,
+    step_count,
     task_names_in,
 )
 
@@ -52,7 +52,7 @@ def parse_space(raw: Any, tasks: Sequence[str], problems: list[str],
 
 def _parse_dimension(path: str, spec: Any, tasks: Sequence[str], problems: list[str],
                      where: str) -> Dimension | None:
-    if not _PATH.match(path):
+    if not PATH_PATTERN.match(path):
         problems.append(f"{where}: not a run-config path; write keys joined by dots, e.g. "
                         "weighting.central_weight or sampling.weights.squad2")
         return None
@@ -84,7 +84,7 @@ class _Weight:
 
     def check(self, key: str, value: Any) -> tuple[Any, str | None]:
         fix = f"use a weight from {S.WEIGHT_LOW:g} to {S.WEIGHT_HIGH:g}"
-        if not _real(value):
+        if not is_finite_number(value):
             return None, f"{key}: {value!r} is not a number; {fix}"
         if not S.WEIGHT_LOW <= value <= S.WEIGHT_HIGH:
             return None, f"{key}: {value!r} is out of range; {fix}"
@@ -170,7 +170,7 @@ def parse_range(path: str, spec: Mapping[str, Any], problems: list[str],
         problems.append(f"{where}{problem}")
         return None
     if r.step is not None or r.int:
-        n = _steps(r.low, r.high, r.step or 1)
+        n = step_count(r.low, r.high, r.step or 1)
         if n > MAX_DIMENSION_VALUES:
             problems.append(f"{where}: {n:,} values from low to high in steps of "
                             f"{r.step or 1:g}; at most {MAX_DIMENSION_VALUES:,} are taken: use "

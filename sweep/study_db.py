@@ -311,7 +311,7 @@ def create_studies(spec: StudySpec, storage: Any, url: str, centrals: list[Centr
 
 def has_finished_cell(study: Any) -> bool:
     """Whether `study` (None: not created yet) holds a finished cell, whose clipping record
-    judges its grid (`searcher._judge_stored_cells`)."""
+    judges its grid (`LiveRangeJudge.judge_stored`)."""
     if study is None:
         return False
     from optuna.trial import TrialState

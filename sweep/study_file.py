@@ -204,7 +204,7 @@ def study_file_schema() -> dict[str, Any]:
     """The JSON Schema of a study file, from the declarations of its keys and of the run
     config its `train` holds (structured settings: their JSON type)."""
     from weightsearch.trainer.config import RunConfig
-    from weightsearch.trainer.tasks import tasks_schema
+    from weightsearch.trainer.task_parsing import tasks_schema
 
     train = json_schema(RunConfig, keys=[*(f.name for f in dataclasses.fields(RunConfig)),
                                          "preset"],

@@ -110,6 +110,35 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@contextlib.contextmanager
+def real_server(url, env=None):
+    """`weightsearch serve` on a free loopback port; yields its base URL."""
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "weightsearch.cli", "serve", "--port", str(port), "--storage", url],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+        cwd=ROOT,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.stdout.read().decode()
+            assert time.monotonic() < deadline, "the server did not come up in 60 s"
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
 # --- studies and private Ray sessions ----------------------------------------------------
 def two_cell_study_file(tmp_path: Path, name: str, tiny_encoder: str, data_dir: Path) -> Path:
     """tmp_path/study.yaml: rte and mrpc as central tasks at weights 1 and 9, one at a time.

@@ -234,13 +234,14 @@ def test_a_registered_types_metrics_and_name_are_known_to_task_files_and_the_ser
 
     import weightsearch.trainer.tasks as tasks_module
     from weightsearch.service.app import create_app
+    from weightsearch.trainer.task_rules import known_metrics
 
     late = TaskType("late_kind", __name__, "score", ("late_corr",), ("late_corr",), "late_corr")
     assert "late_corr" not in tasks_module.METRICS
     register_task_type(late)
     try:
         assert "late_corr" in tasks_module.METRICS
-        assert tasks_module.known_metrics()[-1] == "late_corr"
+        assert known_metrics()[-1] == "late_corr"
         client = TestClient(create_app(f"sqlite:///{tmp_path / 's.db'}", log_dir=tmp_path))
         answer = client.get("/recommend?train_size=2500&task_type=late_kind")
         assert answer.status_code == 200, answer.text

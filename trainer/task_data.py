@@ -26,7 +26,7 @@ import torch
 from weightsearch.core.errors import DataError
 from weightsearch.trainer.data.readers import count_examples, read_task_table, resolve_path
 from weightsearch.trainer.heads import Head, head_class
-from weightsearch.trainer.heads.base import collate_sequences
+from weightsearch.trainer.heads.featurize import collate_sequences
 from weightsearch.trainer.sampling import Sampler, ShuffleSettings, build_sampler
 from weightsearch.trainer.task_rows import Subset
 from weightsearch.trainer.tasks import TaskSpec

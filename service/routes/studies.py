@@ -35,12 +35,12 @@ def _list(database: StudyDatabase) -> dict:
 
 @router.get("/studies/{name:study}", response_model=StudyDetail, responses=errors(404, 422, 503))
 async def get_study(name: str, database: Database) -> dict:
-    return await in_thread(_one, name, database)
+    return await in_thread(study_detail, name, database)
 
 
-def _one(name: str, database: StudyDatabase) -> dict:
-    # A study by its full name, or every central-task study under a base name. (No docstring:
-    # FastAPI would publish it as the operation's description.)
+def study_detail(name: str, database: StudyDatabase) -> dict:
+    """A study by its full name, or every central-task study under a base name (the results
+    site's study page shows the same)."""
     from weightsearch.studies.inspection import cell_rows
     from weightsearch.studies.methods import comparison, is_methods_study, method_rows
 

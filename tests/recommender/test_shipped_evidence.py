@@ -9,7 +9,8 @@ from weightsearch.cli import main
 from weightsearch.recommender.evidence import builtin_evidence, load_evidence
 from weightsearch.recommender.recommend import recommend
 from weightsearch.recommender.shipped import DATA, SHIPPED
-from weightsearch.studies.importer import import_file, parse_rows
+from weightsearch.studies.import_rows import parse_rows
+from weightsearch.studies.importer import import_file
 from weightsearch.studies.reading import open_quiet, read_all
 
 LADDER = DATA / "sst2_ladder_minilm.csv"

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
@@ -14,7 +12,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.helpers import ROOT, SAMPLE, TABLE2, free_port, launched_study
+from tests.helpers import ROOT, SAMPLE, TABLE2, launched_study, real_server
 from weightsearch.cli import main
 from weightsearch.service.app import create_app
 from weightsearch.studies.importer import import_file
@@ -208,33 +206,6 @@ def test_serve_refuses_a_public_host_without_a_token(monkeypatch, capsys):
     monkeypatch.delenv("WEIGHTSEARCH_TOKEN", raising=False)
     assert main(["serve", "--host", "0.0.0.0", "--port", "1"]) == 2
     assert "WEIGHTSEARCH_TOKEN" in capsys.readouterr().err
-
-
-@contextlib.contextmanager
-def real_server(url, env=None):
-    """`weightsearch serve` on a free loopback port; yields its base URL."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "weightsearch.cli", "serve", "--port", str(port), "--storage", url],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-        cwd=ROOT,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, proc.stdout.read().decode()
-            assert time.monotonic() < deadline, "the server did not come up in 60 s"
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 @pytest.mark.integration

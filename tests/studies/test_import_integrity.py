@@ -284,12 +284,8 @@ def test_an_import_racing_another_under_the_same_name_is_refused(tmp_path, url):
     from weightsearch.core.errors import StorageError
     from weightsearch.studies.bulk import engine_of
     from weightsearch.studies.claims import Claims
-    from weightsearch.studies.importer import (
-        IMPORT_LEASES,
-        _stage_and_publish,
-        _staging_tag,
-        parse_rows,
-    )
+    from weightsearch.studies.import_rows import parse_rows
+    from weightsearch.studies.importer import IMPORT_LEASES, _stage_and_publish, _staging_tag
 
     f = tmp_path / "one.csv"
     f.write_text(HEADER + _row() + _row(central_weight="9"))

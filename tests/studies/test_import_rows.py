@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from weightsearch.core.errors import DataError
-from weightsearch.studies.importer import OPTIONAL, REQUIRED, parse_rows
+from weightsearch.studies.import_columns import OPTIONAL, REQUIRED
+from weightsearch.studies.import_rows import parse_rows
 from weightsearch.trainer.task_types import TaskType, register_task_type, unregister_task_type
 
 HEADER = "central_task,task_type,train_size,central_weight,seed,metric,stage\n"

@@ -173,8 +173,9 @@ def test_a_claim_reads_its_units_trials_not_the_study(study_url, sample_data_dir
     from weightsearch.studies import schema as S
     from weightsearch.studies.storage import open_storage
     from weightsearch.sweep import lookup, study_db
+    from weightsearch.sweep.driver_state import CentralPlan
     from weightsearch.sweep.progress import Progress
-    from weightsearch.sweep.searcher import CellSearcher, CentralPlan
+    from weightsearch.sweep.searcher import CellSearcher
     from weightsearch.sweep.spec import load_study_spec
     from weightsearch.sweep.trainable import SUMMARY_JSON
 
@@ -255,8 +256,9 @@ def test_a_claim_reads_its_units_trials_not_the_study(study_url, sample_data_dir
 def _searcher_with_two_trials(url: str, sample_data_dir: Path):
     from weightsearch.studies.storage import open_storage
     from weightsearch.sweep import study_db
+    from weightsearch.sweep.driver_state import CentralPlan
     from weightsearch.sweep.progress import Progress
-    from weightsearch.sweep.searcher import CellSearcher, CentralPlan
+    from weightsearch.sweep.searcher import CellSearcher
     from weightsearch.sweep.spec import load_study_spec
 
     spec = load_study_spec({

@@ -49,16 +49,16 @@ def test_columns_and_sizes(sample_tasks: dict[str, TaskData], tokenizer: Any) ->
 
 def test_cache_hit_does_not_tokenize(sample_data_dir: Path, tokenizer: Any, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from weightsearch.trainer.heads import base
+    from weightsearch.trainer.heads import featurize
 
     calls: list[int] = []
-    real = base.encode_counted  # what tokenizes a split's text (pairs)
+    real = featurize.encode_counted  # what tokenizes a split's text (pairs)
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(base, "encode_counted", counting)
+    monkeypatch.setattr(featurize, "encode_counted", counting)
     first = load_task_data(TASK_PRESETS["mrpc"], sample_data_dir, tokenizer, 64, tmp_path)
     assert calls and len(list(tmp_path.iterdir())) == 2  # train + dev entries, no temp dirs left
     calls.clear()

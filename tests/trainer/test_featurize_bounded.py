@@ -16,7 +16,7 @@ from tokenizers import pre_tokenizers
 
 from weightsearch.core.errors import DataError
 from weightsearch.trainer.encoders import load_tokenizer
-from weightsearch.trainer.heads.base import encode_counted, prefix_words
+from weightsearch.trainer.heads.token_limit import encode_counted, prefix_words
 
 
 def _whole_then_cut(tokenizer, text_a, text_b, max_len, drop):
@@ -132,16 +132,16 @@ def test_cutting_long_texts_keeps_the_tokens_of_the_whole_text(minilm_tokenizer,
 def test_long_texts_are_cut_before_tokenizing(minilm_tokenizer, monkeypatch):
     """A 5,000-word text is tokenized only up to its first max_len + 1 words: the tokenizer
     sees short inputs (the time of a long-document task follows max_seq_len)."""
-    from weightsearch.trainer.heads import base
+    from weightsearch.trainer.heads import token_limit
 
     seen: list[int] = []
-    real = base._encode_batch
+    real = token_limit._encode_batch
 
     def recording(backend, rows, max_len, where, *rest):
         seen.extend(len(r if isinstance(r, str) else r[0] + r[1]) for r in rows)
         return real(backend, rows, max_len, where, *rest)
 
-    monkeypatch.setattr(base, "_encode_batch", recording)
+    monkeypatch.setattr(token_limit, "_encode_batch", recording)
     document = " ".join(["evidence"] * 5000)
     ids, _, over = encode_counted(minilm_tokenizer, [document, "a question?"], None, 16, "t")
     assert over == [0] and max(seen) < 20 * len("evidence ")
@@ -191,16 +191,16 @@ def test_a_pair_long_on_both_sides_is_cut_on_both_sides(minilm_tokenizer, monkey
     """Two 128-word sides at max_seq_len 128 (each shorter than the limit, the pair far over
     it): each side is tokenized only up to about half the budget, with the same ids as the
     whole pair, whichever side is longer (one more word on either side) or in a tie."""
-    from weightsearch.trainer.heads import base
+    from weightsearch.trainer.heads import token_limit
 
     seen: list[int] = []
-    real = base._encode_batch
+    real = token_limit._encode_batch
 
     def recording(backend, rows, max_len, where, *rest):
         seen.extend(len(r[0].split(" ")) + len(r[1].split(" ")) for r in rows)
         return real(backend, rows, max_len, where, *rest)
 
-    monkeypatch.setattr(base, "_encode_batch", recording)
+    monkeypatch.setattr(token_limit, "_encode_batch", recording)
     words = ["the", "cat", "sat", "on", "a", "mat"]
     side = lambda n, k: " ".join(words[(i + k) % 6] for i in range(n))  # noqa: E731
     text_a = [side(128, 0), side(129, 1), side(128, 2), side(300, 3)]
@@ -215,22 +215,22 @@ def test_a_pair_long_on_both_sides_is_cut_on_both_sides(minilm_tokenizer, monkey
 def test_chunk_counts_stay_bounded_and_exact_past_their_limit(minilm_tokenizer, monkeypatch):
     """Past its limit the count cache starts afresh (keeping the chunks in hand): memory stays
     bounded and the rows stay those of the whole texts."""
-    from weightsearch.trainer.heads import base
+    from weightsearch.trainer.heads import token_limit
 
-    monkeypatch.setattr(base.ChunkCounts, "LIMIT", 50)
+    monkeypatch.setattr(token_limit.ChunkCounts, "LIMIT", 50)
     rng = random.Random(7)
     letters = "abcdefghij"
     word = lambda: "".join(rng.choice(letters) for _ in range(rng.randint(1, 6)))  # noqa: E731
     text_a = [" ".join(word() for _ in range(40)) for _ in range(30)]
     text_b = [" ".join(word() for _ in range(40)) for _ in range(30)]
     sizes: list[int] = []
-    learn = base.ChunkCounts.learn
+    learn = token_limit.ChunkCounts.learn
 
     def spying(self, texts, where):
         learn(self, texts, where)
         sizes.append(len(self.known))
 
-    monkeypatch.setattr(base.ChunkCounts, "learn", spying)
+    monkeypatch.setattr(token_limit.ChunkCounts, "learn", spying)
     got = encode_counted(minilm_tokenizer, text_a, text_b, 24, "t", chunk=2)
     assert got == _whole_then_cut(minilm_tokenizer, text_a, text_b, 24, False)
     assert len(sizes) == 15 and max(sizes) <= 50 + 2 * 2 * 40  # the limit plus one chunk's rows
@@ -242,21 +242,21 @@ def test_a_side_longer_than_the_counted_head_is_decided_by_its_head_or_counted_w
     side whose counted head already outnumbers the other side whole is cut at once; where that
     cannot tell (both sides past their heads) both whole sides are counted, one row at a time,
     and the pair is cut too. Either way, the whole pair's ids."""
-    from weightsearch.trainer.heads import base
+    from weightsearch.trainer.heads import token_limit
 
-    monkeypatch.setattr(base, "HEAD_WORDS", 1)
+    monkeypatch.setattr(token_limit, "HEAD_WORDS", 1)
     cuts: list[bool] = []
-    real = base._cut_long_pair
+    real = token_limit._cut_long_pair
 
     def recording(*args):
         cut = real(*args)
         cuts.append(cut is not None)
         return cut
 
-    monkeypatch.setattr(base, "_cut_long_pair", recording)
+    monkeypatch.setattr(token_limit, "_cut_long_pair", recording)
     totals: list[int] = []
-    total = base.ChunkCounts.total
-    monkeypatch.setattr(base.ChunkCounts, "total",
+    total = token_limit.ChunkCounts.total
+    monkeypatch.setattr(token_limit.ChunkCounts, "total",
                         lambda self, chunks, where: totals.append(len(chunks))
                         or total(self, chunks, where))
     side = lambda n: " ".join(["cat", "tokenization", "on"][i % 3] for i in range(n))  # noqa: E731
@@ -274,17 +274,17 @@ def test_the_tokenizer_gets_a_bounded_amount_of_text_a_call(minilm_tokenizer, mo
     """Rows tokenized whole (both sides of a pair long past what is counted) go to the
     tokenizer a few characters' worth at a time (ENCODE_CHARS; a row longer than that alone),
     and only their ids are kept: the same rows as tokenizing whole."""
-    from weightsearch.trainer.heads import base
+    from weightsearch.trainer.heads import token_limit
 
-    monkeypatch.setattr(base, "ENCODE_CHARS", 300)
+    monkeypatch.setattr(token_limit, "ENCODE_CHARS", 300)
     calls: list[int] = []
-    real = base._encode_rows
+    real = token_limit._encode_rows
 
     def recording(backend, rows, max_len, where):
         calls.append(sum(len(r) if isinstance(r, str) else len(r[0]) + len(r[1]) for r in rows))
         return real(backend, rows, max_len, where)
 
-    monkeypatch.setattr(base, "_encode_rows", recording)
+    monkeypatch.setattr(token_limit, "_encode_rows", recording)
     text_a = _texts(30, 5)
     text_b = [" ".join(["evidence"] * 80), *_texts(29, 6)]
     got = encode_counted(minilm_tokenizer, text_a, text_b, 16, "t", chunk=512)

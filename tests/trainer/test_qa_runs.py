@@ -104,7 +104,7 @@ def test_span_qa_and_multiple_choice_heads_fit_a_batch(tiny_encoder, task):
     from weightsearch.trainer.encoders import load_tokenizer
     from weightsearch.trainer.model import MTDNN, load_encoder
     from weightsearch.trainer.task_data import load_task_data
-    from weightsearch.trainer.tasks import parse_tasks
+    from weightsearch.trainer.task_parsing import parse_tasks
 
     problems: list[str] = []
     (spec,) = parse_tasks([{"preset": task, "data_dir": str(QA), "max_seq_len": 128,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from weightsearch.trainer.tasks import METRICS, TASK_PRESETS, TASK_TYPES, parse_tasks, preset_key
+from weightsearch.trainer.task_parsing import parse_tasks
+from weightsearch.trainer.tasks import METRICS, TASK_PRESETS, TASK_TYPES, preset_key
 
 
 def parse(raw: object) -> tuple[tuple, list[str]]:
@@ -157,8 +158,8 @@ def test_the_tasks_schema_follows_the_declarations_and_the_registry() -> None:
 
     import jsonschema
 
+    from weightsearch.trainer.task_parsing import tasks_schema
     from weightsearch.trainer.task_types import TaskType, register_task_type, unregister_task_type
-    from weightsearch.trainer.tasks import tasks_schema
 
     validator = jsonschema.Draft202012Validator(tasks_schema())
     presets = [json.loads(json.dumps({**dataclasses.asdict(p), "dev_files": dict(p.dev_files)}))

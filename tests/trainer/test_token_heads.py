@@ -154,7 +154,7 @@ def test_san_trains_end_to_end():
 
 
 def test_san_is_refused_on_a_regression_task():
-    from weightsearch.trainer.tasks import parse_tasks
+    from weightsearch.trainer.task_parsing import parse_tasks
 
     problems: list[str] = []
     parse_tasks([{"preset": "stsb", "head": "san"}], problems)

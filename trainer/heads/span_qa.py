@@ -47,12 +47,11 @@ from weightsearch.trainer.data.readers import ColumnRows, Table
 from weightsearch.trainer.heads.base import (
     Encoded,
     EvalSplit,
-    Features,
     Head,
-    list_array,
     refuse_soft_targets,
     symmetric_kl,
 )
+from weightsearch.trainer.heads.featurize import Features, list_array
 from weightsearch.trainer.tasks import TaskSpec
 
 _NO_SPAN = np.float32(1e9)  # null odds of a question with no valid span: surely "no answer"

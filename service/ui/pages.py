@@ -1,0 +1,130 @@
+"""What each page of the site shows, read from the same functions as the JSON routes (so a page
+and its route give the same numbers) and drawn as SVG: the studies, one study's curves, the
+recommendation, and the best weights across tasks against their training sizes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from weightsearch.service.ui.svg import Chart, bar_chart, weight_band
+
+CELLS_PER_PAGE = 200  # a study's cell table, per central task
+MAX_SEED_POINTS = 2_000  # per chart; past it the chart shows each weight's mean and range only
+LAW_SIZES = tuple(10 ** (e / 2) for e in range(4, 13))  # 100 to a million, half decades
+
+
+def _rounded(value: Any, digits: int = 4) -> Any:
+    return round(value, digits) if isinstance(value, float) and math.isfinite(value) else value
+
+
+def study_rows(overview: Sequence[dict], studies: Sequence[Any]) -> list[dict]:
+    """One row per study: its counts, central tasks and regime (encoders and stages seen)."""
+    regimes: dict[str, set[str]] = {}
+    for s in studies:
+        regimes.setdefault(s.study, set()).add(
+            f"{s.encoder or 'encoder not recorded'}, {s.stage or 'multitask'}")
+    return [{**row, "regime": "; ".join(sorted(regimes.get(row["study"], ()))),
+             "left": row["pending"] + row["running"]} for row in overview]
+
+
+def curve_chart(task: dict, cells: Sequence[dict]) -> tuple[str, int]:
+    """A central task's score against its weight: each seed's point (up to MAX_SEED_POINTS),
+    each weight's mean and seed range, the constant prediction's level, and the weights that
+    trained the same updates shaded as one treatment. Returns the SVG and the points drawn."""
+    curve = task["curve"]
+    scored = [c for c in cells if c.get("state") == "complete" and c.get("value") is not None
+              and c.get("central_weight") is not None]
+    ys = [c["value"] for c in scored] + [w["low"] for w in curve] + [w["high"] for w in curve]
+    if task.get("majority") is not None:
+        ys.append(task["majority"])
+    weights = [w["weight"] for w in curve] or [c["central_weight"] for c in scored] or [1.0]
+    metric = task.get("primary_metric") or "score"
+    chart = Chart((min(weights), max(weights)), (min(ys, default=0.0), max(ys, default=1.0)),
+                  "central weight", metric, f"{task['name']}: {metric} against the central "
+                  "weight")
+    for arm in task.get("same_updates") or []:
+        chart.x_span(min(arm["weights"]), max(arm["weights"]), "same-updates", arm["text"])
+    if task.get("majority") is not None:
+        chart.hline(task["majority"], "majority", f"constant prediction {task['majority']:.4g}")
+    for w in curve:
+        chart.interval(w["weight"], w["low"], w["high"], "seed-range",
+                       f"weight {w['weight']:g}: mean {w['mean']:.4g}, seeds {w['n']}, "
+                       f"range {w['low']:.4g} to {w['high']:.4g}")
+    chart.line([(w["weight"], w["mean"]) for w in curve], "mean")
+    shown = scored if len(scored) <= MAX_SEED_POINTS else []
+    chart.points([(c["central_weight"], c["value"]) for c in shown], "seed",
+                 [f"weight {c['central_weight']:g}, seed {c.get('seed')}: {c['value']:.4g}"
+                  for c in shown])
+    return chart.render(), len(shown)
+
+
+def study_page(detail: dict, page: int) -> dict:
+    """The template's view of GET /studies/{name}'s answer: per central task its chart, its
+    verdict, its clipping table and one page of its cells."""
+    tasks = []
+    for task in detail["central_tasks"]:
+        cells = task["cells"]
+        pages = max(1, math.ceil(len(cells) / CELLS_PER_PAGE))
+        shown_page = min(max(page, 1), pages)
+        svg, drawn = curve_chart(task, cells)
+        first = (shown_page - 1) * CELLS_PER_PAGE
+        tasks.append({**task, "chart": svg, "points_drawn": drawn,
+                      "points_hidden": sum(1 for c in cells if c.get("value") is not None)
+                      - drawn,
+                      "page": shown_page, "pages": pages,
+                      "cell_page": [{k: _rounded(v) for k, v in c.items()}
+                                    for c in cells[first:first + CELLS_PER_PAGE]],
+                      "clipping": [{k: _rounded(v) for k, v in row.items()}
+                                   for row in task.get("clipping") or []]})
+    return {"study": detail["study"], "tasks": tasks}
+
+
+def recommend_page(answer: dict) -> dict:
+    """The recommendation as GET /recommend gives it, with its evidence shares as bars."""
+    shares = [(f"{row['name']} ({row['source']})", row["share"])
+              for row in answer.get("evidence_shares") or []]
+    return {"answer": answer,
+            "band_chart": weight_band(answer["central_weight"], answer["interval"],
+                                      answer.get("equivalent")),
+            "shares_chart": bar_chart(shares, "share of the answer by evidence") if shares
+            else ""}
+
+
+def law_band(answers: Sequence[dict]) -> dict:
+    """The recommender's law across sizes: at each size its centre and its 80% interval."""
+    return {"sizes": [a["train_size"] for a in answers],
+            "centre": [a["central_weight"] for a in answers],
+            "low": [a["law_interval"][0] for a in answers if a.get("law_interval")],
+            "high": [a["law_interval"][1] for a in answers if a.get("law_interval")]}
+
+
+def across_chart(evidence: Sequence[dict], band: dict) -> tuple[str, list[dict]]:
+    """Every task's located best weight against its training size (log scale), one class per
+    regime, with the law's centre and 80% band for the asked regime."""
+    sizes = [e["train_size"] for e in evidence if e.get("train_size")] + list(band["sizes"])
+    located = [e for e in evidence if e.get("train_size") and e.get("location") is not None]
+    ys = [e["location"] for e in located] + list(band["low"]) + list(band["high"])
+    chart = Chart((min(sizes), max(sizes)), (min(ys, default=1.0), max(ys, default=15.0)),
+                  "training examples of the central task", "best central weight",
+                  "best central weight against training size", log_x=True)
+    if len(band["low"]) == len(band["sizes"]):
+        chart.band(band["sizes"], band["low"], band["high"], "law-band")
+    chart.line(list(zip(band["sizes"], band["centre"], strict=True)), "law")
+    regimes = sorted({_regime(e) for e in located})
+    legend = []
+    for i, regime in enumerate(regimes):
+        mine = [e for e in located if _regime(e) == regime]
+        css = f"regime regime-{i % 6}"
+        chart.points([(e["train_size"], e["location"]) for e in mine], css,
+                     [f"{e['task']} ({e.get('study') or e['source']}): {e['train_size']:,} "
+                      f"examples, best weight located at {e['location']:g} +- {e['sd']:g}"
+                      for e in mine])
+        legend.append({"regime": regime, "css": css, "count": len(mine)})
+    return chart.render(), legend
+
+
+def _regime(point: dict) -> str:
+    return (f"{point.get('encoder') or 'unknown'}, {point.get('stage') or 'unknown'}, "
+            f"clipping {point.get('clipping') or 'unknown'}")

@@ -1,0 +1,142 @@
+"""The site's pages: `/` (the studies), `/ui/studies/{name}` (one study's curves),
+`/ui/recommend` (the answer for a training size), `/ui/across` (best weights across tasks) and
+their two static files. Read-only GETs; each page's numbers come from the function behind its
+JSON route, and every response carries a Content-Security-Policy that allows no inline script
+or style and no request beyond this server."""
+
+# No `from __future__ import annotations`: FastAPI reads these signatures at runtime.
+import re
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request
+from fastapi.responses import FileResponse, HTMLResponse
+
+from weightsearch.service.db_calls import in_thread
+from weightsearch.service.deps import Database
+from weightsearch.service.ui import pages
+
+HERE = Path(__file__).parent
+STATIC = {"ui.css": "text/css", "ui.js": "text/javascript", "icon.svg": "image/svg+xml"}
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
+    "img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; "
+    "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+ASK_FIELDS = ("train_size", "task_type", "encoder", "stage", "clipping")
+router = APIRouter(include_in_schema=False)
+_DRAWN: dict[tuple, tuple] = {}  # the across-tasks chart per evidence and question
+_templates: Any = None
+
+
+def _render(template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    global _templates
+    if _templates is None:  # jinja2 is the serve extra's, like fastapi: loaded on first use
+        import jinja2
+
+        _templates = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
+                                        autoescape=True, undefined=jinja2.StrictUndefined)
+    html = _templates.get_template(template).render(**context)
+    return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
+
+
+@router.get("/ui/static/{name}")
+async def static_file(name: str) -> FileResponse:
+    if name not in STATIC:
+        raise HTTPException(404, f"no file {name!r} here")
+    return FileResponse(HERE / "static" / name, media_type=STATIC[name],
+                        headers={k: v for k, v in SECURITY_HEADERS.items()
+                                 if k != "Cache-Control"})
+
+
+@router.get("/", response_class=HTMLResponse)
+async def studies_page(database: Database) -> HTMLResponse:
+    def read() -> list[dict]:
+        from weightsearch.studies.inspection import overview
+
+        studies = database.studies()
+        return pages.study_rows(overview(studies), studies)
+
+    return _render("studies.html", rows=await in_thread(read), page="studies")
+
+
+@router.get("/ui/studies/{name:study}", response_class=HTMLResponse)
+async def study_page(name: str, database: Database, page: int = 1) -> HTMLResponse:
+    from weightsearch.service.routes.studies import study_detail
+
+    try:
+        detail = await in_thread(study_detail, name, database)
+    except HTTPException as missing:
+        if missing.status_code != 404:
+            raise
+        return _render("missing.html", status=404, what=str(missing.detail), page="studies")
+    return _render("study.html", **pages.study_page(detail, page), page="studies")
+
+
+def _asked(request: Request) -> tuple[dict[str, str], list[str]]:
+    """The form's fields as typed, and what is wrong with them (the JSON route's rules)."""
+    from weightsearch.recommender.asking import CLIPPING_PATTERN, ENCODER_PATTERN
+    from weightsearch.trainer import task_types
+
+    asked = {k: request.query_params.get(k, "").strip()[:200] for k in ASK_FIELDS}
+    problems = []
+    size = asked["train_size"]
+    if size and not (size.isdigit() and 0 < int(size) <= 10**12):
+        problems.append("train_size: a whole number of training examples, 1 to 10^12")
+    if asked["task_type"] and asked["task_type"] not in task_types.NAMES:
+        problems.append(f"task_type: one of {', '.join(task_types.NAMES)}, or leave it empty")
+    if asked["encoder"] and not re.match(ENCODER_PATTERN, asked["encoder"]):
+        problems.append("encoder: a name like all-minilm-l6-v2, or leave it empty")
+    if asked["stage"] and asked["stage"] not in ("multitask", "finetuned"):
+        problems.append("stage: multitask or finetuned, or leave it empty")
+    if asked["clipping"] and not re.match(CLIPPING_PATTERN, asked["clipping"]):
+        problems.append("clipping: clip1, uclip1, noclip (rate- before each for a sampling "
+                        "rate), or leave it empty")
+    return asked, problems
+
+
+def _answer(database: Any, size: int, asked: dict[str, str]) -> dict:
+    from weightsearch.recommender.recommend import recommend_from
+
+    return recommend_from(database.evidence(), size, asked["task_type"] or None,
+                          asked["encoder"] or None, asked["stage"] or None,
+                          clipping=asked["clipping"] or None, audience="http").to_dict()
+
+
+@router.get("/ui/recommend", response_class=HTMLResponse)
+async def recommend_page(request: Request, database: Database) -> HTMLResponse:
+    from weightsearch.trainer import task_types
+
+    asked, problems = _asked(request)
+    shown: dict = {"answer": None}
+    if asked["train_size"] and not problems:
+        answer = await in_thread(_answer, database, int(asked["train_size"]), asked)
+        shown = pages.recommend_page(answer)
+    return _render("recommend.html", status=400 if problems else 200, asked=asked,
+                   problems=problems, task_types=task_types.NAMES, page="recommend", **shown)
+
+
+@router.get("/ui/across", response_class=HTMLResponse)
+async def across_page(request: Request, database: Database) -> HTMLResponse:
+    asked, problems = _asked(request)
+    if problems:
+        return _render("across.html", status=400, asked=asked, problems=problems,
+                       page="across", chart="", legend=[], answer=None)
+
+    def draw() -> tuple[str, list[dict], dict]:
+        evidence = database.evidence()
+        key = (id(evidence), tuple(asked.values()))
+        if key not in _DRAWN:  # a page per size of the law's band: drawn once per evidence
+            answers = [_answer(database, round(size), asked) for size in pages.LAW_SIZES]
+            chart, legend = pages.across_chart(answers[0]["evidence"], pages.law_band(answers))
+            while len(_DRAWN) >= 8:
+                _DRAWN.pop(next(iter(_DRAWN)))
+            _DRAWN[key] = (evidence, chart, legend, answers[0])  # the evidence kept: its id
+        return _DRAWN[key][1:]                                 # is not reused meanwhile
+
+    chart, legend, first = await in_thread(draw)
+    return _render("across.html", asked=asked, problems=[], page="across", chart=chart,
+                   legend=legend, answer=first)
