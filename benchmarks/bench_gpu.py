@@ -20,8 +20,8 @@ side by side, each with sequences/s, MFU and peak GPU memory (None off CUDA):
   sequences/s is all processes' sequences over
   the span from the first one's training start to the last one's end;
 - fused K: `weightsearch.trainer.train_fused` training K runs that differ only in their loss
-  weight as one stacked model, for K in --fused (1,3,6,15; 1,3 with --quick), in fp32 (TF32
-  matmuls on CUDA: fusing refuses bf16 autocast); sequences/s is the K members' sequences
+  weight as one stacked model, for K in --fused (1,3,6,15; 1,3 with --quick), in the precision
+  the trainer picks (bf16 autocast on CUDA); sequences/s is the K members' sequences
   together, with the peak GPU memory per member and, on any device, the process CPU time per
   member (`cpu_s_per_member`) beside the eager trainer's `cpu_s`.
 Then one realistic trial, with examples/s: SST-2 central at SIWLM weight 9 with RTE, MRPC,
@@ -317,10 +317,8 @@ def fused_row(encoder: str, syn: Synthetic, out: Path, members: int) -> dict:
     """One epoch of `members` runs at loss weights 1..members, trained as one fused unit."""
     from weightsearch.trainer import train_fused
 
-    # fp32 (TF32 matmuls on a GPU): bf16 autocast does not carry through the stacked forward
-    # pass, and fusing refuses it (weightsearch.trainer.fusable).
-    configs = [synthetic_config(encoder, syn, str(out / f"w{k}"), weight=k).replace(
-        precision="fp32") for k in range(1, members + 1)]
+    configs = [synthetic_config(encoder, syn, str(out / f"w{k}"), weight=k)
+               for k in range(1, members + 1)]
     cpu = time.process_time()
     results = train_fused(configs, quiet=True)
     cpu = time.process_time() - cpu

@@ -189,9 +189,9 @@ def run_fused(config: dict[str, Any]) -> None:
     """Train the cells of a fused unit (`config[MEMBERS]`, each a cell's trial config) as one
     stacked model (`weightsearch.trainer.fused`), each reporting as its own cell. A member that
     ended in an earlier try of this trial (its result, its stint, its error: `MEMBER_END_FILE`)
-    reports that end again and is not retrained. If the unit cannot be fused after all (bf16
-    here, a forward pass that does not vectorise) or a member cannot start, its cells train one
-    after another here, each with its own outcome."""
+    reports that end again and is not retrained. If the unit cannot be fused after all (a layer
+    that cannot be stacked, a forward pass that is not the members') or a member cannot start,
+    its cells train one after another here, each with its own outcome."""
     from weightsearch import trainer
     from weightsearch.core.errors import ConfigError
     from weightsearch.trainer.fused import CannotFuse
