@@ -23,6 +23,7 @@ from weightsearch.trainer.fused import CannotFuse, StackedModels
 WEIGHTS = (1, 9, 15)
 STEP_READINGS = ("loss", "grad_norm", "clip_scale")
 REL = 1e-6  # every update's readings, fused against stand-alone, over 3 epochs
+SHIFT_INVARIANT = ("squad2.proj.bias", "san.summary.bias")
 
 
 def siwlm(weight: float) -> dict:
@@ -79,7 +80,11 @@ def assert_same_run(fused: Path, alone: Path, epochs: tuple[int, ...] = (1, 2),
         ours, theirs = weights_of(fused, epoch), weights_of(alone, epoch)
         assert ours.keys() == theirs.keys()
         for name in theirs:
-            torch.testing.assert_close(ours[name], theirs[name], rtol=1e-4, atol=1e-5)
+            # A bias added before a softmax over tokens has a gradient of zero up to rounding,
+            # which Adamax scales to steps of about lr: it drifts by about lr over a run.
+            drifts = name.endswith(SHIFT_INVARIANT)
+            torch.testing.assert_close(ours[name], theirs[name], rtol=1e-4,
+                                       atol=1e-4 if drifts else 1e-5)
 
 
 @pytest.mark.slow
@@ -111,7 +116,8 @@ EVERY_HEAD = ["rte", "stsb", {"preset": "mrpc", "head": "san"},
 @pytest.mark.slow
 def test_members_over_every_head_kind_train_as_their_stand_alone_runs_for_3_epochs(
         sample_data_dir, tiny_encoder, tmp_path):
-    extra = {"tasks": EVERY_HEAD, "epochs": 3, "max_seq_len": 64}
+    extra = {"tasks": EVERY_HEAD, "epochs": 3, "max_seq_len": 64, "max_train_examples": 32,
+             "max_eval_examples": 16}
     lone = member_configs(sample_data_dir, tiny_encoder, tmp_path, "alone", **extra)
     for cfg in lone:
         train(cfg, quiet=True)
