@@ -38,7 +38,7 @@ from ray.tune.search import Searcher
 from weightsearch.core.errors import ConfigError, StorageError
 from weightsearch.studies import schema as S
 from weightsearch.studies.claims import Claims
-from weightsearch.studies.storage import check_same_file, file_identity, storage_failure
+from weightsearch.studies.storage_failures import check_same_file, file_identity, storage_failure
 from weightsearch.sweep import lookup, study_db
 from weightsearch.sweep.inert_grid import MEANS_IT, clipping_fix
 from weightsearch.sweep.progress import Progress, say, trial_label

@@ -29,7 +29,7 @@ from weightsearch.studies.schema import (
     SEARCH_GRID,
 )
 from weightsearch.studies.schema import T_GROUP_PATH as GROUP_PATH
-from weightsearch.studies.storage import default_storage_url
+from weightsearch.studies.urls import default_storage_url
 from weightsearch.sweep.inert_grid import settings_problems
 from weightsearch.sweep.space import (
     CENTRAL_WEIGHT,
