@@ -18,7 +18,7 @@ from weightsearch.core.fields import check_fields, unknown_keys
 from weightsearch.core.yamlio import load_yaml, read_yaml_file, yaml_problem
 from weightsearch.studies.schema import GROUPS_STUDY
 from weightsearch.studies.schema import T_GROUP_PATH as GROUP_PATH
-from weightsearch.studies.storage import default_storage_url
+from weightsearch.studies.urls import default_storage_url
 from weightsearch.sweep.inert_grid import settings_problems
 from weightsearch.sweep.space import SCHEME_PATHS
 from weightsearch.sweep.strategies import STRATEGIES
