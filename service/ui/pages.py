@@ -21,9 +21,11 @@ def _rounded(value: Any, digits: int = 4) -> Any:
 
 def study_rows(overview: Sequence[dict], studies: Sequence[Any]) -> list[dict]:
     """One row per study: its counts, central tasks and regime (encoders and stages seen)."""
+    from weightsearch.studies.schema import split_study_name
+
     regimes: dict[str, set[str]] = {}
-    for s in studies:
-        regimes.setdefault(s.study, set()).add(
+    for s in studies:  # by the stored name, as the overview's rows are
+        regimes.setdefault(split_study_name(s.name)[0], set()).add(
             f"{s.encoder or 'encoder not recorded'}, {s.stage or 'multitask'}")
     return [{**row, "regime": "; ".join(sorted(regimes.get(row["study"], ()))),
              "left": row["pending"] + row["running"]} for row in overview]
