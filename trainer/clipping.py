@@ -37,9 +37,10 @@ _EPS = 1e-6  # as torch.nn.utils.clip_grad_norm_ adds to the norm
 
 
 def clip_gradient(parameters: Iterable[torch.nn.Parameter], grad_clip: float, mode: str,
-                  weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+                  weight: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Clip the gradients of `parameters` in place as `mode` says; the weighted gradient's
-    pre-clip norm and the factor applied to it (1: not clipped), both still on the device."""
+    pre-clip norm and the factor applied to it (1: not clipped), both still on the device.
+    `weight` is a 0-dim tensor on the device where a CUDA graph replays the update."""
     import torch
 
     grads = [p.grad for p in parameters if p.grad is not None]
