@@ -42,7 +42,8 @@ def register(subparsers) -> None:
 
 
 def run_serve(args) -> int:
-    require_extra("serve", "fastapi", "fastapi_offline", "uvicorn", feature="weightsearch serve")
+    require_extra("serve", "fastapi", "fastapi_offline", "uvicorn", "jinja2",
+                  feature="weightsearch serve")
     import uvicorn
 
     from weightsearch.service.app import create_app
