@@ -6,6 +6,7 @@ or style and no request beyond this server."""
 
 # No `from __future__ import annotations`: FastAPI reads these signatures at runtime.
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ ASK_FIELDS = ("train_size", "task_type", "encoder", "stage", "clipping")
 MAX_FIELD = 200  # characters of a form field, as the JSON route's encoder
 router = APIRouter(include_in_schema=False)
 _DRAWN: dict[tuple, tuple] = {}  # the across-tasks chart per evidence and question
+_DRAWN_LOCK = threading.Lock()
 _templates: Any = None
 
 
@@ -135,13 +137,16 @@ async def across_page(request: Request, database: Database) -> HTMLResponse:
         evidence = database.evidence()
         # the chart spans every size: the asked train_size changes nothing drawn
         key = (id(evidence), tuple(v for k, v in asked.items() if k != "train_size"))
-        if key not in _DRAWN:  # a page per size of the law's band: drawn once per evidence
+        drawn = _DRAWN.get(key)
+        if drawn is None:  # a page per size of the law's band: drawn once per evidence
             answers = [_answer(database, round(size), asked) for size in pages.LAW_SIZES]
             chart, legend = pages.across_chart(answers[0]["evidence"], pages.law_band(answers))
-            while len(_DRAWN) >= 8:
-                _DRAWN.pop(next(iter(_DRAWN)))
-            _DRAWN[key] = (evidence, chart, legend, answers[0])  # the evidence kept: its id
-        return _DRAWN[key][1:]                                 # is not reused meanwhile
+            drawn = (evidence, chart, legend, answers[0])  # the evidence kept: its id is not
+            with _DRAWN_LOCK:  # reused meanwhile; requests draw in threads of their own
+                while len(_DRAWN) >= 8:
+                    _DRAWN.pop(next(iter(_DRAWN)))
+                _DRAWN[key] = drawn
+        return drawn[1:]
 
     chart, legend, first = await in_thread(draw)
     return _render("across.html", asked=asked, problems=[], page="across", chart=chart,
