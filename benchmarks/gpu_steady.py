@@ -41,7 +41,8 @@ sys.modules["bench_gpu"] = bench  # its dataclasses look their module up there
 _spec.loader.exec_module(bench)
 
 from weightsearch.trainer import graphs as graph_steps  # noqa: E402
-from weightsearch.trainer import loop  # noqa: E402
+from weightsearch.trainer import loop, stage_output  # noqa: E402
+from weightsearch.trainer import step as training_step  # noqa: E402
 from weightsearch.trainer.encoders import default_encoder_path, load_tokenizer  # noqa: E402
 
 
@@ -60,16 +61,16 @@ def parse_args() -> argparse.Namespace:
 def precollated(train_epoch: Any) -> Any:
     """`loop._train_epoch` with the epoch's batches collated and moved before it starts."""
     def epoch(run: Any, number: int, *rest: Any, **kw: Any) -> Any:
-        ready = {(task, idx.tobytes()): loop.step_batch(run, task, idx)
+        ready = {(task, idx.tobytes()): training_step.step_batch(run, task, idx)
                  for task, idx in run.plans[number]}
         if run.runtime.device.type == "cuda":
             torch.cuda.synchronize()
-        collate = loop.step_batch
-        loop.step_batch = lambda _run, task, idx: ready[(task, idx.tobytes())]
+        collate = training_step.step_batch
+        training_step.step_batch = lambda _run, task, idx: ready[(task, idx.tobytes())]
         try:
             return train_epoch(run, number, *rest, **kw)
         finally:
-            loop.step_batch = collate
+            training_step.step_batch = collate
     return epoch
 
 
@@ -78,7 +79,7 @@ def timed_run(encoder: str, syn: Any, folder: Path, graphs: str, compiled: bool 
     row = bench.attempt(bench.trainer_row, encoder, syn, str(folder), compiled, graphs)
     if "not_run" not in row:
         row["losses"] = [json.loads(line)["loss"]
-                         for line in (folder / loop.STEPS).read_text().splitlines()]
+                         for line in (folder / stage_output.STEPS).read_text().splitlines()]
     return row
 
 
@@ -93,7 +94,7 @@ def profiled_window(encoder: str, syn: Any, folder: Path, graphs: str, steps: in
     with profile(activities=activities, acc_events=True,
                  schedule=schedule(wait=wait, warmup=2, active=steps, repeat=1)) as prof:
         # Each graph replay (or eager step on a CPU) ends one profiler step.
-        replay, eager = graph_steps.GraphedSteps.step, loop._eager_step
+        replay, eager = graph_steps.GraphedSteps.step, training_step._eager_step
 
         def replayed(self: Any, *a: Any, **k: Any) -> Any:
             readings = replay(self, *a, **k)
@@ -107,11 +108,11 @@ def profiled_window(encoder: str, syn: Any, folder: Path, graphs: str, steps: in
                 prof.step()
             return readings
 
-        graph_steps.GraphedSteps.step, loop._eager_step = replayed, eager_step
+        graph_steps.GraphedSteps.step, training_step._eager_step = replayed, eager_step
         try:
             bench.trainer_row(encoder, syn, str(folder), False, graphs)
         finally:
-            graph_steps.GraphedSteps.step, loop._eager_step = replay, eager
+            graph_steps.GraphedSteps.step, training_step._eager_step = replay, eager
     events = list(prof.events())
     device = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
     kernels = [e for e in device if "Memcpy" not in e.name and "Memset" not in e.name]

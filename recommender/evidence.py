@@ -196,7 +196,7 @@ def _why_nothing(s, values: dict[float, list[float]]) -> str | None:
 
 
 def study_evidence(studies) -> Evidence:
-    """Points from `weightsearch.studies.reading.CentralStudy` objects: those with a known training
+    """Points from `weightsearch.studies.central.CentralStudy` objects: those with a known training
     size and COMPLETE trials at two or more weights (one weight has no best); the others are
     noted."""
     out = Evidence()

@@ -42,13 +42,14 @@ def register(subparsers) -> None:
 
 
 def run_serve(args) -> int:
-    require_extra("serve", "fastapi", "fastapi_offline", "uvicorn", feature="weightsearch serve")
+    require_extra("serve", "fastapi", "fastapi_offline", "uvicorn", "jinja2",
+                  feature="weightsearch serve")
     import uvicorn
 
     from weightsearch.service.app import create_app
     from weightsearch.service.http_limits import ACCEPT_BURST, LimitedH11Protocol
     from weightsearch.service.request_guard import is_loopback
-    from weightsearch.studies.storage import check_persistent
+    from weightsearch.studies.url_checks import check_persistent
 
     exposed = not is_loopback(args.host)
     if exposed and not os.environ.get(TOKEN_ENV):

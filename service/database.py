@@ -48,7 +48,7 @@ class StudyDatabase:
         the file's identity, and opened afresh: its connections would go on reading the old
         file, while the jobs the service starts open the path."""
         from weightsearch.studies.reading import open_quiet, sqlite_file_missing
-        from weightsearch.studies.storage import file_identity
+        from weightsearch.studies.storage_failures import file_identity
 
         opened = self._storage
         if opened is not None and self._identity is not None and \
@@ -120,7 +120,8 @@ class StudyDatabase:
         try:
             self.studies()
         except Exception as exc:  # keep serving the last good evidence; the log says why
-            from weightsearch.studies.storage import hide_secrets, storage_failure
+            from weightsearch.studies.storage_failures import storage_failure
+            from weightsearch.studies.urls import hide_secrets
 
             self._failure = storage_failure(exc, self.url) or exc
             log.warning("refreshing the recommender's evidence from %s failed: %s",
@@ -141,7 +142,7 @@ def warm_up(database: StudyDatabase) -> None:
 
 def redacted(url: str) -> str:
     """The URL with its password and secret query parameters hidden, for /health: the one
-    redaction every message uses (`weightsearch.studies.storage.shown_url`)."""
-    from weightsearch.studies.storage import shown_url
+    redaction every message uses (`weightsearch.studies.urls.shown_url`)."""
+    from weightsearch.studies.urls import shown_url
 
     return shown_url(url)

@@ -110,7 +110,8 @@ class Probe:
         return found
 
     def _probe(self) -> dict[str, Any]:
-        from weightsearch.studies.storage import hide_secrets, probe_database
+        from weightsearch.studies.storage import probe_database
+        from weightsearch.studies.urls import hide_secrets
 
         try:
             probe_database(self.url, PROBE_TIMEOUT_S)

@@ -79,7 +79,7 @@ def _allow(request: Request) -> dict[str, str]:
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-    from weightsearch.studies.storage import storage_failure
+    from weightsearch.studies.storage_failures import storage_failure
 
     failure = storage_failure(exc, request.app.state.database.url)
     if failure is not None:  # the study database failed: the service is unavailable, not buggy

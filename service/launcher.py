@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from weightsearch.core.errors import ConfigError
 from weightsearch.service.jobs import Job, JobTable
 from weightsearch.studies import schema
-from weightsearch.studies.storage import ENV_STORAGE
+from weightsearch.studies.urls import ENV_STORAGE
 
 if TYPE_CHECKING:  # only for the hint: sweep.spec loads in the background, after start-up
     from weightsearch.sweep.spec import StudySpec

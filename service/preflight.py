@@ -31,7 +31,7 @@ T = TypeVar("T")
 def check_launch(spec: StudySpec, url: str) -> None:
     """What `launch` checks before its first write, past the study file itself: the storage
     takes writes, and every central task's data reads (files present, labels in the set)."""
-    from weightsearch.studies.storage import check_url
+    from weightsearch.studies.url_checks import check_url
     from weightsearch.sweep import study_db
 
     _storage_checked(check_url, url, write=True)
@@ -43,7 +43,7 @@ def check_resume(name: str, storage: Any, url: str) -> None:
     """What `resume` checks before its first write: the study holds the study file it was
     launched with (an imported study, or one another tool made, holds none), that file is
     still valid here, its data reads, and its stored studies match it."""
-    from weightsearch.studies.storage import check_url
+    from weightsearch.studies.url_checks import check_url
     from weightsearch.sweep import study_db
     from weightsearch.sweep.spec import load_study_spec
 

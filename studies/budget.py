@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from weightsearch.core.errors import ConfigError
 from weightsearch.studies import schema
+from weightsearch.studies.central import CentralStudy
 from weightsearch.studies.grouping import (
     Group,
     ScoreTable,
@@ -25,7 +26,6 @@ from weightsearch.studies.grouping import (
     group_of,
     select_each,
 )
-from weightsearch.studies.reading import CentralStudy
 
 
 @dataclass(frozen=True)

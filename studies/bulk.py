@@ -25,7 +25,7 @@ from typing import Any
 
 from optuna.trial import TrialState
 
-from weightsearch.studies.storage import call_retrying
+from weightsearch.studies.retries import call_retrying
 
 _STATES = {s.name: s for s in TrialState}
 _INFINITE = {"INF_POS": math.inf, "INF_NEG": -math.inf}

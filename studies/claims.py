@@ -36,8 +36,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from weightsearch.studies.storage import call_retrying
-from weightsearch.studies.storage import dialect as backend
+from weightsearch.studies.dialects import dialect as backend
+from weightsearch.studies.retries import call_retrying
 
 ENV_TTL = "WEIGHTSEARCH_CLAIM_TTL"
 DEFAULT_TTL_S = 120.0  # a lease lives this long unless renewed; renewed every TTL / 6

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from weightsearch.core.errors import ConfigError
 from weightsearch.core.extras import require_extra
-from weightsearch.studies.storage import ENV_STORAGE, default_storage_url
+from weightsearch.studies.urls import ENV_STORAGE, default_storage_url
 
 STORAGE_HELP = f"study database URL (default: ${ENV_STORAGE} or sqlite:///weightsearch.db)"
 
@@ -97,7 +97,8 @@ def run_inspect(args) -> int:
 
 def run_import(args) -> int:
     from weightsearch.studies.importer import import_file
-    from weightsearch.studies.storage import check_url, shown_url
+    from weightsearch.studies.url_checks import check_url
+    from weightsearch.studies.urls import shown_url
 
     check_url(storage_url(args), write=True)  # not into memory, nor a read-only file
     names = import_file(args.file, args.study, storage_url(args))

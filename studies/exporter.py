@@ -25,14 +25,9 @@ from pathlib import Path
 from weightsearch.core.errors import ConfigError, DataError
 from weightsearch.core.files import check_output_file
 from weightsearch.studies import schema
-from weightsearch.studies.reading import (
-    Cell,
-    CentralStudy,
-    read_central,
-    resolve,
-    weight_acts_on,
-)
-from weightsearch.studies.storage import shown_url
+from weightsearch.studies.central import Cell, CentralStudy, weight_acts_on
+from weightsearch.studies.reading import read_central, resolve
+from weightsearch.studies.urls import shown_url
 
 FORMATS = {".csv": ",", ".tsv": "\t"}
 COLUMNS = ("central_task", "dataset", "task_type", "train_size", "central_weight", "seed",

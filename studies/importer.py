@@ -28,7 +28,7 @@ from weightsearch.studies.bulk import engine_of
 from weightsearch.studies.claims import Claims, lease_states
 from weightsearch.studies.import_columns import ImportRow
 from weightsearch.studies.import_rows import parse_rows
-from weightsearch.studies.storage import shown_url
+from weightsearch.studies.urls import shown_url
 
 A_IMPORTED_FROM = "imported_from"
 
@@ -286,7 +286,7 @@ def disk_full_message(exc: BaseException, storage_url: str, path: str | Path) ->
     import errno
     import shutil
 
-    from weightsearch.studies.storage import sqlite_path
+    from weightsearch.studies.dialects import sqlite_path
 
     chain = list(causes(exc))
     full = any(isinstance(e, OSError) and e.errno == errno.ENOSPC for e in chain) or any(
@@ -322,7 +322,7 @@ def import_failure(exc: BaseException, storage_url: str,
     full = disk_full_message(exc, storage_url, path)
     if full is not None:
         return DiskFull(full)
-    from weightsearch.studies.storage import storage_failure
+    from weightsearch.studies.storage_failures import storage_failure
 
     known = storage_failure(exc, storage_url)
     cause = str(known) if known is not None else f"{type(exc).__name__}: {exc}"

@@ -12,6 +12,7 @@ from weightsearch.studies import schema
 from weightsearch.studies.budget import BudgetReport, budget_report, unusable_text
 from weightsearch.studies.budget import rows as budget_rows
 from weightsearch.studies.budget import to_dict as budget_dict
+from weightsearch.studies.central import CentralStudy
 from weightsearch.studies.leases import mark_driver_gone
 from weightsearch.studies.methods import (
     comparison,
@@ -20,8 +21,8 @@ from weightsearch.studies.methods import (
     method_rows,
     study_epochs_note,
 )
-from weightsearch.studies.reading import CentralStudy, read_all, read_central, resolve
-from weightsearch.studies.storage import shown_url
+from weightsearch.studies.reading import read_all, read_central, resolve
+from weightsearch.studies.urls import shown_url
 from weightsearch.studies.verdict import by_seed, judge
 
 FORMATS = ("table", "csv", "json")
@@ -93,7 +94,7 @@ GPU_COLUMNS = ("gpu_share", "gpu_peak_mib")
 def gpu_use(storage, studies: list[CentralStudy]) -> dict[tuple[str, int], dict[str, float]]:
     """Each trial's GPU share and measured peak (`GpuUse`), one query per study; trials that
     recorded neither (CPU trials, imports, older releases) are absent."""
-    from weightsearch.studies.storage import call_retrying
+    from weightsearch.studies.retries import call_retrying
 
     return call_retrying("read GPU use", _gpu_use, storage, studies)
 

@@ -38,7 +38,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from weightsearch.studies.reading import Cell, CentralStudy
+from weightsearch.studies.central import Cell, CentralStudy
 from weightsearch.studies.schema import T_CENTRAL_WEIGHT_PATH as CENTRAL
 from weightsearch.studies.schema import T_SCHEME_PATHS as SCHEME_PATHS
 from weightsearch.studies.verdict import mean_interval

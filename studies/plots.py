@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from weightsearch.studies.reading import seed_scores
+from weightsearch.studies.central import seed_scores
 from weightsearch.studies.treatments import live_bound
 
 VECTOR = (".pdf", ".svg", ".eps")

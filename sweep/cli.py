@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from weightsearch.core.errors import StorageError
-from weightsearch.studies.storage import default_storage_url, shown_url, storage_failure
+from weightsearch.studies.storage_failures import storage_failure
+from weightsearch.studies.urls import default_storage_url, shown_url
 
 if TYPE_CHECKING:
     from weightsearch.sweep.summary import SweepSummary

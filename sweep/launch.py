@@ -19,14 +19,11 @@ from typing import Any
 from weightsearch.core.errors import ClusterError, ConfigError
 from weightsearch.studies import schema as S
 from weightsearch.studies.claims import Claims
-from weightsearch.studies.storage import (
-    check_same_file,
-    check_url,
-    default_storage_url,
-    file_identity,
-    open_storage,
-    sqlite_path,
-)
+from weightsearch.studies.dialects import sqlite_path
+from weightsearch.studies.storage import open_storage
+from weightsearch.studies.storage_failures import check_same_file, file_identity
+from weightsearch.studies.url_checks import check_url
+from weightsearch.studies.urls import default_storage_url
 from weightsearch.sweep import lookup, study_db, tuning
 from weightsearch.sweep.driver_state import CentralPlan
 from weightsearch.sweep.inert_grid import refuse_clipped_grids
@@ -132,7 +129,7 @@ def _refuse_foreign_runs(spec: StudySpec, new_studies: list[str], url: str) -> N
     """A study new to this database whose cell folders already hold runs (the study launched
     before against another database, or a file with the same name and workdir): its trials
     would continue those runs, or fail on their other settings, inside Ray. Refused here."""
-    from weightsearch.studies.storage import shown_url
+    from weightsearch.studies.urls import shown_url
 
     for central in new_studies:
         folder = Path(spec.workdir) / spec.study / central

@@ -22,7 +22,8 @@ from typing import Any
 from weightsearch.studies import schema as S
 from weightsearch.studies.bulk import engine_of, optuna_tables
 from weightsearch.studies.claims import create_once
-from weightsearch.studies.storage import call_retrying, dialect
+from weightsearch.studies.dialects import dialect
+from weightsearch.studies.retries import call_retrying
 from weightsearch.sweep.space import Space
 from weightsearch.sweep.strategies import Record
 from weightsearch.sweep.study_db import to_record

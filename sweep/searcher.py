@@ -37,7 +37,7 @@ from ray.tune.search import Searcher
 from weightsearch.core.errors import StorageError
 from weightsearch.studies import schema as S
 from weightsearch.studies.claims import Claims
-from weightsearch.studies.storage import check_same_file, file_identity, storage_failure
+from weightsearch.studies.storage_failures import check_same_file, file_identity, storage_failure
 from weightsearch.sweep import study_db
 from weightsearch.sweep.driver_state import CentralPlan, LiveCell, Picked
 from weightsearch.sweep.live_range import LiveRangeJudge

@@ -57,6 +57,7 @@ from weightsearch.trainer.weighting import scheme_keys as weighting_keys
 
 CENTRAL_WEIGHT = S.T_CENTRAL_WEIGHT_PATH
 WEIGHTING_SCHEME = "weighting.scheme"
+SEARCHED_SCHEME = "siwlm"  # a weighting whose central weight is searched, unless it names one
 # The sections whose scheme a point may set: {section: the keys its scheme `name` takes}.
 SCHEME_KEYS = {"weighting": weighting_keys, "sampling": sampling_keys}
 SCHEME_PATHS = S.T_SCHEME_PATHS  # the methods a study compares: each section's scheme
@@ -449,14 +450,13 @@ def is_finite_number(value: Any) -> bool:
 
 
 def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
-    """Set `a.b.c` in nested mappings, making the missing levels. A weighting made here is
-    SIWLM's (the scheme whose central weight a study searches)."""
+    """Set `a.b.c` in nested mappings, making the missing levels (a weighting: SEARCHED_SCHEME)."""
     parts = path.split(".")
     node = raw
     for i, part in enumerate(parts[:-1]):
         child = node.get(part)
         if not isinstance(child, dict):
-            child = {"scheme": "siwlm"} if i == 0 and part == "weighting" else {}
+            child = {"scheme": SEARCHED_SCHEME} if i == 0 and part == "weighting" else {}
             node[part] = child
         node = child
     node[parts[-1]] = value

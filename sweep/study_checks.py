@@ -18,9 +18,9 @@ from weightsearch.core.fields import check_fields, unknown_keys
 from weightsearch.core.yamlio import load_yaml, read_yaml_file, yaml_problem
 from weightsearch.studies.schema import GROUPS_STUDY
 from weightsearch.studies.schema import T_GROUP_PATH as GROUP_PATH
-from weightsearch.studies.storage import default_storage_url
+from weightsearch.studies.urls import default_storage_url
 from weightsearch.sweep.inert_grid import settings_problems
-from weightsearch.sweep.space import SCHEME_PATHS
+from weightsearch.sweep.space import SCHEME_PATHS, SEARCHED_SCHEME
 from weightsearch.sweep.strategies import STRATEGIES
 from weightsearch.sweep.study_file import (
     DEFAULT_WORKDIR,
@@ -282,7 +282,8 @@ def _grouping_checks(raw: Mapping[str, Any], train: dict[str, Any], search: Sear
         problems.append(f"search.strategy: {fix} trains every group once per seed; use "
                         "strategy: grid or leave it out")
     weighting = train.get("weighting")
-    if isinstance(weighting, Mapping) and has_central_weight(weighting.get("scheme", "siwlm")):
+    if isinstance(weighting, Mapping) and has_central_weight(
+            weighting.get("scheme", SEARCHED_SCHEME)):
         problems.append(f"train.weighting: {fix} weighs every task of a network alike; use "
                         "weighting: {scheme: equal} (the default) or leave it out")
     objective = raw.get("objective")

@@ -15,7 +15,7 @@ from typing import Any
 from weightsearch.core.errors import ConfigError, StorageError
 from weightsearch.recommender.regime import encoder_size
 from weightsearch.studies import schema as S
-from weightsearch.studies.storage import shown_url
+from weightsearch.studies.urls import shown_url
 from weightsearch.sweep.extension import extension_problem
 from weightsearch.sweep.space import CENTRAL_WEIGHT, Space
 from weightsearch.sweep.spec import SPEC_VERSION, StudySpec, as_launched, load_study_spec

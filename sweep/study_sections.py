@@ -14,6 +14,7 @@ from weightsearch.core.fields import MAX_SEED, Choice, check_section, is_int
 from weightsearch.sweep.space import (
     CENTRAL_WEIGHT,
     SCHEME_KEYS,
+    SEARCHED_SCHEME,
     SWEEP_OWNED,
     WEIGHTING_SCHEME,
     Space,
@@ -61,7 +62,7 @@ def parse_train(raw: Any, space: Space, problems: list[str], where: Any) -> dict
             train["weighting"] = {k: v for k, v in weighting.items() if k != "central_weight"}
     elif space.dim(CENTRAL_WEIGHT) is not None and weighting is not None:
         if not isinstance(weighting, Mapping) or not has_central_weight(
-                weighting.get("scheme", "siwlm")):
+                weighting.get("scheme", SEARCHED_SCHEME)):
             problems.append("train.weighting: a weight search sweeps SIWLM's central weight; "
                             "use weighting: {scheme: siwlm, ...} or leave it out")
             train.pop("weighting")

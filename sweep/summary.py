@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from weightsearch.studies import schema as S
-from weightsearch.studies.reading import CentralStudy, read_central
+from weightsearch.studies.central import CentralStudy
+from weightsearch.studies.reading import read_central
 from weightsearch.studies.verdict import Verdict, by_seed, judge
 from weightsearch.sweep import study_db
 from weightsearch.sweep.space import CENTRAL_WEIGHT, Space

@@ -25,7 +25,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.storages import RDBStorage
 from optuna.trial import TrialState
 
-from weightsearch.studies.storage import call_retrying
+from weightsearch.studies.retries import call_retrying
 
 
 def finish_trial(study: optuna.Study, trial_id: int, state: TrialState,

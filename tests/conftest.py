@@ -83,6 +83,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             "(WEIGHTSEARCH_FAST_TEST_LIMIT_S sets the limit)")
 
 
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread for the test: on tensors of a few hundred values a second thread
+    only spins, which costs CPU time and gains nothing (a run's `num_threads: 1`)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def sample_data_dir() -> Path:
     return SAMPLE

@@ -1,5 +1,6 @@
-"""What several test modules share: the repository's paths, the tiny run's config, JSONL logs,
-free ports, the independent SIWLM check, and the private Ray sessions of the sweep tests.
+"""What several test modules share: the repository's paths, the tiny run's config, plug-ins
+registered for a test, JSONL logs, free ports, the independent SIWLM check, and the private
+Ray sessions of the sweep tests.
 
 Test modules import from here, never from one another."""
 
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,17 @@ def retrain_checkpoint(checkpoint: Path, shift: float = 0.01) -> None:
     meta = json.loads((checkpoint / "meta.json").read_text())
     meta.setdefault("digests", {})["model.safetensors"] = file_digest(weights)
     (checkpoint / "meta.json").write_text(json.dumps(meta))
+
+
+@contextlib.contextmanager
+def plugged_in(register: Callable[[Any], Any], unregister: Callable[[str], None], plugin: Any,
+               name: str) -> Iterator[None]:
+    """`plugin` registered (as a plug-in registers it) while the block runs, then taken out."""
+    register(plugin)
+    try:
+        yield
+    finally:
+        unregister(name)
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -2,7 +2,7 @@
 registration call. Each example below is such a module, written in the test, registered through
 the registry's public function (and unregistered afterwards), and run through the real path:
 the run config and the trainer's epoch plan for the sampler, the study file and the launch's
-planning for the strategy. The conformance suite for samplers runs over every registered one."""
+planning for the strategy. The conformance suites run over every built-in one in tests/testing/."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
-import numpy as np
 import pytest
 
 from weightsearch.core.errors import ConfigError
@@ -29,6 +28,7 @@ from weightsearch.sweep.strategies import (
     unregister_strategy,
 )
 from weightsearch.sweep.strategies.base import done_units, grid_or_problem, taken_cells
+from weightsearch.testing import check_sampler, check_strategy
 from weightsearch.trainer.config import load_config
 from weightsearch.trainer.sampling import (
     SAMPLERS,
@@ -164,93 +164,6 @@ def topdown() -> Iterator[type[Strategy]]:
 TASKS = ("qa", "mc", "cls")
 
 
-def _batches(sizes: Mapping[str, int]) -> dict[str, list[np.ndarray]]:
-    """Batches whose row numbers say their task (task index * 100000 + batch index)."""
-    return {task: [np.array([t * 100000 + i, t * 100000 + i]) for i in range(n)]
-            for t, (task, n) in enumerate(sizes.items())}
-
-
-def assert_sampler_contract(sampler: Sampler, sizes: Mapping[str, int], seed: int,
-                            epoch: int) -> Plan:
-    """What every sampler promises (`Sampler.order`): one task per batch, each update a batch
-    of its task, no batch twice (a sampler that `repeats_batches`: a task's batches in whole
-    passes, none used again before all of its task's were), each task's batches used as
-    `batches_used` says, and the plan a pure function of (seed, epoch) that a rebuilt sampler
-    (a resumed run) reproduces."""
-    batches = _batches(sizes)
-    plan = sampler.order(batches, seed, epoch)
-    owner = {int(b[0]): task for task, bs in batches.items() for b in bs}
-    uses = dict.fromkeys(owner, 0)
-    for task, batch in plan:
-        rows = {int(r) for r in batch}
-        assert len(rows) == 1 and owner[rows.pop()] == task, "one task per batch, its own"
-        row = int(batch[0])
-        if not sampler.repeats_batches:
-            assert uses[row] == 0, "a batch was used twice"
-        # Whole passes: the batch used is one of its task's least used so far.
-        assert uses[row] == min(uses[int(b[0])] for b in batches[task]), "a batch reused early"
-        uses[row] += 1
-    claimed = sampler.batches_used(sizes)
-    assert set(claimed) == set(sizes)
-    for task, n in sizes.items():
-        count = sum(t == task for t, _ in plan)
-        if claimed[task] is None:
-            assert 0 <= count <= (len(plan) if sampler.repeats_batches else n), (task, count)
-        else:
-            assert count == claimed[task], (task, count, claimed[task])
-    again = build_sampler(sampler.settings, sampler.tasks).order(batches, seed, epoch)
-    assert [(t, int(b[0])) for t, b in again] == [(t, int(b[0])) for t, b in plan]
-    return plan
-
-
-# Settings every registered sampler is held to its contract with (its defaults, and the
-# settings that change what it promises).
-SAMPLINGS: dict[str, list[dict[str, Any]]] = {
-    "shuffle": [{}],
-    "weighted": [{"weights": {"qa": 0.6}},
-                 {"weights": {"qa": 0.7, "mc": 0.3, "cls": 0}},
-                 {"weights": {"qa": 0.8}, "epoch_ends_with": "qa"},
-                 {"weights": {"qa": 0.5, "mc": 0}, "others": 0.5, "epoch_ends_with": "cls"}],
-    "proportional": [{}],
-    "sqrt": [{}],
-    "temperature": [{"T": 2}, {"T": 1}, {"T": 5, "cap": 3}, {"T": 0.5, "cap": 1}],
-    "unimax": [{"max_epochs": 1}, {"max_epochs": 2.5}, {"max_epochs": 100}],
-}
-
-
-def test_every_registered_sampler_has_a_conformance_case() -> None:
-    assert set(SAMPLINGS) == set(SAMPLERS)
-
-
-@pytest.mark.parametrize("name", sorted(SAMPLERS))
-@pytest.mark.parametrize("sizes", [{"qa": 7, "mc": 3, "cls": 1}, {"qa": 1, "mc": 20, "cls": 5},
-                                   {"qa": 4, "mc": 0, "cls": 4}])
-def test_every_registered_sampler_keeps_the_contract(name: str, sizes: dict) -> None:
-    for raw in SAMPLINGS.get(name, [{}]):
-        problems: list[str] = []
-        settings = parse_sampling({"scheme": name, **raw}, TASKS, problems)
-        assert problems == [] and settings is not None, problems
-        sampler = build_sampler(settings, TASKS)
-        for seed, epoch in ((1, 1), (1, 2), (7, 1)):
-            assert_sampler_contract(sampler, sizes, seed, epoch)
-
-
-@pytest.mark.parametrize("name", sorted(SAMPLERS))
-def test_every_registered_samplers_settings_round_trip(name: str,
-                                                       sample_data_dir: Path) -> None:
-    for raw in SAMPLINGS.get(name, [{}]):
-        tasks = {"qa": "rte", "mc": "mrpc", "cls": "stsb"}
-        renamed = {k: ({tasks[t]: w for t, w in v.items()} if isinstance(v, dict)
-                       else tasks.get(v, v)) for k, v in raw.items()}
-        cfg = load_config({"data_dir": str(sample_data_dir), "tasks": list(tasks.values()),
-                           "central_task": "rte", "sampling": {"scheme": name, **renamed}})
-        plain = cfg.to_dict()["sampling"]
-        assert plain["scheme"] == name
-        again = load_config({"data_dir": str(sample_data_dir), "tasks": list(tasks.values()),
-                             "central_task": "rte", "sampling": plain})
-        assert again.sampling == cfg.sampling and again.digest() == cfg.digest()
-
-
 # --- adding a batch sampler -----------------------------------------------------------------
 def _task_data(cfg: Any, sizes: Mapping[str, int]) -> dict[str, Any]:
     """Tokenized-looking training sets (only the `length` column batching reads)."""
@@ -292,7 +205,7 @@ def test_a_new_sampler_is_one_module_and_a_registration(blocks, sample_data_dir:
     again = batch_plan(data, cfg.batch_size, cfg.seed, 1, cfg.length_bucketing,
                        build_sampler(cfg.sampling, cfg.task_names))
     assert [(t, b.tolist()) for t, b in again] == [(t, b.tolist()) for t, b in plan]
-    assert_sampler_contract(sampler, sizes, seed=3, epoch=2)
+    check_sampler("blocks", {"first": "mc"})  # the conformance suite
 
     # Its own problems, named like every other setting's.
     with pytest.raises(ConfigError) as info:
@@ -388,6 +301,7 @@ def test_a_new_strategy_is_one_module_and_a_registration(topdown,
         (1, 3.0), (1, 9.0), (2, 3.0), (2, 9.0)]
     assert strategy.progress(records) == (4, 4)
     assert strategy.units(records) == []
+    check_strategy("topdown", _study(sample_data_dir)["search"])  # the conformance suite
 
 
 def test_the_launch_makes_a_recommendation_into_the_new_strategys_first_points(

@@ -86,7 +86,7 @@ def test_a_hostile_study_file_path_is_refused_by_name(field: str, value: str,
                 "storage": f"sqlite:///{folder / 'studies.db'}"}, field, hostile)
     with pytest.raises((ConfigError, StorageError)) as caught:
         spec = load_study_spec(raw)
-        from weightsearch.studies.storage import check_url
+        from weightsearch.studies.url_checks import check_url
 
         check_url(spec.storage, write=True)
     text = str(caught.value)

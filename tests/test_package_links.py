@@ -60,6 +60,13 @@ def test_the_wheel_holds_every_package(tmp_path: Path) -> None:
         for module in (ROOT / top).rglob("*.py"):
             if "__pycache__" not in module.parts:
                 assert f"weightsearch/{module.relative_to(ROOT).as_posix()}" in names, module
+    # weightsearch's own modules and sub-packages (core, testing); os.walk passes the links by
+    for folder, _, files in os.walk(ROOT / "weightsearch"):
+        for file in files:
+            module = Path(folder, file).relative_to(ROOT).as_posix()
+            if file.endswith(".py") and "__pycache__" not in module:
+                assert module in names, module
+    assert "weightsearch/testing/suite.py" in names
 
 
 def test_a_checkout_without_links_refuses_to_build_and_says_the_fix(tmp_path: Path) -> None:

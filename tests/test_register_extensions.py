@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from weightsearch.core.errors import ConfigError
+from weightsearch.testing import check_head, check_scheme, check_task_type
 from weightsearch.trainer import load_config, train
 from weightsearch.trainer import task_types as types_module
 from weightsearch.trainer.heads import HEADS, Encoded, EvalSplit, head_class
@@ -162,6 +163,7 @@ def test_registered_scheme_goes_through_the_registry(central_only):
         load_config({"tasks": ["rte"], "weighting": {"scheme": "central_only"}})
     with pytest.raises(ValueError, match="already registered"):
         register_scheme(type("Other", (CentralOnlyScheme,), {}))
+    check_scheme("central_only", {"central_weight": 4})  # the conformance suite
 
 
 def test_an_unregistered_scheme_is_unknown_again():
@@ -200,7 +202,7 @@ def test_registered_task_type_trains_with_its_head(smoothed_type, sample_data_di
     assert len(losses) == 2 and all(np.isfinite(losses))
 
 
-def test_registered_task_type_is_seen_everywhere(smoothed_type):
+def test_registered_task_type_is_seen_everywhere(smoothed_type, sample_data_dir):
     assert TASK_TYPES["smoothed_classification"] is SMOOTHED
     assert "smoothed_classification" in types_module.NAMES
     assert HEADS["smoothed_classification"] is SmoothedClassificationHead
@@ -212,6 +214,8 @@ def test_registered_task_type_is_seen_everywhere(smoothed_type):
     with pytest.raises(ValueError, match="already registered"):
         register_task_type(TaskType("smoothed_classification", __name__, "score", ("corr",),
                                     ("corr",), "corr"))
+    check_task_type(SMOOTHED_TASK, sample_data_dir)  # the conformance suites
+    check_head(SMOOTHED_TASK, sample_data_dir)
 
 
 def test_an_unregistered_task_type_is_unknown_again():

@@ -11,11 +11,11 @@ Every update trains one task's batch as loss x weight, then clips the gradient. 
   is clipping g_w to c x w, which is how it is computed (one gradient, one norm).
 - `grad_clip: 0`: no clipping in either mode (`unweighted` then is refused: nothing to clip).
 
-Each update's pre-clip norm and the factor the clip applied stay on the device; the loop
-reads them with the losses every `log_every` updates (`weightsearch.trainer.loop`), and
-`clip_summary` condenses the logged rows into what a study needs per task: the share of updates
-clipped, the median unweighted norm and the largest weight at which the median update would not
-clip.
+Each update's pre-clip norm and the factor the clip applied stay on the device; the step log
+reads them with the losses every `log_every` updates
+(`weightsearch.trainer.stage_output.EpochLog`), and `clip_summary` condenses the logged rows
+into what a study needs per task: the share of updates clipped, the median unweighted norm and
+the largest weight at which the median update would not clip.
 """
 
 from __future__ import annotations
@@ -37,9 +37,10 @@ _EPS = 1e-6  # as torch.nn.utils.clip_grad_norm_ adds to the norm
 
 
 def clip_gradient(parameters: Iterable[torch.nn.Parameter], grad_clip: float, mode: str,
-                  weight: float) -> tuple[torch.Tensor, torch.Tensor]:
+                  weight: float | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Clip the gradients of `parameters` in place as `mode` says; the weighted gradient's
-    pre-clip norm and the factor applied to it (1: not clipped), both still on the device."""
+    pre-clip norm and the factor applied to it (1: not clipped), both still on the device.
+    `weight` is a 0-dim tensor on the device where a CUDA graph replays the update."""
     import torch
 
     grads = [p.grad for p in parameters if p.grad is not None]

@@ -48,29 +48,21 @@ from weightsearch.trainer.fusable import (
     fusion_problems,
 )
 from weightsearch.trainer.graphs import GraphPlan
-from weightsearch.trainer.loop import (
-    STEPS,
-    EpochLog,
-    Progress,
-    Report,
-    SoftTargets,
-    StageRun,
-    _end_epoch,
-    _open_output,
+from weightsearch.trainer.loop import SoftTargets, no_soft_targets, set_up
+from weightsearch.trainer.model import ATTENTION_DROPOUT_KEYS, MTDNN
+from weightsearch.trainer.optim import current_lr
+from weightsearch.trainer.results import RunResult
+from weightsearch.trainer.stacked import widen
+from weightsearch.trainer.stage import Progress, Report, StageRun
+from weightsearch.trainer.stage_output import STEPS, EpochLog, end_epoch, open_output, stage_result
+from weightsearch.trainer.step import (
     clip_and_step,
-    no_soft_targets,
-    set_up,
-    stage_result,
     step_batch,
     step_record,
     step_scheduler,
     task_loss,
     weighted_total,
 )
-from weightsearch.trainer.model import ATTENTION_DROPOUT_KEYS, MTDNN
-from weightsearch.trainer.optim import current_lr
-from weightsearch.trainer.results import RunResult
-from weightsearch.trainer.stacked import widen
 from weightsearch.trainer.tracking import Tracker, open_tracker, run_params
 
 NO_GRAPHS = GraphPlan(False, why_not="fused runs train every member in one stacked step")
@@ -246,7 +238,7 @@ def _train_unit(stack: StackedModels, members: list[Member], fresh_rng: dict[str
     # Open the furthest runs first: the last random state restored is then the one of the run
     # furthest behind, where training starts (all are equal at every epoch's end).
     for member in sorted(members, key=lambda m: -(m.run.ckpt.epoch if m.run.ckpt else 0)):
-        member.progress = _open_output(member.run, quiet)
+        member.progress = open_output(member.run, quiet)
         member.done_epochs = member.run.ckpt.epoch if member.run.ckpt else 0
     if min(m.done_epochs for m in members) == 0:
         restore_rng(fresh_rng)
@@ -281,8 +273,8 @@ def _finish_epoch(member: Member, epoch: int, train_loss: float,
     """Evaluate, log, checkpoint and report the member's epoch; a report that stops the run
     (or any failure of this member's alone) ends this member only."""
     try:
-        _end_epoch(member.run, epoch, train_loss, clipping, member.progress, member.tracker,
-                   member.report, quiet)
+        end_epoch(member.run, epoch, train_loss, clipping, member.progress, member.tracker,
+                  member.report, quiet)
     except Exception as exc:  # the member's own outcome, returned to the caller
         member.outcome = detached(exc)
 
@@ -331,7 +323,7 @@ def _train_epoch(stack: StackedModels, active: list[Member], epoch: int, bar: An
 def _fused_step(stack: StackedModels, training: list[Member], epoch: int, step: int, task: str,
                 indices: Any) -> list[tuple[dict[str, Any], torch.Tensor]]:
     """One batch for every training member: each member's weighted loss and its own update
-    unless its weight is 0. Each member's log record and readings, as `loop.train_step`."""
+    unless its weight is 0. Each member's log record and readings, as `step.train_step`."""
     from weightsearch.trainer.clipping import step_readings
 
     lead = training[0].run

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 WARMUP_STEPS = 2  # eager steps of a shape before its capture (lazy initialisation)
 Key = tuple[str, tuple[tuple[str, tuple[int, ...], torch.dtype], ...]]
 # (task, batch, weight) -> the step's readings: forward, weighted backward, clip and optimizer
-# step into the gradients the parameters hold (`weightsearch.trainer.loop.update`).
+# step into the gradients the parameters hold (`weightsearch.trainer.step.update`).
 Update = Callable[[str, dict[str, torch.Tensor], torch.Tensor], torch.Tensor]
 
 

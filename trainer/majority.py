@@ -1,7 +1,7 @@
 """What a task scores when nothing is learned: every dev example given one constant, the
 training labels' most frequent class (classification) or their mean (regression, whose
 correlations are then 0). A central task that never beats this at any weight learned nothing
-the weight could change, so its verdict is about nothing (`studies.reading`)."""
+the weight could change, so its verdict is about nothing (`studies.central`)."""
 
 from __future__ import annotations
 

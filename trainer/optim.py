@@ -94,7 +94,7 @@ class AdamaxW(torch.optim.Adamax):
         is formed in the gradients' own memory: torch copies every gradient for it at every
         update (a 4-byte-per-parameter allocation, page faults included, 6.5% of a CPU step
         on MiniLM). The gradients are read here last and zeroed before the next backward
-        pass (`loop.py`), so nothing sees them changed."""
+        pass (`step.py`), so nothing sees them changed."""
         beta1, beta2 = group["betas"]
         eps, capturable = group["eps"], group["capturable"]
         params, grads, exp_avgs, exp_infs, steps = [], [], [], [], []

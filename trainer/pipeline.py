@@ -30,17 +30,11 @@ from weightsearch.trainer.config.finetune_settings import FINETUNE_DIR
 from weightsearch.trainer.distill import soft_targets
 from weightsearch.trainer.finetune import read_result, stage_config
 from weightsearch.trainer.fused import detached, train_fused_stage
-from weightsearch.trainer.loop import (
-    METRICS,
-    RESULT,
-    Report,
-    StageRun,
-    holds_run,
-    set_up,
-    train_stage,
-)
+from weightsearch.trainer.loop import set_up, train_stage
 from weightsearch.trainer.memory import reset_peak
 from weightsearch.trainer.results import RunResult
+from weightsearch.trainer.stage import Report, StageRun
+from weightsearch.trainer.stage_output import METRICS, RESULT, holds_run
 
 
 def train(

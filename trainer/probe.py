@@ -27,8 +27,10 @@ import torch
 
 from weightsearch.trainer.config import RunConfig
 from weightsearch.trainer.graphs import GraphPlan
-from weightsearch.trainer.loop import StageRun, set_up, train_step
+from weightsearch.trainer.loop import set_up
 from weightsearch.trainer.pipeline import silence_libraries
+from weightsearch.trainer.stage import StageRun
+from weightsearch.trainer.step import train_step
 from weightsearch.trainer.weighting import build_scheme
 
 CENTRAL_UPDATES = 8  # the central task's updates a probe reads

@@ -100,7 +100,8 @@ def _environment_failure(exc: Exception, args: argparse.Namespace) -> Weightsear
         return DiskFull(f"no space left on the disk of {full.filename or 'a file it writes'}; "
                         "free space there and run it again")
     try:
-        from weightsearch.studies.storage import ENV_STORAGE, storage_failure
+        from weightsearch.studies.storage_failures import storage_failure
+        from weightsearch.studies.urls import ENV_STORAGE
     except ImportError:  # an install without the study database's libraries
         return None
     url = getattr(args, "storage", None) or os.environ.get(ENV_STORAGE)

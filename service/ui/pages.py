@@ -20,13 +20,17 @@ def _rounded(value: Any, digits: int = 4) -> Any:
 
 
 def study_rows(overview: Sequence[dict], studies: Sequence[Any]) -> list[dict]:
-    """One row per study: its counts, central tasks and regime (encoders and stages seen)."""
+    """One row per study: its counts, central tasks and regime (encoders and stages seen).
+    `left`: the cells no trial has finished or started, pending ones and, for a launched
+    grid, those not started yet (running ones have their own column)."""
+    from weightsearch.studies.schema import split_study_name
+
     regimes: dict[str, set[str]] = {}
-    for s in studies:
-        regimes.setdefault(s.study, set()).add(
+    for s in studies:  # by the stored name, as the overview's rows are
+        regimes.setdefault(split_study_name(s.name)[0], set()).add(
             f"{s.encoder or 'encoder not recorded'}, {s.stage or 'multitask'}")
     return [{**row, "regime": "; ".join(sorted(regimes.get(row["study"], ()))),
-             "left": row["pending"] + row["running"]} for row in overview]
+             "left": row["pending"] + row.get("not_started", 0)} for row in overview]
 
 
 def curve_chart(task: dict, cells: Sequence[dict]) -> tuple[str, int]:

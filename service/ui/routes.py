@@ -6,6 +6,7 @@ or style and no request beyond this server."""
 
 # No `from __future__ import annotations`: FastAPI reads these signatures at runtime.
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +28,10 @@ SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 ASK_FIELDS = ("train_size", "task_type", "encoder", "stage", "clipping")
+MAX_FIELD = 200  # characters of a form field, as the JSON route's encoder
 router = APIRouter(include_in_schema=False)
 _DRAWN: dict[tuple, tuple] = {}  # the across-tasks chart per evidence and question
+_DRAWN_LOCK = threading.Lock()
 _templates: Any = None
 
 
@@ -81,10 +84,14 @@ def _asked(request: Request) -> tuple[dict[str, str], list[str]]:
     from weightsearch.recommender.asking import CLIPPING_PATTERN, ENCODER_PATTERN
     from weightsearch.trainer import task_types
 
-    asked = {k: request.query_params.get(k, "").strip()[:200] for k in ASK_FIELDS}
-    problems = []
+    typed = {k: request.query_params.get(k, "").strip() for k in ASK_FIELDS}
+    # An over-long field is refused, not cut: the answer would be for another question.
+    problems = [f"{k}: at most {MAX_FIELD} characters" for k, v in typed.items()
+                if len(v) > MAX_FIELD]
+    asked = {k: v[:MAX_FIELD] for k, v in typed.items()}
     size = asked["train_size"]
-    if size and not (size.isdigit() and 0 < int(size) <= 10**12):
+    # ASCII digits only, as the JSON route: str.isdigit() also takes '²', which int() refuses
+    if size and not (size.isascii() and size.isdigit() and 0 < int(size) <= 10**12):
         problems.append("train_size: a whole number of training examples, 1 to 10^12")
     if asked["task_type"] and asked["task_type"] not in task_types.NAMES:
         problems.append(f"task_type: one of {', '.join(task_types.NAMES)}, or leave it empty")
@@ -128,14 +135,18 @@ async def across_page(request: Request, database: Database) -> HTMLResponse:
 
     def draw() -> tuple[str, list[dict], dict]:
         evidence = database.evidence()
-        key = (id(evidence), tuple(asked.values()))
-        if key not in _DRAWN:  # a page per size of the law's band: drawn once per evidence
+        # the chart spans every size: the asked train_size changes nothing drawn
+        key = (id(evidence), tuple(v for k, v in asked.items() if k != "train_size"))
+        drawn = _DRAWN.get(key)
+        if drawn is None:  # a page per size of the law's band: drawn once per evidence
             answers = [_answer(database, round(size), asked) for size in pages.LAW_SIZES]
             chart, legend = pages.across_chart(answers[0]["evidence"], pages.law_band(answers))
-            while len(_DRAWN) >= 8:
-                _DRAWN.pop(next(iter(_DRAWN)))
-            _DRAWN[key] = (evidence, chart, legend, answers[0])  # the evidence kept: its id
-        return _DRAWN[key][1:]                                 # is not reused meanwhile
+            drawn = (evidence, chart, legend, answers[0])  # the evidence kept: its id is not
+            with _DRAWN_LOCK:  # reused meanwhile; requests draw in threads of their own
+                while len(_DRAWN) >= 8:
+                    _DRAWN.pop(next(iter(_DRAWN)))
+                _DRAWN[key] = drawn
+        return drawn[1:]
 
     chart, legend, first = await in_thread(draw)
     return _render("across.html", asked=asked, problems=[], page="across", chart=chart,

@@ -350,7 +350,7 @@ def test_jobs_are_capped_private_and_behind_the_token(url, tmp_path, monkeypatch
 @pytest.mark.postgres
 def test_a_storage_password_is_never_printed_or_passed_on_argv(postgres_url, tmp_path, capsys):
     """PostgreSQL here trusts every password, so a URL with one is a working URL."""
-    from weightsearch.studies.storage import shown_url
+    from weightsearch.studies.urls import shown_url
 
     secret = postgres_url.replace("://postgres@", "://postgres:pw-s3cret@")
     assert "pw-s3cret" in secret and shown_url(secret) == postgres_url.replace(

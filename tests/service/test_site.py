@@ -146,3 +146,11 @@ def test_a_large_study_is_paginated_and_its_points_capped():
     assert view["chart"].count('class="seed-range"') == 15
     last = pages.study_page({"study": "big", "central_tasks": [task]}, page=99)["tasks"][0]
     assert last["page"] == 25 and len(last["cell_page"]) == 200
+
+
+def test_each_study_row_names_its_regime(client):
+    html = client.get("/").text
+    rows = re.findall(r"<tr data-study=(.*?)</tr>", html, flags=re.S)
+    assert len(rows) == 3
+    assert all("encoder not recorded, multitask" in row or "bert-base-uncased, finetuned" in row
+               for row in rows)

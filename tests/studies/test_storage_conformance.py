@@ -1,5 +1,5 @@
 """The storage conformance suite: one contract, run over every database backend registered in
-`weightsearch.studies.storage.DIALECTS`, through the project's own code paths (no mocks).
+`weightsearch.studies.dialects.DIALECTS`, through the project's own code paths (no mocks).
 
 What the study code needs from a backend:
 - the registry names it: `dialect(name)`, `url_dialect(url)` and the live engine's backend name
@@ -46,15 +46,10 @@ from weightsearch.core.errors import StorageError
 from weightsearch.studies import reading
 from weightsearch.studies import schema as S
 from weightsearch.studies.claims import Claims, db_now
+from weightsearch.studies.dialects import DIALECTS, dialect, engine_kwargs, url_dialect
 from weightsearch.studies.importer import import_file
-from weightsearch.studies.storage import (
-    DIALECTS,
-    check_url,
-    dialect,
-    engine_kwargs,
-    open_storage,
-    url_dialect,
-)
+from weightsearch.studies.storage import open_storage
+from weightsearch.studies.url_checks import check_url
 
 pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 

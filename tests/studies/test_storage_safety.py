@@ -40,14 +40,14 @@ FORMS = [
 @pytest.mark.parametrize(("url", "shown"), FORMS)
 def test_every_password_form_is_hidden(url, shown):
     from weightsearch.service.database import redacted
-    from weightsearch.studies.storage import hide_secrets, shown_url
+    from weightsearch.studies.urls import hide_secrets, shown_url
 
     assert shown_url(url) == shown and redacted(url) == shown
     assert SECRET not in hide_secrets(f"cannot open {url}: boom", url)
 
 
 def test_urls_without_secrets_show_as_given_and_unparsable_ones_show_only_the_scheme():
-    from weightsearch.studies.storage import shown_url
+    from weightsearch.studies.urls import shown_url
 
     assert shown_url("sqlite:////tmp/a b.db") == "sqlite:////tmp/a b.db"
     assert shown_url("postgresql://h/db?passfile=/p") == "postgresql://h/db?passfile=/p"
@@ -233,10 +233,10 @@ def test_a_deleted_study_file_is_never_recreated_by_a_new_connection(tmp_path):
     writes that nobody reads."""
     import optuna
 
-    from weightsearch.studies.storage import (
+    from weightsearch.studies.storage import open_storage
+    from weightsearch.studies.storage_failures import (
         check_same_file,
         file_identity,
-        open_storage,
         storage_failure,
     )
 

@@ -26,7 +26,8 @@ NO_OVERRIDE = ["setpriv", "--inh-caps=-dac_override,-dac_read_search,-fowner",
 READER = """
 import sys, time
 from sqlalchemy import text
-from weightsearch.studies.storage import open_storage, sqlite_read_only
+from weightsearch.studies.storage import open_storage
+from weightsearch.studies.url_checks import sqlite_read_only
 url = sys.argv[1]
 assert sqlite_read_only(url) is not None, "the reader could write: the test tests nothing"
 engine = open_storage(url).engine

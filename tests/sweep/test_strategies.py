@@ -1,9 +1,9 @@
-"""Search strategies: one conformance suite run over every registered strategy, on synthetic
-results (no Ray, no database, no model), plus each strategy's own decision rules."""
+"""Search strategies: each strategy's own decision rules, on synthetic results (no Ray, no
+database, no model). The conformance suite runs over every registered strategy in
+tests/testing/test_strategies.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -12,7 +12,6 @@ from weightsearch.sweep.space import CENTRAL_WEIGHT, GROUP, Space
 from weightsearch.sweep.spec import load_study_spec
 from weightsearch.sweep.strategies import (
     STRATEGIES,
-    Record,
     Strategy,
     forward_next,
     keep_count,
@@ -20,7 +19,7 @@ from weightsearch.sweep.strategies import (
     rung_budgets,
     successive_halving,
 )
-from weightsearch.sweep.strategies.base import done_units, taken_cells
+from weightsearch.testing.strategies import drive
 
 EPOCHS = 4
 
@@ -30,21 +29,14 @@ def _train(sample_data_dir: Path) -> dict:
             "epochs": EPOCHS}
 
 
-# One study per strategy, each over a space that suits it; the conformance suite runs on all.
+# The searches the tests of each strategy's own decisions run.
 SEARCHES: dict[str, dict] = {
-    "grid": {"strategy": "grid",
-             "space": {CENTRAL_WEIGHT: [1, 9], "lr": [1.0e-4, 2.0e-4]}},
     "guided": {"strategy": "guided", "n_trials": 5, "sampler": "tpe",
                "space": {CENTRAL_WEIGHT: {"low": 1, "high": 15, "step": 1},
                          "pooling": {"choices": ["mean", "cls"]}}},
     "halving": {"strategy": "halving", "min_epochs": 1, "reduction_factor": 2,
                 "space": {CENTRAL_WEIGHT: [1, 3, 6, 9, 12, 15]}},
-    "forward": {"strategy": "forward", "space": {GROUP: {"subsets_of": ["mrpc", "stsb", "cola"]}}},
 }
-
-
-def test_every_registered_strategy_has_a_conformance_case() -> None:
-    assert set(SEARCHES) == set(STRATEGIES)
 
 
 def _strategy(name: str, sample_data_dir: Path, seeds=(1, 2)) -> Strategy:
@@ -52,89 +44,6 @@ def _strategy(name: str, sample_data_dir: Path, seeds=(1, 2)) -> Strategy:
                             "central_tasks": ["rte"], "search": SEARCHES[name],
                             "seeds": list(seeds)})
     return spec.strategy("rte")
-
-
-def _score(point: dict, seed: int, epoch: int) -> float:
-    """A synthetic learning curve: peaks at weight 9, rises with epochs, mrpc helps."""
-    w = float(point.get(CENTRAL_WEIGHT, 9.0))
-    group = point.get(GROUP, ())
-    return (0.7 - 0.002 * (w - 9) ** 2 + 0.05 * ("mrpc" in group) - 0.03 * ("cola" in group)
-            + 0.01 * epoch + 0.001 * seed)
-
-
-def _run(strategy: Strategy, fail: Callable[[int], bool] = lambda i: False
-         ) -> tuple[list[Record], list]:
-    """Drive a strategy to its end as one driver would: take each unit, train it (here: score
-    it), record the trial. Returns the records and the units trained in order."""
-    records: list[Record] = []
-    trained = []
-    for step in range(10 * strategy.max_units() + 10):
-        units = strategy.units(records)
-        assert units == strategy.units(records), "units() must be a pure function of records"
-        if not units:
-            return records, trained
-        unit = units[0]
-        point = unit.point
-        if point is None:
-            point = strategy.propose(unit, records, taken_cells(records))
-            assert point is not None
-        assert strategy.space.contains(point, "rte"), point
-        trained.append(unit)
-        cell = strategy.space.cell_key(point, unit.seed)
-        epochs = unit.budget or strategy.epochs
-        values = {e: _score(point, unit.seed, e) for e in range(1, epochs + 1)}
-        if fail(step):
-            state, value = "fail", None
-        elif unit.budget is not None:
-            state, value = "pruned", values[epochs]
-        else:
-            state, value = "complete", max(values.values())
-        records.append(Record(len(records), unit.key, cell, unit.seed, point, state, value,
-                              values))
-    raise AssertionError(f"{strategy.name} did not finish within its unit budget")
-
-
-@pytest.mark.parametrize("name", sorted(SEARCHES))
-def test_conformance(name: str, sample_data_dir: Path) -> None:
-    strategy = _strategy(name, sample_data_dir)
-    records, trained = _run(strategy)
-    keys = [u.key for u in trained]
-    assert len(keys) == len(set(keys)), "a unit was trained twice"
-    assert 0 < len(trained) <= strategy.max_units()
-    done, total = strategy.progress(records)
-    assert done == total == len(done_units(records))
-    assert strategy.units(records) == []
-    # Distinct cells per stint: only halving trains a cell again (the next rung's stint).
-    cells = [(r.cell, getattr(u, "rung", 0)) for r, u in zip(records, trained, strict=True)]
-    assert len(cells) == len(set(cells))
-    # Every unit of the finished study names a seed of the study.
-    assert {u.seed for u in trained} <= {1, 2}
-
-
-@pytest.mark.parametrize("name", sorted(SEARCHES))
-def test_failed_units_come_back_and_running_ones_stay_listed(name: str,
-                                                             sample_data_dir: Path) -> None:
-    strategy = _strategy(name, sample_data_dir)
-    records, trained = _run(strategy, fail=lambda i: i == 0)
-    assert records[0].state == "fail"
-    assert trained[0].key in {u.key for u in trained[1:]}, "a failed unit was not retried"
-    # A unit whose trial is still running (another driver's) is still needed: whoever
-    # claims it after that driver's lease expires continues it.
-    fresh = _strategy(name, sample_data_dir)
-    first = fresh.units([])[0]
-    point = first.point or fresh.propose(first, [], set())
-    running = Record(0, first.key, fresh.space.cell_key(point, first.seed), first.seed, point,
-                     "running", None)
-    assert first.key in {u.key for u in fresh.units([running])}
-
-
-@pytest.mark.parametrize("name", sorted(SEARCHES))
-def test_settings_round_trip_through_the_canonical_form(name: str,
-                                                        sample_data_dir: Path) -> None:
-    spec = load_study_spec({"study": "conf", "train": _train(sample_data_dir),
-                            "central_tasks": ["rte"], "search": SEARCHES[name]})
-    again = load_study_spec(spec.to_dict())
-    assert again.digest() == spec.digest() and again.search == spec.search
 
 
 def test_guided_never_proposes_a_taken_cell_and_two_drivers_spread(sample_data_dir) -> None:
@@ -167,7 +76,7 @@ def test_every_sampler_proposes_inside_the_space(sampler: str, sample_data_dir: 
                                        "space": {CENTRAL_WEIGHT: {"low": 1, "high": 15},
                                                  "lr": {"low": 1.0e-5, "high": 1.0e-3,
                                                         "log": True}}}})
-    records, trained = _run(spec.strategy("rte"))
+    records, trained = drive(spec.strategy("rte"))
     assert len(trained) == 4 and all(r.state == "complete" for r in records)
     assert len({r.cell for r in records}) == 4
 
@@ -195,7 +104,7 @@ def test_halving_finds_the_peak_of_synthetic_curves_for_fewer_epochs() -> None:
 
 def test_halving_strategy_follows_the_pure_schedule(sample_data_dir: Path) -> None:
     strategy = _strategy("halving", sample_data_dir, seeds=(1,))
-    _, trained = _run(strategy)
+    _, trained = drive(strategy)
     assert [u.rung for u in trained] == [0] * 6 + [1] * 3 + [2]
     assert [u.budget for u in trained] == [1] * 6 + [2] * 3 + [None]
     assert trained[-1].point == {CENTRAL_WEIGHT: 9.0}
@@ -205,7 +114,7 @@ def test_halving_strategy_follows_the_pure_schedule(sample_data_dir: Path) -> No
 
 def test_halving_with_seeds_promotes_points_with_all_their_seeds(sample_data_dir) -> None:
     strategy = _strategy("halving", sample_data_dir, seeds=(1, 2))
-    _, trained = _run(strategy)
+    _, trained = drive(strategy)
     rung1 = [u for u in trained if u.rung == 1]
     assert len(rung1) == 6 and {u.seed for u in rung1} == {1, 2}
 

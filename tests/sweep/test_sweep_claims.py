@@ -17,7 +17,7 @@ from weightsearch.studies.claims import Claims, db_now
 def engine(request, tmp_path: Path):
     from sqlalchemy import create_engine
 
-    from weightsearch.studies.storage import engine_kwargs
+    from weightsearch.studies.dialects import engine_kwargs
 
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'claims.db'}"
@@ -101,7 +101,7 @@ def test_transient_errors_are_retried() -> None:
 
     import sqlalchemy.exc
 
-    from weightsearch.studies.storage import call_retrying
+    from weightsearch.studies.retries import call_retrying
 
     calls = []
 

@@ -78,7 +78,7 @@ def test_what_cannot_combine_with_it_is_refused_naming_the_field(
 def test_a_sampling_rate_is_never_judged_one_treatment_by_its_clip_record() -> None:
     """A cell whose every central update was clipped is an arm member under the loss weight;
     the same record from a sampling-rate study is not (the clip cut the loss weight 1, not w)."""
-    from weightsearch.studies.reading import Cell, weight_acts_on
+    from weightsearch.studies.central import Cell, weight_acts_on
     from weightsearch.studies.treatments import clipped_away
 
     record = {"grad_clip": 1.0, "grad_clip_mode": "global",

@@ -282,9 +282,9 @@ def test_retries_start_counting_at_the_first_failure_not_the_first_try(monkeypat
 
     import sqlalchemy.exc
 
-    from weightsearch.studies import storage
+    from weightsearch.studies import retries
 
-    monkeypatch.setattr(storage, "RETRY_DEADLINE_S", 1.0)
+    monkeypatch.setattr(retries, "RETRY_DEADLINE_S", 1.0)
     calls = []
 
     def write():
@@ -295,7 +295,7 @@ def test_retries_start_counting_at_the_first_failure_not_the_first_try(monkeypat
                                                   Exception("server closed the connection"))
         return "written"
 
-    assert storage.call_retrying("tell", write) == "written" and len(calls) == 2
+    assert retries.call_retrying("tell", write) == "written" and len(calls) == 2
 
 
 def test_fixed_batches_with_an_epoch_ended_by_one_task_are_refused(sample_data_dir,

@@ -125,8 +125,8 @@ def _one_update(run, task, restated_clip):
     and the same update restated on a copy of the model: the gradient of the batch's plain
     loss, clipped and weighted as `restated_clip(grads, weight)` says, then the optimizer
     step. The weight, and the parameters after each."""
-    from weightsearch.trainer.loop import _to_device, train_step
     from weightsearch.trainer.optim import build_optimizer
+    from weightsearch.trainer.step import to_device, train_step
 
     step, indices = next((i, ix) for i, (t, ix) in enumerate(run.plans[1])
                          if t == task and run.scheme.weight(t, 1, i) > 1)
@@ -140,7 +140,7 @@ def _one_update(run, task, restated_clip):
     torch.manual_seed(5)
     twin.train()
     data = run.data[task]
-    batch = _to_device(data.collate(data.train, indices, run.pad_id), run.runtime)
+    batch = to_device(data.collate(data.train, indices, run.pad_id), run.runtime)
     loss = twin.head(task).loss(twin(task, batch).float(), batch)
     twin_opt.zero_grad(set_to_none=True)
     loss.backward()  # the unweighted gradient g
@@ -188,7 +188,8 @@ def test_each_mode_matches_a_restatement(sample_data_dir, tiny_encoder, tmp_path
 
 def test_the_two_modes_differ_at_a_clipped_update(sample_data_dir, tiny_encoder, tmp_path):
     """The restatement is sharp: the two modes give different parameters at weight 9."""
-    from weightsearch.trainer.loop import set_up, train_step
+    from weightsearch.trainer.loop import set_up
+    from weightsearch.trainer.step import train_step
 
     after = {}
     for mode in ("global", "unweighted"):

@@ -1,23 +1,18 @@
-"""Weighting schemes: the SIWLM schedule against hand-computed tables, a conformance suite run
-over every registered scheme, and config validation."""
+"""Weighting schemes: the SIWLM schedule against hand-computed tables, and config validation.
+The conformance suite runs over every registered scheme in tests/testing/test_schemes.py."""
 
 from __future__ import annotations
 
 import dataclasses
-import io
-import math
 
 import pytest
-import torch
 
 from weightsearch.core.errors import ConfigError
 from weightsearch.trainer.weighting import (
     SCHEMES,
-    DwaSettings,
     EqualSettings,
     SiwlmSettings,
     StaticSettings,
-    UncertaintySettings,
     WeightingScheme,
     build_scheme,
     parse_weighting,
@@ -152,124 +147,9 @@ def test_aux_weight_applies_to_every_auxiliary_task():
     assert scheme.weight("stsb", 2, 0) == pytest.approx(0.2)
 
 
-# ---------------------------------------------------------------------------------------------
-# Conformance: every registered scheme keeps the contract.
-# ---------------------------------------------------------------------------------------------
-
-EXAMPLES = {
-    "siwlm": SiwlmSettings(central_weight=6, aux_weights={"mrpc": 0.5}, focus_span=3),
-    "equal": EqualSettings(),
-    "static": StaticSettings(weights={"rte": 4, "stsb": 0}),
-    "uncertainty": UncertaintySettings(),
-    "dwa": DwaSettings(),
-}
-# What the loop hands a scheme: the run's task types (`setup`) and each epoch's mean task
-# losses (`end_epoch`; mrpc had no batch in epoch 2).
-TYPES = {"rte": "classification", "mrpc": "classification", "stsb": "regression"}
-HISTORY = {1: {"rte": 0.7, "mrpc": 0.6, "stsb": 2.0},
-           2: {"rte": 0.5, "stsb": 1.6},
-           3: {"rte": 0.45, "mrpc": 0.5, "stsb": 0.8}}
-POSITIONS = [(epoch, step) for epoch in range(1, 5) for step in (0, 1, 2, 5, 19, 20, 61)]
-
-
-def test_every_scheme_has_a_conformance_example():
-    assert set(EXAMPLES) == set(SCHEMES)
-
-
-@pytest.fixture(params=sorted(SCHEMES))
-def scheme_name(request):
-    return request.param
-
-
-def _conformance_scheme(name: str) -> tuple[WeightingScheme, list]:
-    """A scheme as the loop builds and drives it, its epochs 1-3 trained; and what it learns."""
-    scheme = build_scheme(EXAMPLES[name], SHORT_TASKS, "rte")
-    groups = scheme.setup(TYPES, torch.device("cpu"))
-    assert isinstance(groups, list)
-    for group in groups:
-        assert group["params"] and all(p.requires_grad for p in group["params"])
-    for epoch, losses in HISTORY.items():
-        scheme.end_epoch(epoch, losses)
-    return scheme, groups
-
-
-def _weights(scheme: WeightingScheme) -> dict:
-    return {(e, s, t): scheme.weight(t, e, s) for e, s in POSITIONS for t in SHORT_TASKS}
-
-
-def test_scheme_conformance(scheme_name):
-    settings = EXAMPLES[scheme_name]
-    assert settings.scheme == scheme_name
-    scheme, _ = _conformance_scheme(scheme_name)
-    assert isinstance(scheme, WeightingScheme)
-    assert isinstance(scheme, SCHEMES[scheme_name])
-    seen = {}
-    for epoch, step in POSITIONS:
-        stage = scheme.stage(epoch)
-        assert stage is None or stage in ("swl", "iwl")
-        focus = scheme.focus(epoch, step)
-        assert focus is None or focus in SHORT_TASKS
-        for task in SHORT_TASKS:
-            value = scheme.weight(task, epoch, step)
-            assert type(value) is float
-            assert math.isfinite(value) and value >= 0
-            seen[epoch, step, task] = value
-    # Pure: asking again, in reverse order, gives the same answers.
-    for (epoch, step, task), value in reversed(seen.items()):
-        assert scheme.weight(task, epoch, step) == value
-    # Caller mistakes are refused, not answered with a made-up weight.
-    for bad in [("rte", 0, 0), ("rte", 1, -1), ("nope", 1, 0), ("rte", True, 0)]:
-        with pytest.raises(ValueError):
-            scheme.weight(*bad)
-
-
-def test_scheme_weighted_loss_conformance(scheme_name):
-    """The batch's contribution to the loss: finite, differentiable in the loss, and, for a
-    scheme that learns nothing, the loss times its weight (what the loop did before hooks)."""
-    scheme, groups = _conformance_scheme(scheme_name)
-    learns = bool(groups)
-    for (_, _, task), weight in _weights(scheme).items():
-        if weight == 0:
-            continue  # the loop skips the batch
-        loss = torch.tensor(0.8, requires_grad=True)
-        total = scheme.weighted_loss(task, loss, weight)
-        assert total.shape == () and torch.isfinite(total)
-        total.backward()
-        if not learns:
-            assert total.item() == pytest.approx(0.8 * weight)
-            assert loss.grad.item() == pytest.approx(weight)
-        else:  # the loss enters with the weight the update logs
-            assert loss.grad.item() == pytest.approx(weight)
-
-
-def test_scheme_state_resumes_the_weights(scheme_name):
-    """A resumed run rebuilds the scheme, sets it up and loads the state its checkpoint saved
-    (through torch.save, as state.pt holds it): it gives the weights of the uninterrupted one."""
-    scheme, groups = _conformance_scheme(scheme_name)
-    for group in groups:  # a learned state away from its start
-        with torch.no_grad():
-            for p in group["params"]:
-                p.copy_(torch.linspace(-1.0, 0.5, p.numel()).reshape(p.shape))
-    before = _weights(scheme)
-    saved = io.BytesIO()
-    torch.save(scheme.state_dict(), saved)
-    resumed = build_scheme(EXAMPLES[scheme_name], SHORT_TASKS, "rte")
-    resumed.setup(TYPES, torch.device("cpu"))
-    resumed.load_state_dict(torch.load(io.BytesIO(saved.getvalue()), weights_only=False))
-    assert _weights(resumed) == before
-
-
-def test_settings_round_trip_through_yaml_mapping(scheme_name):
-    settings = EXAMPLES[scheme_name]
-    problems: list[str] = []
-    assert parse_weighting(dataclasses.asdict(settings), problems) == settings
-    assert problems == []
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        settings.scheme = "other"
-
-
 def test_settings_dataclasses_replace_keeps_the_scheme():
-    settings = dataclasses.replace(EXAMPLES["siwlm"], central_weight=15)
+    settings = dataclasses.replace(SiwlmSettings(central_weight=6, focus_span=3),
+                                   central_weight=15)
     assert (settings.scheme, settings.central_weight) == ("siwlm", 15)
 
 

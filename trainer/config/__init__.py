@@ -429,7 +429,8 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
         problems.append("train_fraction: give either train_fraction or max_train_examples, "
                         "not both")
     values.update(parse_sections(raw, tasks, central, problems))
-    problems.extend(grad_clip_problems(values.get("grad_clip", 1.0), values.get("grad_clip_mode"),
+    problems.extend(grad_clip_problems(values.get("grad_clip", DEFAULT_GRAD_CLIP),
+                                       values.get("grad_clip_mode"),
                                        getattr(values.get("adversarial"), "enabled", False)))
     values.update(parse_places(raw, problems))
     problems.extend(window_problems(tasks, values.get("max_seq_len", 128)))

@@ -51,12 +51,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from weightsearch.core.fields import AT_DEFAULT, setting
 from weightsearch.trainer.task_types import TASK_TYPES
 from weightsearch.trainer.weighting._checks import PREFIX, OneOf, Positive
 from weightsearch.trainer.weighting.base import Scheme, SchemeContext, Settings
+
+if TYPE_CHECKING:
+    import torch
 
 REGRESSION, CLASSIFICATION = 0.5, 1.0  # c_t
 FORMS = ("kendall", "libmtl")
@@ -143,7 +146,7 @@ class UncertaintyScheme(Scheme):
         s = float(self.log_variance.detach()[self.index[task]])
         return math.exp(-s) * factors[task]
 
-    def weighted_loss(self, task: str, loss: Any, weight: float) -> Any:
+    def weighted_loss(self, task: str, loss: Any, weight: float | torch.Tensor) -> Any:
         factors = self._ready()
         s = self.log_variance[self.index[task]]
         return (-s).exp() * factors[task] * loss + s / 2

@@ -6,10 +6,13 @@ import abc
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from weightsearch.core.registry import DeclaredKeys, check_settings
 from weightsearch.trainer.weighting._checks import PREFIX, check_keys
+
+if TYPE_CHECKING:  # torch-free at import, as the config's checks need it
+    import torch
 
 
 @runtime_checkable
@@ -55,8 +58,9 @@ class Scheme(abc.ABC):
       weight decay, and leaves them out of the model's gradient clipping. Default: none.
     - `weighted_loss(task, loss, weight)` once per update that is not skipped (weight 0),
       after the forward pass, with the batch's loss (a tensor, plain mean over its examples)
-      and what `weight` returned for it: the batch's contribution to the total loss, through
-      which the scheme's parameters get their gradient. Default: `loss * weight`.
+      and what `weight` returned for it (a 0-dim tensor on the device where a CUDA graph
+      replays the update): the batch's contribution to the total loss, through which the
+      scheme's parameters get their gradient. Default: `loss * weight`.
     - `end_epoch(epoch, task_losses)` after the epoch's last update, before its checkpoint: each
       task's mean (unweighted) batch loss over the epoch, for the tasks that had batches in it.
     - `state_dict()` with every epoch checkpoint, and `load_state_dict(state)` when a run resumes
@@ -94,7 +98,7 @@ class Scheme(abc.ABC):
         """The optimizer parameter groups of what the scheme learns (see the class docstring)."""
         return []
 
-    def weighted_loss(self, task: str, loss: Any, weight: float) -> Any:
+    def weighted_loss(self, task: str, loss: Any, weight: float | torch.Tensor) -> Any:
         """The batch's contribution to the total loss (see the class docstring)."""
         return loss * weight
 

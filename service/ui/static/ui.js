@@ -13,7 +13,7 @@ function refreshStudies() {
           .find((r) => r.dataset.study === study.study);
         if (!row) continue;
         const counts = { complete: study.complete, running: study.running,
-                         left: study.pending + study.running, failed: study.failed };
+                         left: study.pending + (study.not_started ?? 0), failed: study.failed };
         for (const [field, value] of Object.entries(counts)) {
           const cell = row.querySelector(`td[data-field="${field}"]`);
           if (cell && cell.textContent !== String(value)) cell.textContent = String(value);
