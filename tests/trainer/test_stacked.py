@@ -15,8 +15,9 @@ from torch import nn
 from tests.helpers import QA_SAMPLE, run_config
 from weightsearch.trainer import draws
 from weightsearch.trainer.fused import NO_GRAPHS, CannotFuse, StackedModels
-from weightsearch.trainer.loop import set_up, step_batch, task_loss
+from weightsearch.trainer.loop import set_up
 from weightsearch.trainer.stacked import stacked_attention, widen
+from weightsearch.trainer.step import step_batch, task_loss
 
 TASKS = ["rte", "stsb", {"preset": "mrpc", "head": "san"},
          {"preset": "squad2", "data_dir": str(QA_SAMPLE), "max_seq_len": 128, "doc_stride": 48,
