@@ -26,6 +26,7 @@ is a forward pass of its own), activation recomputation, layers that cannot be s
 tasks whose stacked forward pass is not the members' (probed on a batch of each task). The
 caller trains those runs one by one.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -214,8 +215,10 @@ def _probe_task(stack: StackedModels, run: StageRun, task: str,
         outputs = stack.forward(task, batch).float()
         for k, model in enumerate(stack.models):
             alone = model(task, batch).float()
+            # Loose enough for other kernels' rounding (TF32 on a GPU); a layer that mixes
+            # up members or rows is off by the outputs' own size.
             if outputs[k].shape != alone.shape or \
-                    (outputs[k] - alone).abs().max() > 1e-4 * (1 + alone.abs().max()):
+                    (outputs[k] - alone).abs().max() > 1e-3 * (1 + alone.abs().max()):
                 return f"member {k}'s outputs differ from its own model's"
     stack.lead.train()
     for model in stack.models:
