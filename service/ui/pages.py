@@ -132,8 +132,9 @@ def law_band(answers: Sequence[dict]) -> dict:
 def across_chart(evidence: Sequence[dict], band: dict) -> tuple[str, list[dict]]:
     """Every task's located best weight against its training size (log scale), one class per
     regime, with the law's centre and 80% band for the asked regime."""
-    sizes = [e["train_size"] for e in evidence if e.get("train_size")] + list(band["sizes"])
-    located = [e for e in evidence if e.get("train_size") and e.get("location") is not None]
+    located = [e for e in evidence if _finite(e.get("train_size")) and e["train_size"] > 0
+               and _finite(e.get("location"))]  # a log axis: positive sizes only
+    sizes = [e["train_size"] for e in located] + list(band["sizes"])
     ys = [e["location"] for e in located] + list(band["low"]) + list(band["high"])
     chart = Chart((min(sizes), max(sizes)), (min(ys, default=1.0), max(ys, default=15.0)),
                   "training examples of the central task", "best central weight",
@@ -148,10 +149,14 @@ def across_chart(evidence: Sequence[dict], band: dict) -> tuple[str, list[dict]]
         css = f"regime regime-{i % 6}"
         chart.points([(e["train_size"], e["location"]) for e in mine], css,
                      [f"{e['task']} ({e.get('study') or e['source']}): {e['train_size']:,} "
-                      f"examples, best weight located at {e['location']:g} +- {e['sd']:g}"
-                      for e in mine])
+                      f"examples, best weight located at {e['location']:g}"
+                      + (f" +- {e['sd']:g}" if _finite(e.get("sd")) else "") for e in mine])
         legend.append({"regime": regime, "css": css, "count": len(mine)})
     return chart.render(), legend
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _regime(point: dict) -> str:

@@ -142,3 +142,16 @@ def test_the_range_called_80_percent_is_the_laws_80_percent_interval(client):
     wide_low, wide_high = answer["interval"]
     assert f'<span id="interval">{wide_low:g} to {wide_high:g}</span>\n(never narrower' in html
     assert "(80%)" not in html
+
+
+def test_the_across_chart_leaves_out_what_a_log_axis_cannot_place():
+    band = {"sizes": [100, 1000], "centre": [10.0, 8.0], "low": [7.0, 5.0], "high": [13.0, 11.0]}
+    evidence = [{"task": "good", "source": "studies", "train_size": 500, "location": 9.0,
+                 "sd": None},
+                {"task": "zero", "source": "studies", "train_size": 0, "location": 9.0},
+                {"task": "negative", "source": "studies", "train_size": -5, "location": 9.0},
+                {"task": "nan", "source": "studies", "train_size": 700,
+                 "location": float("nan")}]
+    chart, legend = pages.across_chart(evidence, band)
+    assert chart.count('r="3.5"') == 1 and "good (studies): 500 examples" in chart
+    assert [row["count"] for row in legend] == [1]
