@@ -26,24 +26,52 @@ def study_rows(overview: Sequence[dict], studies: Sequence[Any]) -> list[dict]:
     from weightsearch.studies.schema import split_study_name
 
     regimes: dict[str, set[str]] = {}
+    stored: dict[str, dict[str, str]] = {}  # study -> central task -> its stored name
     for s in studies:  # by the stored name, as the overview's rows are
-        regimes.setdefault(split_study_name(s.name)[0], set()).add(
+        base = split_study_name(s.name)[0]
+        regimes.setdefault(base, set()).add(
             f"{s.encoder or 'encoder not recorded'}, {s.stage or 'multitask'}")
+        stored.setdefault(base, {})[s.central_task] = s.name
     return [{**row, "regime": "; ".join(sorted(regimes.get(row["study"], ()))),
-             "left": row["pending"] + row.get("not_started", 0)} for row in overview]
+             "left": row["pending"] + row.get("not_started", 0),
+             # a link opens what is stored, whatever another tool named its central task
+             "links": {task: stored.get(row["study"], {}).get(task, f"{row['study']}/{task}")
+                       for task in row["central_tasks"]}}
+            for row in overview]
 
 
-def curve_chart(task: dict, cells: Sequence[dict]) -> tuple[str, int]:
-    """A central task's score against its weight: each seed's point (up to MAX_SEED_POINTS),
+def seed_points(cells: Sequence[dict]) -> list[tuple[float, Any, float, int]]:
+    """(weight, seed, score, trials) per weight and seed, as the curve counts them
+    (`weightsearch.studies.central.seed_scores`): the complete trials of one seed at one weight
+    (other searched settings, a cell trained twice) averaged into that seed's score; a trial
+    without a recorded seed stands alone. So every point lies within its weight's range."""
+    groups: dict[tuple, list[float]] = {}
+    for i, c in enumerate(cells):
+        value, weight = c.get("value"), c.get("central_weight")
+        if c.get("state") == "complete" and isinstance(value, int | float) \
+                and math.isfinite(value) and weight is not None:
+            key = (weight, c["seed"]) if c.get("seed") is not None else (weight, None, i)
+            groups.setdefault(key, []).append(float(value))
+    return [(key[0], key[1], sum(v) / len(v), len(v)) for key, v in groups.items()]
+
+
+def _point_tip(weight: float, seed: Any, score: float, trials: int) -> str:
+    of = f" (mean of {trials} trials)" if trials > 1 else ""
+    return f"weight {weight:g}, seed {seed if seed is not None else 'not recorded'}: " \
+        f"{score:.4g}{of}"
+
+
+def curve_chart(task: dict, cells: Sequence[dict]) -> tuple[str, int, int]:
+    """A central task's score against its weight: each seed's score (up to MAX_SEED_POINTS),
     each weight's mean and seed range, the constant prediction's level, and the weights that
-    trained the same updates shaded as one treatment. Returns the SVG and the points drawn."""
+    trained the same updates shaded as one treatment. Returns the SVG, the points drawn and the
+    seed scores there are."""
     curve = task["curve"]
-    scored = [c for c in cells if c.get("state") == "complete" and c.get("value") is not None
-              and c.get("central_weight") is not None]
-    ys = [c["value"] for c in scored] + [w["low"] for w in curve] + [w["high"] for w in curve]
+    scored = seed_points(cells)
+    ys = [p[2] for p in scored] + [w["low"] for w in curve] + [w["high"] for w in curve]
     if task.get("majority") is not None:
         ys.append(task["majority"])
-    weights = [w["weight"] for w in curve] or [c["central_weight"] for c in scored] or [1.0]
+    weights = [w["weight"] for w in curve] or [p[0] for p in scored] or [1.0]
     metric = task.get("primary_metric") or "score"
     chart = Chart((min(weights), max(weights)), (min(ys, default=0.0), max(ys, default=1.0)),
                   "central weight", metric, f"{task['name']}: {metric} against the central "
@@ -58,10 +86,8 @@ def curve_chart(task: dict, cells: Sequence[dict]) -> tuple[str, int]:
                        f"range {w['low']:.4g} to {w['high']:.4g}")
     chart.line([(w["weight"], w["mean"]) for w in curve], "mean")
     shown = scored if len(scored) <= MAX_SEED_POINTS else []
-    chart.points([(c["central_weight"], c["value"]) for c in shown], "seed",
-                 [f"weight {c['central_weight']:g}, seed {c.get('seed')}: {c['value']:.4g}"
-                  for c in shown])
-    return chart.render(), len(shown)
+    chart.points([(p[0], p[2]) for p in shown], "seed", [_point_tip(*p) for p in shown])
+    return chart.render(), len(shown), len(scored)
 
 
 def study_page(detail: dict, page: int) -> dict:
@@ -72,11 +98,10 @@ def study_page(detail: dict, page: int) -> dict:
         cells = task["cells"]
         pages = max(1, math.ceil(len(cells) / CELLS_PER_PAGE))
         shown_page = min(max(page, 1), pages)
-        svg, drawn = curve_chart(task, cells)
+        svg, drawn, scores = curve_chart(task, cells)
         first = (shown_page - 1) * CELLS_PER_PAGE
         tasks.append({**task, "chart": svg, "points_drawn": drawn,
-                      "points_hidden": sum(1 for c in cells if c.get("value") is not None)
-                      - drawn,
+                      "points_hidden": scores - drawn,
                       "page": shown_page, "pages": pages,
                       "cell_page": [{k: _rounded(v) for k, v in c.items()}
                                     for c in cells[first:first + CELLS_PER_PAGE]],
@@ -91,7 +116,7 @@ def recommend_page(answer: dict) -> dict:
               for row in answer.get("evidence_shares") or []]
     return {"answer": answer,
             "band_chart": weight_band(answer["central_weight"], answer["interval"],
-                                      answer.get("equivalent")),
+                                      answer.get("law_interval"), answer.get("equivalent")),
             "shares_chart": bar_chart(shares, "share of the answer by evidence") if shares
             else ""}
 
@@ -107,8 +132,9 @@ def law_band(answers: Sequence[dict]) -> dict:
 def across_chart(evidence: Sequence[dict], band: dict) -> tuple[str, list[dict]]:
     """Every task's located best weight against its training size (log scale), one class per
     regime, with the law's centre and 80% band for the asked regime."""
-    sizes = [e["train_size"] for e in evidence if e.get("train_size")] + list(band["sizes"])
-    located = [e for e in evidence if e.get("train_size") and e.get("location") is not None]
+    located = [e for e in evidence if _finite(e.get("train_size")) and e["train_size"] > 0
+               and _finite(e.get("location"))]  # a log axis: positive sizes only
+    sizes = [e["train_size"] for e in located] + list(band["sizes"])
     ys = [e["location"] for e in located] + list(band["low"]) + list(band["high"])
     chart = Chart((min(sizes), max(sizes)), (min(ys, default=1.0), max(ys, default=15.0)),
                   "training examples of the central task", "best central weight",
@@ -123,10 +149,14 @@ def across_chart(evidence: Sequence[dict], band: dict) -> tuple[str, list[dict]]
         css = f"regime regime-{i % 6}"
         chart.points([(e["train_size"], e["location"]) for e in mine], css,
                      [f"{e['task']} ({e.get('study') or e['source']}): {e['train_size']:,} "
-                      f"examples, best weight located at {e['location']:g} +- {e['sd']:g}"
-                      for e in mine])
+                      f"examples, best weight located at {e['location']:g}"
+                      + (f" +- {e['sd']:g}" if _finite(e.get("sd")) else "") for e in mine])
         legend.append({"regime": regime, "css": css, "count": len(mine)})
     return chart.render(), legend
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _regime(point: dict) -> str:

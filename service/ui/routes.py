@@ -46,6 +46,31 @@ def _render(template: str, status: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(html, status_code=status, headers=SECURITY_HEADERS)
 
 
+async def _read(database: Any, call: Any, *args: Any) -> tuple[Any, HTMLResponse | None]:
+    """`call(*args)` off the event loop, or the page that says why it failed: the JSON
+    routes' statuses (404 no such study, 503 the database), as a page a browser shows."""
+    from weightsearch.core.errors import StorageError, WeightsearchError
+    from weightsearch.studies.storage_failures import storage_failure
+
+    try:
+        return await in_thread(call, *args), None
+    except HTTPException as failed:
+        return None, _problem(failed.status_code, str(failed.detail))
+    except WeightsearchError as failed:
+        return None, _problem(503 if isinstance(failed, StorageError) else 400, str(failed))
+    except Exception as failed:
+        failure = storage_failure(failed, database.url)
+        if failure is None:
+            raise
+        return None, _problem(503, str(failure))
+
+
+def _problem(status: int, what: str) -> HTMLResponse:
+    title = {404: "Not found", 503: "The study database is not answering"}.get(status,
+                                                                              "Cannot show it")
+    return _render("missing.html", status=status, title=title, what=what, page="")
+
+
 @router.get("/ui/static/{name}")
 async def static_file(name: str) -> FileResponse:
     if name not in STATIC:
@@ -55,7 +80,7 @@ async def static_file(name: str) -> FileResponse:
                                  if k != "Cache-Control"})
 
 
-@router.get("/", response_class=HTMLResponse)
+@router.api_route("/", methods=["GET", "HEAD"], response_class=HTMLResponse)
 async def studies_page(database: Database) -> HTMLResponse:
     def read() -> list[dict]:
         from weightsearch.studies.inspection import overview
@@ -63,20 +88,21 @@ async def studies_page(database: Database) -> HTMLResponse:
         studies = database.studies()
         return pages.study_rows(overview(studies), studies)
 
-    return _render("studies.html", rows=await in_thread(read), page="studies")
+    rows, failed = await _read(database, read)
+    return failed or _render("studies.html", rows=rows, page="studies")
 
 
-@router.get("/ui/studies/{name:study}", response_class=HTMLResponse)
-async def study_page(name: str, database: Database, page: int = 1) -> HTMLResponse:
+@router.api_route("/ui/studies/{name:study}", methods=["GET", "HEAD"],
+                  response_class=HTMLResponse)
+async def study_page(name: str, database: Database, page: str = "1") -> HTMLResponse:
     from weightsearch.service.routes.studies import study_detail
 
-    try:
-        detail = await in_thread(study_detail, name, database)
-    except HTTPException as missing:
-        if missing.status_code != 404:
-            raise
-        return _render("missing.html", status=404, what=str(missing.detail), page="studies")
-    return _render("study.html", **pages.study_page(detail, page), page="studies")
+    if not (page.isascii() and page.isdigit() and len(page) <= 9 and int(page) >= 1):
+        return _problem(400, "page: a whole number from 1 (the page of each central task's "
+                        "cells)")
+    detail, failed = await _read(database, study_detail, name, database)
+    return failed or _render("study.html", **pages.study_page(detail, int(page)),
+                             page="studies")
 
 
 def _asked(request: Request) -> tuple[dict[str, str], list[str]]:
@@ -113,20 +139,23 @@ def _answer(database: Any, size: int, asked: dict[str, str]) -> dict:
                           clipping=asked["clipping"] or None, audience="http").to_dict()
 
 
-@router.get("/ui/recommend", response_class=HTMLResponse)
+@router.api_route("/ui/recommend", methods=["GET", "HEAD"], response_class=HTMLResponse)
 async def recommend_page(request: Request, database: Database) -> HTMLResponse:
     from weightsearch.trainer import task_types
 
     asked, problems = _asked(request)
     shown: dict = {"answer": None}
     if asked["train_size"] and not problems:
-        answer = await in_thread(_answer, database, int(asked["train_size"]), asked)
+        answer, failed = await _read(database, _answer, database, int(asked["train_size"]),
+                                     asked)
+        if failed:
+            return failed
         shown = pages.recommend_page(answer)
     return _render("recommend.html", status=400 if problems else 200, asked=asked,
                    problems=problems, task_types=task_types.NAMES, page="recommend", **shown)
 
 
-@router.get("/ui/across", response_class=HTMLResponse)
+@router.api_route("/ui/across", methods=["GET", "HEAD"], response_class=HTMLResponse)
 async def across_page(request: Request, database: Database) -> HTMLResponse:
     asked, problems = _asked(request)
     if problems:
@@ -148,6 +177,14 @@ async def across_page(request: Request, database: Database) -> HTMLResponse:
                 _DRAWN[key] = drawn
         return drawn[1:]
 
-    chart, legend, first = await in_thread(draw)
+    drawn, failed = await _read(database, draw)
+    if failed:
+        return failed
+    chart, legend, first = drawn
     return _render("across.html", asked=asked, problems=[], page="across", chart=chart,
                    legend=legend, answer=first)
+
+
+@router.api_route("/ui/{rest:path}", methods=["GET", "HEAD"], response_class=HTMLResponse)
+async def no_such_page(rest: str) -> HTMLResponse:
+    return _problem(404, "no such page here; the studies are at /")

@@ -165,30 +165,35 @@ def bar_chart(rows: Sequence[tuple[str, float]], title: str, width: int = WIDTH)
             f'{"".join(bars)}</svg>')
 
 
-def weight_band(weight: float, interval: Sequence[float], equivalent: Sequence[float] | None,
-                scale: tuple[float, float] = (1.0, 15.0), width: int = WIDTH) -> str:
+def weight_band(weight: float, interval: Sequence[float], law: Sequence[float] | None,
+                equivalent: Sequence[float] | None, scale: tuple[float, float] = (1.0, 15.0),
+                width: int = WIDTH) -> str:
     """The answer on the weight scale: the equivalent weights as a light band, the plausible
-    range of the best as a dark one, the recommended weight as a mark."""
+    range (never narrower than them) as a middle one, the law's own 80% interval as a dark
+    one, the recommended weight as a mark."""
     low, high = min(scale[0], *interval), max(scale[1], *interval)
 
     def x(value: float) -> float:
         return 20 + (value - low) / (high - low or 1) * (width - 40)
+
+    def span(css: str, edges: Sequence[float], top: int, tall: int, tip: str) -> str:
+        return (f'<rect class="{css}" x="{x(edges[0]):.1f}" y="{top}" '
+                f'width="{max(x(edges[1]) - x(edges[0]), 2):.1f}" height="{tall}">'
+                f"<title>{escape(tip)}: {edges[0]:g} to {edges[1]:g}</title></rect>")
 
     parts = [f'<line class="axis" x1="20" x2="{width - 20}" y1="40" y2="40"/>']
     for tick in _nice_ticks(low, high, count=7):
         parts.append(f'<text class="tick" x="{x(tick):.1f}" y="58" text-anchor="middle">'
                      f"{_label(tick)}</text>")
     if equivalent:
-        parts.append(f'<rect class="equivalent" x="{x(equivalent[0]):.1f}" y="14" '
-                     f'width="{max(x(equivalent[1]) - x(equivalent[0]), 2):.1f}" height="22">'
-                     f"<title>weights not told apart from the best: {equivalent[0]:g} to "
-                     f"{equivalent[1]:g}</title></rect>")
-    parts.append(f'<rect class="interval" x="{x(interval[0]):.1f}" y="20" '
-                 f'width="{max(x(interval[1]) - x(interval[0]), 2):.1f}" height="10">'
-                 f"<title>plausible range of the best weight (80%): {interval[0]:g} to "
-                 f"{interval[1]:g}</title></rect>")
+        parts.append(span("equivalent", equivalent, 10, 28, "weights not told apart from "
+                          "the best"))
+    parts.append(span("interval", interval, 16, 16, "plausible range of the best weight"))
+    if law:
+        parts.append(span("law-interval", law, 20, 8, "the law's own 80% interval"))
     parts.append(f'<line class="answer-mark" x1="{x(weight):.1f}" x2="{x(weight):.1f}" '
-                 f'y1="8" y2="40"><title>recommended: {weight:g}</title></line>')
+                 f'y1="6" y2="40"><title>recommended: {weight:g}</title></line>')
     return (f'<svg class="chart weight-band" role="img" viewBox="0 0 {width} 64" '
             f'xmlns="http://www.w3.org/2000/svg"><title>the recommended weight {weight:g}, '
-            f"its plausible range and the equivalent weights</title>{''.join(parts)}</svg>")
+            f"its plausible range, the law's 80% interval and the equivalent weights</title>"
+            f"{''.join(parts)}</svg>")

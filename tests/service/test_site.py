@@ -154,3 +154,11 @@ def test_each_study_row_names_its_regime(client):
     assert len(rows) == 3
     assert all("encoder not recorded, multitask" in row or "bert-base-uncased, finetuned" in row
                for row in rows)
+
+
+def test_pages_answer_head_as_link_checkers_ask(client):
+    for path in ("/", "/ui/studies/demo", "/ui/recommend", "/ui/across"):
+        response = client.head(path)
+        assert response.status_code == 200, path
+        assert response.headers["content-type"].startswith("text/html")
+    assert client.post("/ui/recommend").status_code == 405  # read-only
