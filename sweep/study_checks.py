@@ -128,8 +128,6 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
     if weight_acts_on == SAMPLING and isinstance(train_raw, Mapping):
         problems.extend(sampling_problems(train_raw, search.space.central_weight_only,
                                           fuse_cells))
-    if fuse_cells > 1 and isinstance(train, Mapping) and _precision(train) != "fp32":
-        problems.append(FP32_NEEDED)
     workdir = absolute_path(plain.get("workdir", DEFAULT_WORKDIR), where("workdir"))
     if (problem := writable_folder_problem(workdir, "workdir")) is not None:
         problems.append(problem)
@@ -296,18 +294,3 @@ def _grouping_checks(raw: Mapping[str, Any], train: dict[str, Any], search: Sear
         problems.append(f"scheduler: {fix} trains every network to its last epoch; use "
                         "scheduler: fifo")
     return (GROUPS_STUDY,)
-
-
-# `auto` resolves where a trial runs (bf16 on GPUs and on CPUs with native bf16), which the
-# driver cannot know: a fused study says fp32 itself, rather than finding its cells trained
-# one after another on the workers.
-FP32_NEEDED = ("fuse_cells: fused cells train in fp32 (bf16 autocast does not carry through the "
-               "stacked models, and precision: auto picks bf16 on GPUs and on some CPUs); set "
-               "train.precision: fp32 (TF32 matmuls on a GPU), or leave fuse_cells out")
-
-
-def _precision(train: Mapping[str, Any]) -> Any:
-    """The template's precision, its preset's where the preset sets it."""
-    from weightsearch.trainer.config.presets import expand_preset
-
-    return expand_preset(train, []).get("precision", "auto")  # a bad preset: reported elsewhere
