@@ -16,6 +16,12 @@ os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Idle threads of torch's OpenMP and of OpenBLAS sleep at once instead of spinning for more
+# work (read when those libraries load, after this; subprocesses inherit it). Spinning burns
+# CPU while waiting, most of all on a busy machine, and the fast tier's gate counts CPU time.
+# The thread counts, and so every number computed, stay as they are.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")  # 2**4 cycles, OpenBLAS's least
 # Tokenized-data cache private to this test session, never the user's.
 os.environ["WEIGHTSEARCH_CACHE"] = tempfile.mkdtemp(prefix="weightsearch-test-cache-")
 
