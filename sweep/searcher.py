@@ -56,6 +56,7 @@ from weightsearch.sweep.trainable import (
     MEMBERS,
     OBJECTIVE,
     RUN_CONFIG,
+    SAME_TREATMENT_KEY,
     SUMMARY_JSON,
 )
 from weightsearch.sweep.trial_end import finish_trial
@@ -301,7 +302,8 @@ class CellSearcher(Searcher):
         self.progress.fused(plan.central, [space.label(m.point) for m in members],
                             picked[0][0].seed)
         return {"central_task": plan.central, "seed": picked[0][0].seed,
-                "cell": " + ".join(c["cell"] for c in cells), MEMBERS: cells}
+                "cell": " + ".join(c["cell"] for c in cells), MEMBERS: cells,
+                SAME_TREATMENT_KEY: self.spec.same_treatment}
 
     def _unfusable(self, plan: CentralPlan, partners: list[Picked], why: str) -> None:
         """Partners that cannot train fused after all: released, and queued to train alone;

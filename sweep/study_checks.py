@@ -123,6 +123,7 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
     max_failures = plain.get("max_failures", 1)
     reuse_workers = plain.get("reuse_workers", True)
     allow_inert = plain.get("allow_inert", False)
+    same_treatment = plain.get("same_treatment", "once")
     weight_acts_on = plain.get("weight_acts_on", LOSS)
     fuse_cells = parse_fuse_cells(raw.get("fuse_cells"), scheduler, problems)
     if weight_acts_on == SAMPLING and isinstance(train_raw, Mapping):
@@ -149,7 +150,7 @@ def parse_study(raw: Mapping[str, Any], label: str | None, base: Path,
         scheduler=scheduler, max_failures=max_failures, workdir=workdir, epochs=epochs,
         warm_start=warm, warm_recommend=warm_recommend, objective=objective, aux_tasks=aux,
         reuse_workers=reuse_workers, fuse_cells=fuse_cells, allow_inert=allow_inert,
-        weight_acts_on=weight_acts_on,
+        weight_acts_on=weight_acts_on, same_treatment=same_treatment,
     )
 
 

@@ -203,7 +203,7 @@ def _mismatch(spec: StudySpec, study: Any, url: str) -> str | None:
 
 # Study-file keys that decide how cells train, not what they learn: any launch or driver of a
 # study may set them its own way.
-HOW_KEYS = ("fuse_cells", "allow_inert")
+HOW_KEYS = ("fuse_cells", "allow_inert", "same_treatment")
 
 
 def _what_it_learns(spec: dict[str, Any]) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from weightsearch.sweep.strategies import (
     Strategy,
 )
 from weightsearch.sweep.weight_action import LOSS, SAMPLING, WEIGHT_ACTS_ON, as_sampling_rate
+from weightsearch.trainer.fusable import SAME_TREATMENT
 
 MAX_FUSED = 64  # cells one trial may train together (`fuse_cells`)
 MAX_CELLS = 50_000  # per study: every cell is a trial the drivers and readers go through
@@ -186,6 +187,11 @@ class StudyFile:
             "auxiliaries; global clipping that clips every update at every weight, found by a "
             "probe before the first cell or by the first finished cell) with a note; false "
             "(the default): refuse it, exit 2, nothing written")
+    same_treatment: str = setting(
+        "once", Choice(SAME_TREATMENT),
+        doc="fused cells that would train the same updates (global clipping above the "
+            "weight's live range, found in their first epoch): once (the default) trains one "
+            "of them for all, each cell still reporting its own run; all: train every cell")
     weight_acts_on: str = setting(
         LOSS, Choice(WEIGHT_ACTS_ON),
         doc="what the searched central weight sets: loss (SIWLM's loss weight, the paper's) or "
@@ -255,6 +261,7 @@ class StudySpec:
     reuse_workers: bool = True  # Ray workers train trial after trial (results are the same)
     fuse_cells: int = 1  # cells per trial, trained as one stacked model (results are the same)
     allow_inert: bool = False  # true: train a grid whose every weight is one treatment
+    same_treatment: str = "once"  # all: fused cells of one treatment are each trained
     weight_acts_on: str = LOSS  # sampling: the weight is the central task's sampling rate
     _strategies: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -298,6 +305,8 @@ class StudySpec:
             out["fuse_cells"] = self.fuse_cells
         if self.allow_inert:  # likewise: whether to go on, not what a cell learns
             out["allow_inert"] = True
+        if self.same_treatment != "once":  # likewise: how often a treatment trains
+            out["same_treatment"] = self.same_treatment
         if self.weight_acts_on != LOSS:  # what a cell learns: written where it is not the default
             out["weight_acts_on"] = self.weight_acts_on
         return out

@@ -56,6 +56,7 @@ RUN_CONFIG = "run_config"
 # again and train none of them twice.
 KILL_AFTER_MEMBER_END = "WEIGHTSEARCH_TEST_KILL_AFTER_MEMBER_END"
 MEMBERS = "members"  # a fused unit: each member cell's own trial config
+SAME_TREATMENT_KEY = "same_treatment"  # a fused unit: train members of one treatment once?
 
 
 class Carried:
@@ -209,7 +210,8 @@ def run_fused(config: dict[str, Any]) -> None:
     if todo:
         try:
             trained = trainer.train_fused(cfgs, [reporters[k].report for k in todo],
-                                          resume=True, quiet=True)
+                                          resume=True, quiet=True,
+                                          same_treatment=config.get(SAME_TREATMENT_KEY, "once"))
         except ConfigError as exc:  # nothing written yet: one after another, each on its own
             if isinstance(exc, CannotFuse):  # the driver says why, once
                 reporters[todo[0]].note = exc.problems[0]

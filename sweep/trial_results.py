@@ -136,4 +136,6 @@ def _end_attrs(summary: dict[str, Any], at_best: dict[str, Any],
         "output_dir": summary.get("output_dir"),
         **({S.T_CLIPPING: summary["clipping"]} if summary.get("clipping") else {}),
         **({S.T_MAJORITY: summary["majority"]} if summary.get("majority") else {}),
+        **({S.T_SAME_TREATMENT: summary["same_treatment"]}
+           if summary.get("same_treatment") else {}),
     }

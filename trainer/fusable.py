@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 MEMBER_SETTINGS = ("weighting", "output_dir", "tracking", "checkpoints", "keep_checkpoints",
                    "finetune", "eval_batch_size", "max_eval_examples", "eval_max_seq_len",
                    "stop_on_divergence", "cache_dir")
+# Members that would train the same updates (`weightsearch.trainer.same_treatment`): trained
+# once, the others following (the default), or all trained.
+SAME_TREATMENT = ("once", "all")
 
 
 class CannotFuse(ConfigError):
@@ -57,4 +60,4 @@ def _shared_settings(cfg: RunConfig) -> dict[str, Any]:
     return {k: v for k, v in cfg.to_dict().items() if k not in MEMBER_SETTINGS}
 
 
-__all__ = ["MEMBER_SETTINGS", "CannotFuse", "fusion_problems"]
+__all__ = ["MEMBER_SETTINGS", "SAME_TREATMENT", "CannotFuse", "fusion_problems"]

@@ -35,7 +35,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -45,17 +44,33 @@ from weightsearch.trainer.checkpoint import restore_rng, rng_state
 from weightsearch.trainer.config import RunConfig
 from weightsearch.trainer.fusable import (
     MEMBER_SETTINGS,
+    SAME_TREATMENT,
     CannotFuse,
     fusion_problems,
 )
+from weightsearch.trainer.fused_probe import probe
 from weightsearch.trainer.graphs import GraphPlan
 from weightsearch.trainer.loop import SoftTargets, no_soft_targets, set_up
-from weightsearch.trainer.model import ATTENTION_DROPOUT_KEYS, MTDNN
+from weightsearch.trainer.model import MTDNN
 from weightsearch.trainer.optim import current_lr
 from weightsearch.trainer.results import RunResult
+from weightsearch.trainer.same_treatment import (
+    detach_parameters,
+    follower_readings,
+    same_epoch,
+    same_groups,
+    take_state,
+)
 from weightsearch.trainer.stacked import widen
 from weightsearch.trainer.stage import Progress, Report, StageRun
-from weightsearch.trainer.stage_output import STEPS, EpochLog, end_epoch, open_output, stage_result
+from weightsearch.trainer.stage_output import (
+    STEPS,
+    EpochLog,
+    end_epoch,
+    open_output,
+    stage_result,
+    step_rows,
+)
 from weightsearch.trainer.step import (
     clip_and_step,
     step_batch,
@@ -141,10 +156,18 @@ class Member:
     tracker: Tracker | None = None
     done_epochs: int = 0  # epochs trained before this attempt (its checkpoint's)
     outcome: BaseException | None = None  # why it stopped early, if it did
+    follows: Member | None = None  # the member that trains its updates (same treatment)
+    follows_from: int = 0  # the first epoch it followed
+    rows: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # its last epoch's
 
     @property
     def training(self) -> bool:
         return self.outcome is None
+
+
+class Released(Exception):
+    """A follower that stopped being its representative's treatment (or outlived it): it
+    trains on from its own last checkpoint, after the unit."""
 
 
 def train_fused_stage(configs: Sequence[RunConfig],
@@ -152,11 +175,16 @@ def train_fused_stage(configs: Sequence[RunConfig],
                       quiet: bool = False, stage: str = "multitask",
                       soft_targets: SoftTargets = no_soft_targets,
                       prepare: Callable[[StageRun], None] | None = None,
+                      same_treatment: str = "once",
                       ) -> list[tuple[RunConfig, RunResult | BaseException]]:
     """Train one stage of each run in `configs` as one fused unit. Per run: its config as it
     trained (a resumed run's recorded defaults) and its result, or the exception that stopped
     it (its report's, a diverged loss). Raises CannotFuse before anything is written when the
-    runs cannot be fused; `prepare` sees each set-up run once that is settled."""
+    runs cannot be fused; `prepare` sees each set-up run once that is settled.
+    `same_treatment`: `once` trains members that would train the same updates once
+    (`weightsearch.trainer.same_treatment`), `all` trains every member."""
+    if same_treatment not in SAME_TREATMENT:
+        raise ValueError(f"same_treatment: {same_treatment!r}; one of {SAME_TREATMENT}")
     problems = fusion_problems(configs)
     if problems:
         raise CannotFuse(problems)
@@ -173,71 +201,23 @@ def train_fused_stage(configs: Sequence[RunConfig],
     members = [Member(run, report, slot)
                for slot, (run, report) in enumerate(zip(runs, reports, strict=True))]
     stack = StackedModels([r.model for r in runs])
-    _probe(stack, runs[0])
+    probe(stack, runs[0])
     for run in runs if prepare is not None else ():
         prepare(run)
-    outcomes = _train_unit(stack, members, fresh_rng, quiet)
-    return [(run.cfg, outcome) for run, outcome in zip(runs, outcomes, strict=True)]
-
-
-def _probe(stack: StackedModels, run: StageRun) -> None:
-    """Refuse before anything is written when the wide model does not compute what the
-    members' models compute: one batch of two rows per task, on a forked random state so the
-    run's own draws are not moved."""
-    devices = [stack.lead_device] if stack.lead_device.type == "cuda" else []
-    failed = []
-    with torch.random.fork_rng(devices=devices):
-        for name, data in run.data.items():
-            batch = step_batch(run, name, np.arange(min(2, len(data.train))))
-            try:
-                why = _probe_task(stack, run, name, batch)
-            except Exception as exc:  # whatever a stacked layer or a module raises: refuse
-                why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            finally:
-                stack.clear_gradients()
-            if why is not None:
-                failed.append(f"tasks: {name}'s forward pass (the encoder and its "
-                              f"{data.spec.type} head) does not run as one stacked model "
-                              f"({why}); train these runs one by one")
-    if failed:
-        raise CannotFuse(failed)
-
-
-def _probe_task(stack: StackedModels, run: StageRun, task: str,
-                batch: dict[str, torch.Tensor]) -> str | None:
-    """Why the stacked forward pass of `task` is not the members' (None: it is): in evaluation
-    mode each member's outputs against its own model's; in training mode, under the run's
-    autocast, a forward and backward pass, whose attention dropout must draw shared masks."""
-    stack.lead.eval()
-    for model in stack.models:
-        model.eval()
-    with torch.no_grad():
-        outputs = stack.forward(task, batch).float()
-        for k, model in enumerate(stack.models):
-            alone = model(task, batch).float()
-            # Loose enough for other kernels' rounding (TF32 on a GPU); a layer that mixes
-            # up members or rows is off by the outputs' own size.
-            if outputs[k].shape != alone.shape or \
-                    (outputs[k] - alone).abs().max() > 1e-3 * (1 + alone.abs().max()):
-                return f"member {k}'s outputs differ from its own model's"
-    stack.lead.train()
-    for model in stack.models:
-        model.train()
-    with run.runtime.autocast():
-        outputs = stack.forward(task, batch)
-    total = sum(task_loss(run, task, outputs[k], batch) for k in range(len(stack)))
-    total.backward()  # type: ignore[union-attr]
-    config = getattr(stack.lead.encoder, "config", None)
-    dropout = max((float(getattr(config, key, 0) or 0) for key in ATTENTION_DROPOUT_KEYS),
-                  default=0.0)
-    if len(stack) > 1 and dropout > 0 and stack.last.attention_calls == 0:
-        return ("its attention dropout does not go through transformers' attention "
-                "interface, so the members would draw masks of their own")
-    return None
+    outcomes = _train_unit(stack, members, fresh_rng, quiet, same_treatment == "once")
+    trained = [(run.cfg, outcome) for run, outcome in zip(runs, outcomes, strict=True)]
+    released = [k for k, outcome in enumerate(outcomes) if isinstance(outcome, Released)]
+    if released:  # each from its own last checkpoint: the state it shared until then
+        del stack, members, runs, outcomes
+        again = train_fused_stage([configs[k] for k in released], [reports[k] for k in released],
+                                  True, quiet, stage, soft_targets, prepare, same_treatment)
+        for k, outcome in zip(released, again, strict=True):
+            trained[k] = outcome
+    return trained
 
 
 def _train_unit(stack: StackedModels, members: list[Member], fresh_rng: dict[str, Any],
-                quiet: bool) -> list[RunResult | BaseException]:
+                quiet: bool, train_once: bool) -> list[RunResult | BaseException]:
     # Open the furthest runs first: the last random state restored is then the one of the run
     # furthest behind, where training starts (all are equal at every epoch's end).
     for member in sorted(members, key=lambda m: -(m.run.ckpt.epoch if m.run.ckpt else 0)):
@@ -257,18 +237,64 @@ def _train_unit(stack: StackedModels, members: list[Member], fresh_rng: dict[str
             member.tracker = open_tracker(
                 run.cfg.tracking, run.out, run.stage, run_params(run.cfg),
                 resumed_at=member.progress.global_step if run.ckpt is not None else None)
-        for epoch in range(min(m.done_epochs for m in members) + 1, epochs + 1):
+        first = min(m.done_epochs for m in members) + 1
+        for epoch in range(first, epochs + 1):
+            _release_orphans(members, epoch)
             active = [m for m in members if m.training and m.done_epochs < epoch]
             if not active:
                 break
+            stack = _restacked(stack, [m for m in active if m.follows is None])
             for member, (train_loss, clipping) in _train_epoch(stack, active, epoch, bar, quiet):
                 _finish_epoch(member, epoch, train_loss, clipping, quiet)
+            if train_once and epoch == first:
+                _group_same_treatments(members, epoch, quiet)
     finally:
         bar.close()
         for member in members:
             if member.tracker is not None:
                 member.tracker.close()
     return [_member_result(m, len(members)) for m in members]
+
+
+def _release_orphans(members: list[Member], epoch: int) -> None:
+    """Followers whose representative stopped while they train on: released."""
+    for member in members:
+        rep = member.follows
+        if member.training and rep is not None and not rep.training:
+            member.outcome = Released(f"its representative stopped before epoch {epoch}")
+
+
+def _restacked(stack: StackedModels, stepping: list[Member]) -> StackedModels:
+    """The stacked model of the members that step this epoch, rebuilt when they changed;
+    members that leave it get parameters of their own."""
+    if [m.run.model for m in stepping] == stack.models:
+        return stack
+    kept = {id(m.run.model) for m in stepping}
+    for model in stack.models:
+        if id(model) not in kept:
+            detach_parameters(model)
+    for slot, member in enumerate(stepping):
+        member.slot = slot
+    return StackedModels([m.run.model for m in stepping])
+
+
+def _group_same_treatments(members: list[Member], epoch: int, quiet: bool) -> None:
+    """After the unit's first epoch: members that trained the same updates follow the one of
+    them with the smallest weights from the next epoch on."""
+    candidates = [m for m in members if m.training and m.follows is None and m.rows]
+    if len(candidates) < 2:
+        return
+    cfg = candidates[0].run.cfg
+    global_clip = cfg.grad_clip > 0 and cfg.grad_clip_mode == "global"
+    groups = same_groups([m.run for m in candidates], [m.rows for m in candidates],
+                         global_clip)
+    for group in groups:
+        rep = candidates[group[0]]
+        for k in group[1:]:
+            candidates[k].follows, candidates[k].follows_from = rep, epoch + 1
+        if not quiet:
+            tqdm.write(f"epoch {epoch}: {len(group)} members trained the same updates; "
+                       f"{rep.run.out.name} trains on for all of them")
 
 
 def _finish_epoch(member: Member, epoch: int, train_loss: float,
@@ -285,7 +311,9 @@ def _finish_epoch(member: Member, epoch: int, train_loss: float,
 def _train_epoch(stack: StackedModels, active: list[Member], epoch: int, bar: Any, quiet: bool
                  ) -> list[tuple[Member, tuple[float, dict[str, dict[str, Any]]]]]:
     """One pass over the epoch's plan for the active members; each member that finished the
-    epoch, with its mean training loss and clipping."""
+    epoch, with its mean training loss and clipping. Followers log the updates their
+    representatives take, and end the epoch with a copy of their state where every update was
+    the same treatment (else they are released)."""
     lead = active[0].run
     for member in active:
         member.run.model.train()
@@ -298,13 +326,10 @@ def _train_epoch(stack: StackedModels, active: list[Member], epoch: int, bar: An
                                 files.enter_context((m.run.out / STEPS).open("a")))
                 for m in active}
         for step, (task, indices) in enumerate(plan):
-            training = [m for m in active if m.training]
+            training = [m for m in active if m.training and m.follows is None]
             if not training:
                 break
-            for member, (record, readings) in zip(
-                    training, _fused_step(stack, training, epoch, step, task, indices),
-                    strict=True):
-                logs[id(member)].add(record, readings)
+            _step_members(stack, active, training, logs, epoch, step, task, indices)
             bar.update(1)
             if len(logs[id(training[0])].pending) >= lead.cfg.log_every or \
                     step == len(plan) - 1:
@@ -316,11 +341,68 @@ def _train_epoch(stack: StackedModels, active: list[Member], epoch: int, bar: An
         if lead.runtime.device.type == "cuda":
             torch.cuda.synchronize()
         elapsed = time.perf_counter() - started
+        for member in active:  # the members that trained first: their followers copy them
+            if member.training and member.follows is not None:
+                _end_following(member, logs[id(member)], logs[id(member.follows)], epoch)
         for member in active:
             if member.training:
                 member.progress.train_time += elapsed
+                member.rows = logs[id(member)].logged
                 finished.append((member, logs[id(member)].finish(epoch, quiet)))
     return finished
+
+
+def _step_members(stack: StackedModels, active: list[Member], training: list[Member],
+                  logs: dict[int, EpochLog], epoch: int, step: int, task: str,
+                  indices: Any) -> None:
+    """One batch: the training members' stacked step, then their followers' records of it."""
+    taken = {}
+    for member, (record, readings) in zip(
+            training, _fused_step(stack, training, epoch, step, task, indices), strict=True):
+        logs[id(member)].add(record, readings)
+        taken[id(member)] = (record, readings)
+    for member in active:
+        if member.training and member.follows is not None:
+            _follow_step(member, taken, logs[id(member)], epoch, step, task, len(indices))
+
+
+def _follow_step(member: Member, taken: dict[int, tuple[dict[str, Any], torch.Tensor]],
+                 log: EpochLog, epoch: int, step: int, task: str, size: int) -> None:
+    """A follower's record of the update its representative took: its own weight, rate and
+    schedule, the readings derived from the representative's (checked at the epoch's end)."""
+    run, rep = member.run, member.follows
+    assert rep is not None
+    if id(rep) not in taken:  # the representative stopped within the epoch
+        member.outcome = Released(f"its representative stopped in epoch {epoch}")
+        return
+    rep_record, rep_readings = taken[id(rep)]
+    weight = run.scheme.weight(task, epoch, step)
+    rate = current_lr(run.scheduler)
+    step_scheduler(run)
+    log.add(step_record(run, epoch, step, task, size, weight, rate, weight == 0),
+            follower_readings(rep_readings, rep_record["weight"], weight, weight == 0,
+                              run.cfg.grad_clip, run.cfg.grad_clip_mode))
+
+
+def _end_following(member: Member, log: EpochLog, rep_log: EpochLog, epoch: int) -> None:
+    """At the epoch's end: a follower whose every update was its representative's treatment
+    writes its log and takes its state; otherwise it is released (its log of the epoch
+    dropped: it trains the epoch again from its checkpoint)."""
+    rep = member.follows
+    assert rep is not None
+    cfg = member.run.cfg
+    rows = step_rows(log.pending, weighted_task_gradient=not cfg.adversarial.enabled)
+    global_clip = cfg.grad_clip > 0 and cfg.grad_clip_mode == "global"
+    if not rep.training or not same_epoch(rep_log.logged, rows, global_clip):
+        member.outcome = Released(f"epoch {epoch} was not its representative's treatment")
+        log.pending = []
+        return
+    try:
+        log.flush()
+    except TrainingDiverged as exc:
+        member.outcome = detached(exc)
+        return
+    take_state(rep.run, member.run)
 
 
 def _fused_step(stack: StackedModels, training: list[Member], epoch: int, step: int, task: str,
@@ -377,8 +459,12 @@ def _member_result(member: Member, size: int) -> RunResult | BaseException:
         return member.outcome
     assert member.progress is not None
     result = stage_result(member.run, member.progress)
-    return dataclasses.replace(result, extra={**result.extra, "fused_members": size})
+    extra = {**result.extra, "fused_members": size}
+    if member.follows is not None:  # its updates from that epoch on were trained once, for both
+        extra["same_treatment"] = {"trained_by": str(member.follows.run.out),
+                                   "from_epoch": member.follows_from}
+    return dataclasses.replace(result, extra=extra)
 
 
-__all__ = ["MEMBER_SETTINGS", "CannotFuse", "StackedModels", "detached", "fusion_problems",
-           "train_fused_stage"]
+__all__ = ["MEMBER_SETTINGS", "CannotFuse", "Released", "StackedModels", "detached",
+           "fusion_problems", "train_fused_stage"]

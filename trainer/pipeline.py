@@ -70,12 +70,16 @@ def train_fused(
     reports: Sequence[Report | None] | None = None,
     resume: bool = False,
     quiet: bool = False,
+    same_treatment: str = "once",
 ) -> list[RunResult | BaseException]:
     """Train runs that differ only in their loss weighting as one fused unit
     (`weightsearch.trainer.fused`): each run's result, or the exception that stopped it alone
     (its report's, a diverged loss). The multi-task stage trains fused; each run's fine-tuning
     stage, if any, then trains on its own. Raises `CannotFuse` (a ConfigError) before anything
-    is written when the runs cannot be fused: train them one by one with `train`."""
+    is written when the runs cannot be fused: train them one by one with `train`. Members that
+    would train the same updates (global clipping above the weight's live range) train once,
+    the others following (`weightsearch.trainer.same_treatment`), unless `same_treatment` is
+    `all`."""
     cfgs = [c if isinstance(c, RunConfig) else load_config(c) for c in configs]
     for cfg in cfgs:
         _check_finetune_folder(cfg)
@@ -86,7 +90,8 @@ def train_fused(
     reports = list(reports) if reports is not None else [None] * len(cfgs)
     try:
         trained = train_fused_stage(cfgs, reports, resume, quiet, "multitask", soft_targets,
-                                    prepare=_drop_stale_finetuning)
+                                    prepare=_drop_stale_finetuning,
+                                    same_treatment=same_treatment)
         outcomes: list[RunResult | BaseException] = []
         for (cfg, outcome), report in zip(trained, reports, strict=True):
             if isinstance(outcome, BaseException):

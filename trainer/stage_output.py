@@ -185,12 +185,19 @@ def _task_means(plan: list[tuple[str, np.ndarray]], losses: list[torch.Tensor]
     return {task: sum(v) / len(v) for task, v in by_task.items()}
 
 
+def step_rows(pending: list[tuple[dict[str, Any], torch.Tensor]],
+              weighted_task_gradient: bool = True) -> list[dict[str, Any]]:
+    """The steps.jsonl rows of pending steps (their readings read in one transfer)."""
+    if not pending:
+        return []
+    readings = torch.stack([r for _, r in pending]).cpu().tolist()
+    return [{**record, "loss": loss, **reading_fields(record, norm, scale, weighted_task_gradient)}
+            for (record, _), (loss, norm, scale) in zip(pending, readings, strict=True)]
+
+
 def _flush_steps(pending: list[tuple[dict[str, Any], torch.Tensor]], log: Any,
                  tracker: Tracker, weighted_task_gradient: bool = True) -> list[dict[str, Any]]:
-    readings = torch.stack([r for _, r in pending]).cpu().tolist()
-    rows = [{**record, "loss": loss,
-             **reading_fields(record, norm, scale, weighted_task_gradient)}
-            for (record, _), (loss, norm, scale) in zip(pending, readings, strict=True)]
+    rows = step_rows(pending, weighted_task_gradient)
     for row in rows:
         log.write(json.dumps(row) + "\n")
     log.flush()
@@ -379,4 +386,4 @@ def run_clipping(cfg: RunConfig, out: Path,
 
 __all__ = ["CONFIG", "DATA_REPORT", "METRICS", "RESULT", "STEPS", "EpochLog", "end_epoch",
            "evaluate", "holds_run", "nominal_weights", "open_output", "run_clipping",
-           "stage_result"]
+           "stage_result", "step_rows"]
