@@ -79,10 +79,21 @@ class FuseSizer:
         self.plans = plans
         self.tell = tell
         self._pending: dict[str, Any] = {}  # memory key -> the probe's Ray ObjectRef
+        self._waiting: dict[str, str] = {}  # memory key -> the plan (study name) it holds up
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles the searcher that holds this (it never restores it): no Ray references.
-        return {**self.__dict__, "_pending": {}, "plans": [], "tell": print}
+        return {**self.__dict__, "_pending": {}, "_waiting": {}, "plans": [], "tell": print}
+
+    def waiting(self, plan: CentralPlan) -> bool:
+        """Whether `plan` waits for a probe that has not answered (its units stay unclaimed,
+        and unread, meanwhile)."""
+        refs = [self._pending[k] for k, name in self._waiting.items() if name == plan.name]
+        if not refs:
+            return False
+        import ray
+
+        return not ray.wait(refs, num_returns=1, timeout=0)[0]
 
     def size(self, plan: CentralPlan, cfg: Any) -> int | None:
         """K for a unit of `plan` whose first cell's RunConfig is `cfg`; None while its probe
@@ -99,10 +110,11 @@ class FuseSizer:
             # max_calls=1: the worker exits after it, keeping none of the card's memory
             task = ray.remote(num_cpus=self.cpus, num_gpus=self.share, max_calls=1)(probe)
             self._pending[key] = task.remote(cfg, stored([p.study for p in self.plans], key))
+            self._waiting[key] = plan.name
             return None
         if not ray.wait([ref], timeout=0)[0]:
             return None
-        del self._pending[key]
+        del self._pending[key], self._waiting[key]
         try:
             memory = ray.get(ref)
         except Exception as exc:  # the study goes on, one cell per trial, and says why

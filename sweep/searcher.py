@@ -117,6 +117,9 @@ class CellSearcher(Searcher):
         for _ in range(len(self.plans)):
             plan = self.plans[self._turn % len(self.plans)]
             self._turn += 1
+            if self.spec.fuse_auto and self.fuse_sizer.waiting(plan):
+                measuring = True
+                continue
             picked = take_unit(plan, self.claims, self.spec.fuse_cap)
             if picked is None:
                 continue
