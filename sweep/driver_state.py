@@ -32,6 +32,8 @@ class CentralPlan:
     # The queued units by what they may be fused with (`unit_handout`), built with the queue.
     groups: dict[tuple, list[Unit]] = field(default_factory=dict)
     cannot_fuse: bool = False  # its cells' configs cannot be fused: stop trying
+    # `fuse_cells: auto`: the cells per fused trial decided for each memory key (`fuse_auto`)
+    fuse_sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:

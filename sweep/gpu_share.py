@@ -18,7 +18,9 @@ A fused trial (`fuse_cells`) trains its cells in one process, and the peak it me
 process's, every cell's model included: the share it needs applies as it is, to the next fused
 trial of the same size. A study whose fused units vary in size (the last unit of a grid short
 of cells) is sized by its largest measured peak, which over-reserves for a smaller unit but
-never starves a larger one once it has been measured.
+never starves a larger one once it has been measured. With `fuse_cells: auto` a unit is sized
+to the card's free memory (`sweep/fuse_auto.py`), so its measured peak keeps it a whole GPU
+unless the cells left to fuse made it small.
 
 The CPUs per trial (`resources.cpu`) still cap how many trials run at once on a node: Ray
 places a trial only where both its CPUs and its GPU share are free.

@@ -85,8 +85,10 @@ def launch(
         plans = [CentralPlan(c.name, studies[c.name], spec.strategy(c.name, first[c.name]),
                              c.attrs[S.A_PRIMARY], c.attrs[S.A_STAGE]) for c in centrals]
         metrics = {c.name: c.attrs[S.A_PRIMARY] for c in centrals}
-        # A fused trial trains up to fuse_cells cells at once.
-        meter = Progress(spec.study, pending, parallel * spec.fuse_cells, enabled=progress,
+        # A fused trial trains up to fuse_cells cells at once (auto: sized later, by the
+        # searcher, which raises this).
+        per_trial = 1 if spec.fuse_auto else spec.fuse_cap
+        meter = Progress(spec.study, pending, parallel * per_trial, enabled=progress,
                          metric=metrics)
         try:
             ran, failed = _rounds(spec, plans, parallel, meter, Claims(storage.engine),

@@ -49,6 +49,7 @@ class Progress:
         self.study = study
         self.total = total
         self.concurrency = max(1, concurrency)
+        self._trials = self.concurrency  # trials at once: `cells_per_trial` scales it
         self.enabled = enabled
         self.stream = stream  # None: sys.stderr at print time (Tune pickles the searcher)
         # one metric name, or each central task's (a study may score rte by accuracy and
@@ -80,6 +81,10 @@ class Progress:
         run = _Running(central, trial_label(label, seed), seed, epochs, time.time())
         self.running[trial_id] = run
         self._event(f"start {central} {run.label}")
+
+    def cells_per_trial(self, cells: int) -> None:
+        """`fuse_cells: auto` sized a trial to `cells` cells: the time left counts them."""
+        self.concurrency = max(self.concurrency, self._trials * cells)
 
     def fused(self, central: str, labels: list[str], seed: int) -> None:
         """The trials just started train together, as one stacked model (`fuse_cells`)."""

@@ -40,6 +40,7 @@ from weightsearch.studies.claims import Claims
 from weightsearch.studies.storage_failures import check_same_file, file_identity, storage_failure
 from weightsearch.sweep import study_db
 from weightsearch.sweep.driver_state import CentralPlan, LiveCell, Picked
+from weightsearch.sweep.fuse_auto import FuseSizer
 from weightsearch.sweep.live_range import LiveRangeJudge
 from weightsearch.sweep.progress import Progress, say, trial_label
 from weightsearch.sweep.space import Space
@@ -96,6 +97,7 @@ class CellSearcher(Searcher):
         # members in their order in the unit (each ends on its own).
         self._live: dict[str, list[LiveCell]] = {}
         self._turn = 0
+        self.fuse_sizer = FuseSizer(spec, plans, lambda text: say(text, progress.enabled))
         # A study stopped for a grid of one treatment stops again before a cell is handed out.
         self.must_stop = self.live_range.judge_stored(self.plans)
 
@@ -112,18 +114,27 @@ class CellSearcher(Searcher):
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]
         if self.must_stop is not None:
             return Searcher.FINISHED
+        measuring = False
         for _ in range(len(self.plans)):
             plan = self.plans[self._turn % len(self.plans)]
             self._turn += 1
-            fuse_cells = self.spec.fuse_cells
-            picked = take_unit(plan, self.claims, fuse_cells)
-            if picked is not None:
-                partners = take_partners(plan, picked, self.claims, fuse_cells) \
-                    if fuse_cells > 1 else []
-                return self._start(trial_id, plan, [picked, *partners])
-        if self._live:
+            if self.spec.fuse_auto and self.fuse_sizer.waiting(plan):
+                measuring = True
+                continue
+            picked = take_unit(plan, self.claims, self.spec.fuse_cap)
+            if picked is None:
+                continue
+            fuse_cells = self._fuse_size(plan, picked)
+            if fuse_cells is None:  # `auto` measures first: the unit waits, unclaimed
+                self._put_back(plan, [picked])
+                measuring = True
+                continue
+            partners = take_partners(plan, picked, self.claims, fuse_cells) \
+                if fuse_cells > 1 else []
+            return self._start(trial_id, plan, [picked, *partners])
+        if self._live or measuring:
             # A trial of ours that ends may open new units (the next halving rung, the next
-            # forward-selection round): ask again later.
+            # forward-selection round), and a probe's answer lets units out: ask again later.
             return None
         # Units another driver holds (plan.deferred) are not waited for here: an idle Tune
         # would keep its workers' CPUs from the other drivers. `launch` waits between rounds.
@@ -305,16 +316,35 @@ class CellSearcher(Searcher):
                 "cell": " + ".join(c["cell"] for c in cells), MEMBERS: cells,
                 SAME_TREATMENT_KEY: self.spec.same_treatment}
 
+    def _fuse_size(self, plan: CentralPlan, picked: Picked) -> int | None:
+        """How many cells the trial of `picked` may train: `fuse_cells`, or with `auto` the
+        size measured for its config (None while it is measured; `sweep/fuse_auto.py`)."""
+        unit, point = picked[0], picked[1]
+        if not self.spec.fuse_auto:
+            return self.spec.fuse_cap
+        if unit.point is None or plan.cannot_fuse:  # a guided slot trains alone
+            return 1
+        cfg = self.spec.for_cell(plan.central, point, unit.seed,
+                                 self.spec.trial_dir(plan.central, point, unit.seed))
+        size = self.fuse_sizer.size(plan, cfg)
+        if size is not None:
+            self.progress.cells_per_trial(size)
+        return size
+
     def _unfusable(self, plan: CentralPlan, partners: list[Picked], why: str) -> None:
         """Partners that cannot train fused after all: released, and queued to train alone;
         the plan's other cells share their configs' settings, so it stops trying."""
         plan.cannot_fuse = True
-        for unit, *_, keys, _records in partners:
+        self._put_back(plan, partners)
+        self._tell_unfusable(why, "one per trial")
+
+    def _put_back(self, plan: CentralPlan, picked: list[Picked]) -> None:
+        """Units handed out but not started: their claims released, first in the queue."""
+        for unit, *_, keys, _records in reversed(picked):
             for key in keys:
                 self.claims.release(plan.name, key)
             plan.tried.discard(unit.key)
             plan.queue.appendleft(unit)
-        self._tell_unfusable(why, "one per trial")
 
     def _tell_unfusable(self, why: str, how: str) -> None:
         if not self._told_unfusable:

@@ -42,6 +42,7 @@ from weightsearch.sweep.weight_action import LOSS, SAMPLING, WEIGHT_ACTS_ON, as_
 from weightsearch.trainer.fusable import SAME_TREATMENT
 
 MAX_FUSED = 64  # cells one trial may train together (`fuse_cells`)
+AUTO_FUSE = "auto"  # fuse_cells: as many as the trial's GPU memory holds, measured (`fuse_auto`)
 MAX_CELLS = 50_000  # per study: every cell is a trial the drivers and readers go through
 TRIAL_CHECKPOINTS = "none"  # a trial's checkpoint policy unless train.checkpoints says otherwise
 
@@ -177,7 +178,9 @@ class StudyFile:
     fuse_cells: Any = setting(
         None, doc="cells one trial trains together as one stacked model: cells of the same "
                   "central task, seed and stint that differ only in the loss weighting; a "
-                  "number from 1 to 64, or false (one cell per trial, the default)")
+                  "number from 1 to 64, auto (as many as the trial's GPU memory holds, "
+                  "measured on its card; 1 on CPUs), or false (one cell per trial, the "
+                  "default)")
     reuse_workers: bool = setting(True, Flag(),
                                   doc="a Ray worker trains one trial after another (imports "
                                       "once); false: a fresh process per trial")
@@ -234,6 +237,7 @@ def study_file_schema() -> dict[str, Any]:
                                  {"type": "array"}]},
         "objective": json_schema(Objective),
         "fuse_cells": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_FUSED},
+                                 {"type": "string", "enum": [AUTO_FUSE]},
                                  {"type": "boolean", "enum": [False]}, {"type": "null"}]},
     })
 
@@ -259,7 +263,8 @@ class StudySpec:
     objective: Objective = Objective()
     aux_tasks: tuple[str, ...] | None = None  # None: every task but the central one
     reuse_workers: bool = True  # Ray workers train trial after trial (results are the same)
-    fuse_cells: int = 1  # cells per trial, trained as one stacked model (results are the same)
+    # cells per trial, trained as one stacked model (results are the same), or AUTO_FUSE
+    fuse_cells: int | str = 1
     allow_inert: bool = False  # true: train a grid whose every weight is one treatment
     same_treatment: str = "once"  # all: fused cells of one treatment are each trained
     weight_acts_on: str = LOSS  # sampling: the weight is the central task's sampling rate
@@ -268,6 +273,16 @@ class StudySpec:
     @property
     def space(self) -> Space:
         return self.search.space
+
+    @property
+    def fuse_auto(self) -> bool:
+        return self.fuse_cells == AUTO_FUSE
+
+    @property
+    def fuse_cap(self) -> int:
+        """The most cells one trial may train: `fuse_cells`, or MAX_FUSED for `auto` (the
+        driver sizes each unit, `sweep/fuse_auto.py`)."""
+        return MAX_FUSED if isinstance(self.fuse_cells, str) else self.fuse_cells
 
     def to_dict(self) -> dict[str, Any]:
         """The study file in canonical form (format `SPEC_VERSION`); stored with the study so
@@ -301,7 +316,7 @@ class StudySpec:
         })
         if not self.reuse_workers:  # written only when off: stored studies keep their digest
             out["reuse_workers"] = False
-        if self.fuse_cells > 1:  # likewise; how cells train, not what they learn
+        if self.fuse_auto or self.fuse_cap > 1:  # likewise; how cells train, not what they learn
             out["fuse_cells"] = self.fuse_cells
         if self.allow_inert:  # likewise: whether to go on, not what a cell learns
             out["allow_inert"] = True

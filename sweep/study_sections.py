@@ -21,6 +21,7 @@ from weightsearch.sweep.space import (
     task_names_in,
 )
 from weightsearch.sweep.study_file import (
+    AUTO_FUSE,
     AUTO_GPU,
     MAX_FUSED,
     SCHEDULERS,
@@ -198,15 +199,18 @@ def parse_resources(raw: Any, problems: list[str]) -> Resources:
     return Resources(**values)
 
 
-def parse_fuse_cells(raw: Any, scheduler: Scheduler, problems: list[str]) -> int:
-    """`fuse_cells`: cells per trial, trained together (1 for false or absent)."""
+def parse_fuse_cells(raw: Any, scheduler: Scheduler, problems: list[str]) -> int | str:
+    """`fuse_cells`: cells per trial, trained together (1 for false or absent), or `auto`."""
     if raw is None or raw is False:
         return 1
-    if isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_FUSED:
+    if isinstance(raw, str) and raw.strip().lower() == AUTO_FUSE:
+        raw = AUTO_FUSE
+    elif isinstance(raw, bool) or not isinstance(raw, int) or not 1 <= raw <= MAX_FUSED:
         problems.append(f"fuse_cells: {raw!r}: give how many cells one trial trains together, "
-                        f"a number from 1 to {MAX_FUSED} (e.g. 6 on one GPU), or false")
+                        f"a number from 1 to {MAX_FUSED} (e.g. 6 on one GPU), auto (as many as "
+                        "the trial's GPU memory holds, measured), or false")
         return 1
-    if raw > 1 and scheduler.name == "asha":
+    if (raw == AUTO_FUSE or raw > 1) and scheduler.name == "asha":
         problems.append("fuse_cells: ASHA stops whole trials, and a fused trial trains several "
                         "cells; use scheduler: fifo (successive halving fuses the cells of a "
                         "rung), or leave fuse_cells out")

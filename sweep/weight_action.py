@@ -34,7 +34,7 @@ def as_sampling_rate(raw: dict[str, Any], central: str) -> dict[str, Any]:
                          "others": AUX_RATE, "epoch_ends_with": central}}
 
 
-def sampling_problems(train: Mapping[str, Any], weight_only: bool, fuse_cells: int
+def sampling_problems(train: Mapping[str, Any], weight_only: bool, fuse_cells: int | str
                       ) -> list[str]:
     """Why a study with `weight_acts_on: sampling` cannot run; empty when it can. `weight_only`:
     the study searches the central weight and nothing else."""
@@ -50,7 +50,7 @@ def sampling_problems(train: Mapping[str, Any], weight_only: bool, fuse_cells: i
     if train.get("batches") == "fixed":
         found.append("train.batches: fixed cannot be combined with weight_acts_on: sampling "
                      "(an epoch ends with the central task's last batch); remove batches: fixed")
-    if fuse_cells > 1:
+    if fuse_cells != 1:  # a number above 1, or auto
         found.append("fuse_cells: cells fuse only when they differ in the loss weighting; with "
                      "weight_acts_on: sampling their batches differ, so set fuse_cells: false")
     return found

@@ -418,7 +418,7 @@ def test_a_new_study_over_another_databases_runs_is_refused_before_ray(
     (0, "fuse_cells: 0: give how many cells one trial trains together"),
     (65, "fuse_cells: 65: give how many cells one trial trains together, a number from 1 to 64"),
     (True, "fuse_cells: True: give how many cells"),
-    ("auto", "fuse_cells: 'auto': give how many cells"),
+    ("autox", "fuse_cells: 'autox': give how many cells"),
     (2.5, "fuse_cells: 2.5: give how many cells"),
 ])
 def test_fuse_cells_is_a_count_of_cells(base: dict, value, expected: str) -> None:

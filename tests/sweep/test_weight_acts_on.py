@@ -58,6 +58,8 @@ def test_the_default_leaves_stored_studies_as_they_were(base: dict) -> None:
     ({"train.sampling": {"scheme": "sqrt"}}, "train.sampling: weight_acts_on: sampling sets"),
     ({"train.batches": "fixed"}, "train.batches: fixed cannot be combined with weight_acts_on"),
     ({"fuse_cells": 2}, "fuse_cells: cells fuse only when they differ in the loss weighting"),
+    ({"fuse_cells": "auto"}, "fuse_cells: cells fuse only when they differ in the loss "
+                             "weighting"),
     ({"search": {"space": {CENTRAL_WEIGHT: [1, 9], "lr": [1e-4, 2e-4]}}},
      "the study must search the central weight alone"),
 ])

@@ -14,8 +14,8 @@ import torch
 
 from tests.helpers import run_config
 from tests.trainer.test_fused import assert_same_run, siwlm, steps_of
-from weightsearch.trainer import train_fused
 from weightsearch.trainer import fused as fused_module
+from weightsearch.trainer import train_fused
 from weightsearch.trainer.clipping import clip_gradient
 from weightsearch.trainer.same_treatment import follower_readings, same_epoch, same_update
 
