@@ -230,6 +230,42 @@ def test_fused_cells_score_as_cells_trained_alone_in_a_grid_and_in_halving(
     assert {row["fused_with"] for row in cell_rows([study])} == {"1; 3; 6; 9"}
 
 
+def test_fused_cells_of_one_treatment_train_once_and_score_as_every_cell_trained(
+        ray_session, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
+    """Under a clip every update of the grid's larger weights exceeds, a fused unit trains
+    them once (`same_treatment: once`, the default): their trials say which cell trained for
+    them and get the scores of a study that trains every cell (`same_treatment: all`)."""
+    import optuna
+
+    from weightsearch.sweep.launch import launch
+    from weightsearch.sweep.spec import load_study_spec
+
+    space = {CENTRAL_WEIGHT: [1, 3, 6, 9]}
+    values = {}
+    for name, how in (("once", "once"), ("every", "all")):
+        raw = _study(name, tiny_encoder, sample_data_dir, tmp_path,
+                     {"strategy": "grid", "space": space})
+        raw["train"] = {**raw["train"], "precision": "fp32", "grad_clip": 0.02}
+        summary = launch(load_study_spec({**raw, "fuse_cells": 4, "same_treatment": how}),
+                         progress=False)
+        assert summary.finished and summary.failed == 0, summary.lines()
+        trials = optuna.load_study(study_name=f"{name}/rte",
+                                   storage=raw["storage"]).get_trials()
+        values[name] = {t.params[S.PARAM]: t for t in trials}
+    followers = [t for t in values["once"].values() if S.T_SAME_TREATMENT in t.user_attrs]
+    assert followers and not any(S.T_SAME_TREATMENT in t.user_attrs
+                                 for t in values["every"].values())
+    by_folder = {t.user_attrs["output_dir"]: t for t in values["once"].values()}
+    for t in followers:
+        record = t.user_attrs[S.T_SAME_TREATMENT]
+        assert record["from_epoch"] == 2
+        assert by_folder[record["trained_by"]].params[S.PARAM] < t.params[S.PARAM]
+    for weight, t in values["once"].items():
+        assert t.value == pytest.approx(values["every"][weight].value, abs=1e-6)
+        assert t.intermediate_values == pytest.approx(
+            values["every"][weight].intermediate_values, abs=1e-6)
+
+
 def test_a_retried_fused_trial_reports_how_its_members_ended_without_training_them(
         ray_session, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
     """A Ray retry of a fused trial (or a next attempt copying a finished member's folder)

@@ -145,3 +145,39 @@ def test_a_follower_whose_representative_stops_trains_on_from_its_checkpoint(
     assert "same_treatment" not in results[2].extra
     assert_same_run(Path(configs[2].output_dir), every_member[2], (1, 2, 3), rel=1e-6,
                     absolute=0)
+
+
+@pytest.mark.slow
+def test_a_follower_whose_later_epoch_is_another_treatment_trains_that_epoch_itself(
+        sample_data_dir, tiny_encoder, tmp_path, monkeypatch):
+    """Seed 2's plans put every rte batch of epochs 1 and 2 in SIWLM's focus (weights 9 and
+    15, both clipped at 1.0: one treatment) and one of epoch 3's off it (0.9 and 1.5, neither
+    clipped): the follower is released at epoch 3's check and trains that epoch from its
+    epoch-2 checkpoint, matching the member trained in full."""
+    def configs(tag: str) -> list:
+        return [run_config(sample_data_dir, tiny_encoder, tmp_path / f"{tag}-{w}",
+                           tasks=["rte", "mrpc"], max_train_examples=32, epochs=3, seed=2,
+                           weighting={**siwlm(w), "focus_span": 1}, checkpoints="all")
+                for w in (9, 15)]
+
+    full = configs("all")
+    assert not any(isinstance(r, BaseException)
+                   for r in train_fused(full, quiet=True, same_treatment="all"))
+    rte_off_focus = [(s["epoch"], s["weight"], s["clip_scale"])
+                     for s in steps_of(Path(full[0].output_dir))
+                     if s["task"] == "rte" and s["weight"] < 9]
+    assert [e for e, *_ in rte_off_focus] == [3] and rte_off_focus[0][2] == 1.0  # unclipped
+    stacks = StackSizes(monkeypatch)
+    once = configs("once")
+    reported: dict[int, list[int]] = {0: [], 1: []}
+    results = train_fused(once, [lambda r, k=k: reported[k].append(r.epoch) for k in (0, 1)],
+                          quiet=True)
+
+    assert not any(isinstance(r, BaseException) for r in results)
+    assert reported == {0: [1, 2, 3], 1: [1, 2, 3]}
+    steps = len(steps_of(Path(full[0].output_dir))) // 3
+    assert stacks.sizes.count(2) == steps + 2 * 2  # the probe and epoch 1 only
+    assert "same_treatment" not in results[1].extra  # released, it trained its last epoch
+    for ours, theirs in zip(once, full, strict=True):
+        assert_same_run(Path(ours.output_dir), Path(theirs.output_dir), (1, 2, 3), rel=1e-6,
+                        absolute=0)
