@@ -211,8 +211,11 @@ def train_fused_stage(configs: Sequence[RunConfig],
         del stack, members, runs, outcomes
         again = train_fused_stage([configs[k] for k in released], [reports[k] for k in released],
                                   True, quiet, stage, soft_targets, prepare, same_treatment)
-        for k, outcome in zip(released, again, strict=True):
-            trained[k] = outcome
+        for k, (cfg, outcome) in zip(released, again, strict=True):
+            if isinstance(outcome, RunResult):  # it trained fused with this unit until then
+                outcome = dataclasses.replace(outcome, extra={
+                    **outcome.extra, "fused_members": len(configs)})
+            trained[k] = (cfg, outcome)
     return trained
 
 

@@ -178,6 +178,7 @@ def test_a_follower_whose_later_epoch_is_another_treatment_trains_that_epoch_its
     steps = len(steps_of(Path(full[0].output_dir))) // 3
     assert stacks.sizes.count(2) == steps + 2 * 2  # the probe and epoch 1 only
     assert "same_treatment" not in results[1].extra  # released, it trained its last epoch
+    assert results[1].extra["fused_members"] == 2
     for ours, theirs in zip(once, full, strict=True):
         assert_same_run(Path(ours.output_dir), Path(theirs.output_dir), (1, 2, 3), rel=1e-6,
                         absolute=0)
