@@ -30,8 +30,8 @@ Kernels per step (the "kernels" group): a profiler window of steady steps of the
 graphs (and, with --compile, of the compiled graphs) per encoder: kernels per step and the
 device's busy ms per step (on a CPU: the window's ms per step only). At the end, each of the
 issue's targets against its row (--quick: tiny shapes, not comparable).
---only GROUP,... measures some groups of rows (plain, eager, graphs, compiled, kernels,
-realistic, packed, fused; the rest are named as not run), --fused-rows sets the sequences a
+--only GROUP,... measures some groups of rows (plain, eager, graphs, compiled, compiled-graphs,
+kernels, realistic, packed, fused; the rest are named as not run), --fused-rows sets the sequences a
 fused member trains (default --rows).
 Then one realistic trial, with examples/s: SST-2 central at SIWLM weight 9 with RTE, MRPC,
 STS-B and CoLA auxiliary, MiniLM, 1 epoch, from --data-dir, with the trainer's defaults (on
@@ -81,7 +81,9 @@ FUSED = (1, 3, 6, 15)
 ROWS = ("plain loop", "trainer eager", "trainer graphs", "trainer compiled", "compiled graphs",
         *(f"packed {n}" for n in PACKINGS),
         *(f"fused {k}" for k in FUSED))
-GROUPS = ("plain", "eager", "graphs", "compiled", "kernels", "realistic", "packed", "fused")
+GROUPS = ("plain", "eager", "graphs", "compiled", "compiled-graphs", "kernels", "realistic",
+          "packed", "fused")
+COMPILED = ("compiled", "compiled-graphs")  # with --compile
 COMPILE_ENV = "WEIGHTSEARCH_COMPILE_IN_GRAPHS"  # graphs.COMPILE_IN_GRAPHS_ENV
 GLUE_TASKS = ("sst2", "rte", "mrpc", "stsb", "cola")  # the central task first
 LR = 5e-5  # both loops: AdamW at BERT's rate
@@ -115,9 +117,10 @@ def parse_args() -> argparse.Namespace:
                                    "--quick)")
     p.add_argument("--threads", type=int, help="torch threads per process: torch's default "
                                                "(1 with --quick on a CPU)")
-    p.add_argument("--compile", action="store_true", help="also time `compile: true`")
+    p.add_argument("--compile", action="store_true",
+                   help="also time `compile: true`, eager and inside the graphs")
     p.add_argument("--only", help=f"groups of rows to measure, of {','.join(GROUPS)} (default: "
-                                  "all; compiled with --compile)")
+                                  "all; the compiled ones with --compile)")
     p.add_argument("--fused-rows", type=int, help="sequences per fused member (default --rows)")
     p.add_argument("--quick", action="store_true", help="tiny shapes and a few steps")
     p.add_argument("--data-dir", default="../shared/data/glue",
@@ -137,11 +140,11 @@ def parse_args() -> argparse.Namespace:
     if args.packing is None:
         args.packing = "1,2" if args.quick and args.device == "cpu" else "1,2,4,8"
     args.fused = args.fused or ("1,3" if args.quick else ",".join(map(str, FUSED)))
-    groups = args.only.split(",") if args.only else [g for g in GROUPS if g != "compiled"]
+    groups = args.only.split(",") if args.only else [g for g in GROUPS if g not in COMPILED]
     unknown = sorted(set(groups) - set(GROUPS))
     if unknown:
         p.error(f"--only: unknown group(s) {', '.join(unknown)}; use some of {','.join(GROUPS)}")
-    args.groups = set(groups) | ({"compiled"} if args.compile else set())
+    args.groups = set(groups) | (set(COMPILED) if args.compile else set())
     return args
 
 
@@ -588,7 +591,7 @@ def measure_rows(args: argparse.Namespace, runtime: Any, tmp: Path, report: dict
     def measured(group: str, row: Any, *row_args: Any, cuda_only: str | None = None) -> dict:
         if group not in args.groups:
             return ({"not_run": "pass --compile (its warm-up takes minutes)"}
-                    if group == "compiled" and not args.only
+                    if group in COMPILED and not args.only
                     else {"not_run": f"--only {args.only} leaves it out"})
         if cuda_only and args.device != "cuda":
             return {"not_run": cuda_only}
@@ -607,7 +610,7 @@ def measure_rows(args: argparse.Namespace, runtime: Any, tmp: Path, report: dict
                measured("compiled", trainer_row, path, syn, str(tmp / f"compiled-{kind}"),
                         True))
         record(kind, "compiled graphs",
-               measured("compiled", compiled_graphs_row, path, syn,
+               measured("compiled-graphs", compiled_graphs_row, path, syn,
                         str(tmp / f"compiled-graphs-{kind}"), cuda_only=graphs_cuda))
     if "kernels" in args.groups:
         measure_kernels(args, tmp, report, encoders, syn, save)
@@ -624,7 +627,8 @@ def measure_rows(args: argparse.Namespace, runtime: Any, tmp: Path, report: dict
     fused = sorted({int(k) for k in args.fused.split(",")})
     fused_syn = dataclasses.replace(syn, rows=args.fused_rows or args.rows)
     for k in sorted(set(fused) | set(FUSED)):
-        for kind, path in encoders.items():
+        for kind in ("minilm", "bert-base"):  # MiniLM's are the targets at every size
+            path = encoders[kind]
             record(kind, f"fused {k}",
                    measured("fused", fused_row, path, fused_syn, tmp / f"fused-{kind}-{k}", k)
                    if k in fused else {"not_run": f"--fused {args.fused} leaves it out"})
@@ -665,8 +669,8 @@ def measure_kernels(args: argparse.Namespace, tmp: Path, report: dict, encoders:
     # Long enough for the window to open past the warm-up and the captures.
     rows = min(syn.rows, 96 * syn.batch)
     steps = max(1, min(20, rows // syn.batch // 3))
-    variants = {"graphs": (False, "on" if cuda else "off")}
-    if "compiled" in args.groups and cuda:
+    variants = {"graphs": (False, "on" if cuda else "off")} if "graphs" in args.groups else {}
+    if "compiled-graphs" in args.groups and cuda:
         variants["compiled graphs"] = (True, "on")
     for kind, path in encoders.items():
         kernels = report["encoders"][kind].setdefault("kernels", {})
