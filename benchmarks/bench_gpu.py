@@ -15,6 +15,8 @@ side by side, each with sequences/s, MFU and peak GPU memory (None off CUDA):
   only);
 - trainer compiled: the same with `compile: true`, only with --compile (its warm-up takes
   minutes);
+- compiled graphs: `compile: true` inside the captured steps (CUDA only, with --compile; opted
+  in through `WEIGHTSEARCH_COMPILE_IN_GRAPHS=1` until the trainer turns it on for everyone);
 - packed N: N trainer processes at once on one device, as Ray packs fractional trials, for N in
   --packing (1,2,4,8; 1,2 with --quick on a CPU), each with CUDA graphs on a GPU;
   sequences/s is all processes' sequences over
@@ -24,6 +26,13 @@ side by side, each with sequences/s, MFU and peak GPU memory (None off CUDA):
   the trainer picks (bf16 autocast on CUDA); sequences/s is the K members' sequences
   together, with the peak GPU memory per member and, on any device, the process CPU time per
   member (`cpu_s_per_member`) beside the eager trainer's `cpu_s`.
+Kernels per step (the "kernels" group): a profiler window of steady steps of the trainer with
+graphs (and, with --compile, of the compiled graphs) per encoder: kernels per step and the
+device's busy ms per step (on a CPU: the window's ms per step only). At the end, each of the
+issue's targets against its row (--quick: tiny shapes, not comparable).
+--only GROUP,... measures some groups of rows (plain, eager, graphs, compiled, compiled-graphs,
+kernels, realistic, packed, fused; the rest are named as not run), --fused-rows sets the sequences a
+fused member trains (default --rows).
 Then one realistic trial, with examples/s: SST-2 central at SIWLM weight 9 with RTE, MRPC,
 STS-B and CoLA auxiliary, MiniLM, 1 epoch, from --data-dir, with the trainer's defaults (on
 CUDA: static shapes and graphs) and, on CUDA, again with `cuda_graphs: off`. A row that
@@ -69,9 +78,13 @@ TINY = {"bert-base": {"hidden_size": 64, "num_hidden_layers": 2, "num_attention_
                    "intermediate_size": 128}}
 PACKINGS = (1, 2, 4, 8)
 FUSED = (1, 3, 6, 15)
-ROWS = ("plain loop", "trainer eager", "trainer graphs", "trainer compiled",
+ROWS = ("plain loop", "trainer eager", "trainer graphs", "trainer compiled", "compiled graphs",
         *(f"packed {n}" for n in PACKINGS),
         *(f"fused {k}" for k in FUSED))
+GROUPS = ("plain", "eager", "graphs", "compiled", "compiled-graphs", "kernels", "realistic",
+          "packed", "fused")
+COMPILED = ("compiled", "compiled-graphs")  # with --compile
+COMPILE_ENV = "WEIGHTSEARCH_COMPILE_IN_GRAPHS"  # graphs.COMPILE_IN_GRAPHS_ENV
 GLUE_TASKS = ("sst2", "rte", "mrpc", "stsb", "cola")  # the central task first
 LR = 5e-5  # both loops: AdamW at BERT's rate
 
@@ -104,7 +117,11 @@ def parse_args() -> argparse.Namespace:
                                    "--quick)")
     p.add_argument("--threads", type=int, help="torch threads per process: torch's default "
                                                "(1 with --quick on a CPU)")
-    p.add_argument("--compile", action="store_true", help="also time `compile: true`")
+    p.add_argument("--compile", action="store_true",
+                   help="also time `compile: true`, eager and inside the graphs")
+    p.add_argument("--only", help=f"groups of rows to measure, of {','.join(GROUPS)} (default: "
+                                  "all; the compiled ones with --compile)")
+    p.add_argument("--fused-rows", type=int, help="sequences per fused member (default --rows)")
     p.add_argument("--quick", action="store_true", help="tiny shapes and a few steps")
     p.add_argument("--data-dir", default="../shared/data/glue",
                    help="GLUE folders (SST-2, RTE, MRPC, STS-B, CoLA) for the realistic trial")
@@ -123,6 +140,11 @@ def parse_args() -> argparse.Namespace:
     if args.packing is None:
         args.packing = "1,2" if args.quick and args.device == "cpu" else "1,2,4,8"
     args.fused = args.fused or ("1,3" if args.quick else ",".join(map(str, FUSED)))
+    groups = args.only.split(",") if args.only else [g for g in GROUPS if g not in COMPILED]
+    unknown = sorted(set(groups) - set(GROUPS))
+    if unknown:
+        p.error(f"--only: unknown group(s) {', '.join(unknown)}; use some of {','.join(GROUPS)}")
+    args.groups = set(groups) | (set(COMPILED) if args.compile else set())
     return args
 
 
@@ -566,30 +588,166 @@ def measure_rows(args: argparse.Namespace, runtime: Any, tmp: Path, report: dict
         show(kind, name, row)
         save(report)
 
+    def measured(group: str, row: Any, *row_args: Any, cuda_only: str | None = None) -> dict:
+        if group not in args.groups:
+            return ({"not_run": "pass --compile (its warm-up takes minutes)"}
+                    if group in COMPILED and not args.only
+                    else {"not_run": f"--only {args.only} leaves it out"})
+        if cuda_only and args.device != "cuda":
+            return {"not_run": cuda_only}
+        return attempt(row, *row_args)
+
+    graphs_cuda = "CUDA graphs need a CUDA GPU"
     for kind, path in encoders.items():
         record(kind, "plain loop",
-               attempt(plain_loop, path, data, syn, runtime.autocast_dtype))
+               measured("plain", plain_loop, path, data, syn, runtime.autocast_dtype))
         record(kind, "trainer eager",
-               attempt(trainer_row, path, syn, str(tmp / f"eager-{kind}"), False))
+               measured("eager", trainer_row, path, syn, str(tmp / f"eager-{kind}"), False))
         record(kind, "trainer graphs",
-               attempt(trainer_row, path, syn, str(tmp / f"graphs-{kind}"), False, "on")
-               if args.device == "cuda" else {"not_run": "CUDA graphs need a CUDA GPU"})
+               measured("graphs", trainer_row, path, syn, str(tmp / f"graphs-{kind}"), False,
+                        "on", cuda_only=graphs_cuda))
         record(kind, "trainer compiled",
-               attempt(trainer_row, path, syn, str(tmp / f"compiled-{kind}"), True)
-               if args.compile else {"not_run": "pass --compile (its warm-up takes minutes)"})
-    measure_realistic(args, tmp, report, encoders, save)
+               measured("compiled", trainer_row, path, syn, str(tmp / f"compiled-{kind}"),
+                        True))
+        record(kind, "compiled graphs",
+               measured("compiled-graphs", compiled_graphs_row, path, syn,
+                        str(tmp / f"compiled-graphs-{kind}"), cuda_only=graphs_cuda))
+    if "kernels" in args.groups:
+        measure_kernels(args, tmp, report, encoders, syn, save)
+    if "realistic" in args.groups:
+        measure_realistic(args, tmp, report, encoders, save)
     packing = packings(args)
-    packed = attempt(run_packed, procs, tmp / "packed", packing, encoders,
-                     dataclasses.replace(syn, rows=args.pack_rows))
+    packed = (attempt(run_packed, procs, tmp / "packed", packing, encoders,
+                      dataclasses.replace(syn, rows=args.pack_rows))
+              if "packed" in args.groups else {"not_run": f"--only {args.only} leaves it out"})
     for n in sorted(set(packing) | set(PACKINGS)):
         for kind in KINDS:
             record(kind, f"packed {n}", packed if "not_run" in packed
                    else packed[n][kind] if n in packed else not_packed(n, args))
     fused = sorted({int(k) for k in args.fused.split(",")})
+    fused_syn = dataclasses.replace(syn, rows=args.fused_rows or args.rows)
     for k in sorted(set(fused) | set(FUSED)):
-        for kind, path in encoders.items():
-            record(kind, f"fused {k}", attempt(fused_row, path, syn, tmp / f"fused-{kind}-{k}", k)
+        for kind in ("minilm", "bert-base"):  # MiniLM's are the targets at every size
+            path = encoders[kind]
+            record(kind, f"fused {k}",
+                   measured("fused", fused_row, path, fused_syn, tmp / f"fused-{kind}-{k}", k)
                    if k in fused else {"not_run": f"--fused {args.fused} leaves it out"})
+    show_targets(report, args)
+    save(report)
+
+
+def compiled_graphs_row(encoder: str, syn: Synthetic, out: str) -> dict:
+    """`compile: true` inside the captured steps, opted in (module docstring)."""
+    previous = os.environ.get(COMPILE_ENV)
+    os.environ[COMPILE_ENV] = "1"
+    try:
+        return trainer_row(encoder, syn, out, True, "on")
+    finally:
+        if previous is None:
+            os.environ.pop(COMPILE_ENV)
+        else:
+            os.environ[COMPILE_ENV] = previous
+
+
+def sibling(name: str) -> Any:
+    """A module of this folder, loaded by path (this file may itself be loaded so)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def measure_kernels(args: argparse.Namespace, tmp: Path, report: dict, encoders: dict[str, str],
+                    syn: Synthetic, save: Any) -> None:
+    """A profiler window per encoder over the trainer with graphs (eager on a CPU), and with
+    --compile over the compiled graphs: kernels per step, the issue's count."""
+    window = sibling("profile_window").profiled_window
+    cuda = args.device == "cuda"
+    # Long enough for the window to open past the warm-up and the captures.
+    rows = min(syn.rows, 96 * syn.batch)
+    steps = max(1, min(20, rows // syn.batch // 3))
+    variants = {"graphs": (False, "on" if cuda else "off")} if "graphs" in args.groups else {}
+    if "compiled-graphs" in args.groups and cuda:
+        variants["compiled graphs"] = (True, "on")
+    for kind, path in encoders.items():
+        kernels = report["encoders"][kind].setdefault("kernels", {})
+        for name, (compiled, graphs) in variants.items():
+            run_syn = dataclasses.replace(syn, rows=rows)
+            folder = str(tmp / f"kernels-{kind}-{len(kernels)}")
+            train = (lambda p=path, s=run_syn, f=folder: compiled_graphs_row(p, s, f)) \
+                if compiled else \
+                (lambda p=path, s=run_syn, f=folder, g=graphs: trainer_row(p, s, f, False, g))
+            row = attempt(window, train, cuda, rows // syn.batch, steps)
+            row.pop("tables", None)
+            kernels[name] = row
+            show_kernels(kind, name, row, cuda)
+            save(report)
+
+
+def show_kernels(kind: str, name: str, row: dict, cuda: bool) -> None:
+    if "not_run" in row:
+        print(f"{kind:<10} kernels/step ({name}) not run: {row['not_run']}", flush=True)
+    elif cuda:
+        print(f"{kind:<10} kernels/step ({name}) {row['kernels_per_step']:.0f} kernels per step"
+              f", device busy {row['device_busy_ms_per_step']:.2f} ms/step ({row['steps']} "
+              "steps profiled)", flush=True)
+    else:
+        print(f"{kind:<10} kernels/step ({name}) kernels: CUDA only; "
+              f"{row['window_ms_per_step']:.2f} ms/step under the profiler ({row['steps']} "
+              "steps)", flush=True)
+
+
+# The issue's targets (H100/H200): (what, encoder, row, at least, or a ratio to another row).
+TARGETS = (("MiniLM one trial >= 8,000 seq/s", "minilm", "one trial", 8000.0),
+           ("six fused MiniLM cells >= 20,000 seq/s", "minilm", "fused 6", 20000.0),
+           ("fifteen fused MiniLM cells >= 30,000 seq/s (stretch)", "minilm", "fused 15",
+            30000.0),
+           ("BERT-base one trial >= 3,000 seq/s", "bert-base", "one trial", 3000.0),
+           ("BERT-base one trial >= 25% MFU", "bert-base", "one trial mfu", 0.25),
+           ("six fused BERT-base cells >= 2.5x one trial", "bert-base", "fused 6 ratio", 2.5))
+
+
+def target_figure(rows: dict, what: str) -> float | None:
+    """A target's figure from an encoder's rows: one trial is its fastest single-process row
+    (graphs, compiled graphs)."""
+    trials = [rows[n] for n in ("trainer graphs", "compiled graphs", "trainer eager")
+              if n in rows and "not_run" not in rows[n]]
+    best = max(trials, key=lambda r: r["sequences_per_s"], default=None)
+    if what == "one trial":
+        return None if best is None else best["sequences_per_s"]
+    if what == "one trial mfu":
+        return None if best is None else best["mfu"]
+    if what == "fused 6 ratio":
+        fused = rows.get("fused 6", {})
+        return None if best is None or "not_run" in fused else \
+            fused["sequences_per_s"] / best["sequences_per_s"]
+    row = rows.get(what, {})
+    return None if "not_run" in row else row.get("sequences_per_s")
+
+
+def show_targets(report: dict, args: argparse.Namespace) -> None:
+    """Each target, its figure, and whether it is met; the kernel count of BERT-base too."""
+    print("targets" + (" (--quick: tiny shapes, not comparable)" if args.quick else "") + ":")
+    met = report["targets"] = {}
+    for what, kind, name, floor in TARGETS:
+        figure = target_figure(report["encoders"][kind]["rows"], name)
+        met[what] = None if figure is None else {"figure": figure, "met": figure >= floor}
+        shown = ("not measured" if figure is None
+                 else f"{figure:.2%}" if name.endswith("mfu") else f"{figure:,.2f}")
+        verdict = "" if figure is None else " met" if figure >= floor else " not met"
+        print(f"  {what}: {shown}{verdict}")
+    kernels = report["encoders"]["bert-base"].get("kernels", {})
+    counts = [r["kernels_per_step"] for r in kernels.values()
+              if "not_run" not in r and args.device == "cuda"]
+    fewest = min(counts, default=None)
+    met["BERT-base kernels per step <= 600"] = None if fewest is None else {
+        "figure": fewest, "met": fewest <= 600}
+    print("  BERT-base kernels per step <= 600: "
+          + ("not measured" if fewest is None else
+             f"{fewest:.0f} {'met' if fewest <= 600 else 'not met'}"))
 
 
 def measure_realistic(args: argparse.Namespace, tmp: Path, report: dict,
@@ -650,7 +808,8 @@ def main() -> None:
         child(args.child)
         return
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as name:
-        procs = start_packed(packings(args), Path(name) / "packed")
+        procs = (start_packed(packings(args), Path(name) / "packed")
+                 if "packed" in args.groups else [])
         try:
             measure(args, Path(name), procs)
         finally:  # none is left waiting for a job when this one failed

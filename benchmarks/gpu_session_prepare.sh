@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gathers, into .gpu/ (ignored by git, about 25 MB), what benchmarks/gpu_session.sh needs on a
+# Gathers, into .gpu/ (ignored by git through .gitignore, about 25 MB), what benchmarks/gpu_session.sh needs on a
 # GPU machine whose image has torch and transformers but not this project's other packages:
 # wheels of datasets and of the transformers and tokenizers versions the project is tested
 # with (no dependencies: the image has the rest), all-MiniLM-L6-v2's config and tokenizer
@@ -10,7 +10,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 glue=${GLUE:-../shared/data/glue}
 py=${PY:-.venv/bin/python}  # the project's environment (scripts/test.sh makes it)
-grep -qxF '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 rm -rf .gpu
 mkdir -p .gpu/whl .gpu/minilm .gpu/glue
 "$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \

@@ -16,7 +16,7 @@ from tests.helpers import ROOT, SAMPLE
 ENCODERS = ("bert-base", "minilm")
 # Rows a CPU runs with --quick, and rows it names as not run (with the reason).
 RUN_ON_CPU = ("plain loop", "trainer eager", "packed 1", "packed 2", "fused 1", "fused 3")
-NOT_RUN_ON_CPU = {"trainer compiled": "pass --compile",
+NOT_RUN_ON_CPU = {"trainer compiled": "pass --compile", "compiled graphs": "pass --compile",
                   "trainer graphs": "CUDA graphs need a CUDA GPU",
                   "packed 4": "--quick on a CPU packs 1 and 2 processes only",
                   "packed 8": "--quick on a CPU packs 1 and 2 processes only",
@@ -52,6 +52,14 @@ def test_bench_gpu_quick_runs_every_row_on_the_cpu(tmp_path: Path):
         for name, reason in NOT_RUN_ON_CPU.items():
             assert reason in encoder["rows"][name]["not_run"]
             assert f"{kind:<10} {name:<17} not run: " in proc.stdout
+        window = encoder["kernels"]["graphs"]  # eager steps on a CPU, profiled all the same
+        assert window["steps"] > 0 and window["window_ms_per_step"] > 0, window
+        assert f"{kind:<10} kernels/step (graphs) kernels: CUDA only" in proc.stdout
+    targets = report["targets"]
+    assert targets["MiniLM one trial >= 8,000 seq/s"]["figure"] > 0
+    assert targets["fifteen fused MiniLM cells >= 30,000 seq/s (stretch)"] is None  # not run
+    assert targets["BERT-base kernels per step <= 600"] is None  # CUDA only
+    assert "targets (--quick: tiny shapes, not comparable):" in proc.stdout
     trial = report["realistic_trial"]
     assert trial["examples_per_s"] > 0 and trial["train_examples"] > 0, trial
     assert "realistic_trial_eager" not in report  # the defaults are eager on a CPU
@@ -116,8 +124,8 @@ def test_device_busy_time_counts_overlapping_spans_once():
     import importlib.util
     from types import SimpleNamespace
 
-    spec = importlib.util.spec_from_file_location("gpu_steady",
-                                                  ROOT / "benchmarks" / "gpu_steady.py")
+    spec = importlib.util.spec_from_file_location("profile_window",
+                                                  ROOT / "benchmarks" / "profile_window.py")
     steady = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(steady)
 
