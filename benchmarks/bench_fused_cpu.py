@@ -8,7 +8,9 @@ one `weightsearch.trainer.train` per cell, then all cells as one `train_fused` u
 per cell the process CPU time and wall time of the whole run (set-up, training, evaluation,
 checkpoints) and of training alone, the ratio fused/alone, and the largest difference of a
 member's dev scores from its stand-alone run's. One torch thread (--threads) so that CPU time
-is the work done, not threads waiting for each other.
+is the work done, not threads waiting for each other. --grad-clip and --same-treatment show
+what training members of one treatment once saves (a clip every update of the larger weights
+exceeds, 2 epochs or more: members are grouped at the first epoch's end).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--eval-examples", type=int, default=128, help="dev rows per task")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--grad-clip", type=float, help="global clip (default: the trainer's)")
+    p.add_argument("--same-treatment", choices=("once", "all"), default="once",
+                   help="fused members of one treatment: trained once (default) or all")
     p.add_argument("--json", help="write the figures to this file")
     return p.parse_args()
 
@@ -48,6 +53,8 @@ def cell_config(args: argparse.Namespace, weight: float, out: Path):
            "cache_dir": str(out.parent / "cache")}
     if args.encoder:
         raw["encoder"] = args.encoder
+    if args.grad_clip is not None:
+        raw["grad_clip"] = args.grad_clip
     return load_config(raw)
 
 
@@ -69,7 +76,8 @@ def main() -> None:
         alone, alone_cpu, alone_wall = timed(lambda: [
             train(cell_config(args, w, tmp / f"alone-{w:g}"), quiet=True) for w in weights])
         fused, fused_cpu, fused_wall = timed(lambda: train_fused(
-            [cell_config(args, w, tmp / f"fused-{w:g}") for w in weights], quiet=True))
+            [cell_config(args, w, tmp / f"fused-{w:g}") for w in weights], quiet=True,
+            same_treatment=args.same_treatment))
     failed = [r for r in fused if isinstance(r, BaseException)]
     if failed:
         raise SystemExit(f"a fused member failed: {failed[0]!r}")
@@ -83,7 +91,8 @@ def main() -> None:
                   "train_s_per_cell": sum(r.train_time_s for r in alone) / k},
         "fused": {"cpu_s_per_cell": fused_cpu / k, "wall_s_per_cell": fused_wall / k,
                   "train_s_per_cell": fused[0].train_time_s / k},
-        "max_score_difference": drift,
+        "max_score_difference": drift, "same_treatment": args.same_treatment,
+        "followers": sum("same_treatment" in r.extra for r in fused),
     }
     report["cpu_ratio"] = report["fused"]["cpu_s_per_cell"] / report["alone"]["cpu_s_per_cell"]
     report["train_ratio"] = (report["fused"]["train_s_per_cell"]
@@ -94,7 +103,8 @@ def main() -> None:
               f"s wall, {r['train_s_per_cell']:.1f} s training")
     print(f"fused/alone: CPU {report['cpu_ratio']:.3f}x, training {report['train_ratio']:.3f}x; "
           f"largest dev-score difference {drift:.2e} ({k} cells, {args.examples} rows per task, "
-          f"{args.epochs} epoch(s), {args.threads} thread(s))")
+          f"{args.epochs} epoch(s), {args.threads} thread(s)); {report['followers']} member(s) "
+          f"followed another of the same treatment")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
 

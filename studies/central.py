@@ -58,6 +58,9 @@ class Cell:
     # recorded (imports, trials from before it was).
     majority: dict = field(default_factory=dict)
     unit: str | None = None  # the unit of work a launch leased for it (studies/claims.py)
+    # The central weight of the fused cell that trained its updates from an epoch on, the two
+    # one treatment (schema.T_SAME_TREATMENT); None: it trained its own.
+    trained_by: float | None = None
 
     def task_clipping(self, task: str | None = None) -> dict:
         """One task's clipping record (default the central task); empty when not recorded."""

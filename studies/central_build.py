@@ -74,6 +74,13 @@ def _fused(value: Any) -> tuple[str, ...]:
     return ()
 
 
+def _trained_by(value: Any, central: str) -> float | None:
+    """The central weight of the cell that trained a follower's updates; None for anything else
+    (absent, another tool's)."""
+    weights = value.get("weights") if isinstance(value, dict) else None
+    return as_float(weights.get(central)) if isinstance(weights, dict) else None
+
+
 def _cells(name: str, central: str, foreign: bool, trials, notes: list[str]) -> list[Cell]:
     """The study's cells; a stored value no reader can use (`usable`) is left out of its cell,
     and `notes` says which."""
@@ -99,6 +106,7 @@ def _cells(name: str, central: str, foreign: bool, trials, notes: list[str]) -> 
             fused=_fused(t.user_attrs.get(schema.T_FUSED)),
             majority=_majority(t.user_attrs.get(schema.T_MAJORITY), central),
             unit=u if isinstance(u := t.user_attrs.get(schema.T_UNIT), str) else None,
+            trained_by=_trained_by(t.user_attrs.get(schema.T_SAME_TREATMENT), central),
         ))
         bad_metrics += [f"trial {t.number}: {m}" for m in dropped]
     limit = f"not finite, or beyond +-{USABLE_LIMIT:g}"
@@ -272,4 +280,4 @@ def _grid_cells(attrs: dict) -> int | None:
 CELL_PARAMS = (schema.PARAM,)
 CELL_ATTRS = (schema.T_SEED, schema.T_METRICS, schema.T_POINT, schema.T_FINETUNED_METRICS,
               schema.T_EPOCHS, schema.T_WALL_TIME, schema.T_CLIPPING, schema.T_FUSED,
-              schema.T_MAJORITY, schema.T_ERROR, schema.T_UNIT)
+              schema.T_MAJORITY, schema.T_ERROR, schema.T_UNIT, schema.T_SAME_TREATMENT)

@@ -64,6 +64,7 @@ def cell_rows(studies: list[CentralStudy], gpu: GpuUse | None = None,
     row read alone says what it measured."""
     rows = []
     fused = any(c.fused for s in studies for c in s.cells)
+    followed = any(c.trained_by is not None for s in studies for c in s.cells)
     gpu = gpu or {}
     on_gpu = any((s.name, c.number) in gpu for s in studies for c in s.cells)
     for s in studies:
@@ -76,6 +77,8 @@ def cell_rows(studies: list[CentralStudy], gpu: GpuUse | None = None,
                          "seed": c.seed, "state": c.state, "value": c.value,
                          # the points it trained with as one stacked model (`fuse_cells`)
                          **({"fused_with": _fused_text(c.fused)} if fused else {}),
+                         # the weight whose run trained its updates (one treatment), if any
+                         **({"trained_by": c.trained_by} if followed else {}),
                          **({key: used.get(key) for key in GPU_COLUMNS} if on_gpu else {}),
                          **(_regime_columns(s, c) if full else {}),
                          **_stage_metrics(s, c)})

@@ -98,7 +98,8 @@ T_ATTEMPT = "attempt"  # 0 for the first try of a cell, +1 per retry or resume
 T_SLOT = "slot"  # guided search: "slot:<seed>:<i>", the claimable unit the trial fills
 T_FUSED = "fused_with"  # the cells a trial trained with as one stacked model (itself included)
 # A fused cell trained by another of its unit from an epoch on, the two one treatment:
-# {"trained_by": that cell's run folder, "from_epoch": n} (`weightsearch.trainer.same_treatment`)
+# {"trained_by": that cell's run folder, "from_epoch": n, "weights": its nominal weights per
+# task} (`weightsearch.trainer.same_treatment`)
 T_SAME_TREATMENT = "same_treatment"
 T_UNIT = "unit"  # the claimable unit of work the trial fills (a cell, a slot, a halving rung)
 T_POINT = "point"  # {run-config path: value}: the search point the trial trained

@@ -67,6 +67,7 @@ from weightsearch.trainer.stage_output import (
     STEPS,
     EpochLog,
     end_epoch,
+    nominal_weights,
     open_output,
     stage_result,
     step_rows,
@@ -465,7 +466,8 @@ def _member_result(member: Member, size: int) -> RunResult | BaseException:
     extra = {**result.extra, "fused_members": size}
     if member.follows is not None:  # its updates from that epoch on were trained once, for both
         extra["same_treatment"] = {"trained_by": str(member.follows.run.out),
-                                   "from_epoch": member.follows_from}
+                                   "from_epoch": member.follows_from,
+                                   "weights": nominal_weights(member.follows.run.scheme)}
     return dataclasses.replace(result, extra=extra)
 
 

@@ -21,6 +21,7 @@ which holds the state both had at that epoch's start.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -134,8 +135,10 @@ def take_state(rep: StageRun, follower: StageRun) -> None:
             mine.copy_(theirs)
         for buffer, source in zip(follower.model.buffers(), rep.model.buffers(), strict=True):
             buffer.copy_(source)
-    follower.optimizer.load_state_dict(rep.optimizer.state_dict())
-    follower.scheme.load_state_dict(rep.scheme.state_dict())
+    # A deep copy: Optimizer.load_state_dict keeps the tensors it is given where their dtype
+    # and device fit, and the follower's state must not move when its representative steps.
+    follower.optimizer.load_state_dict(copy.deepcopy(rep.optimizer.state_dict()))
+    follower.scheme.load_state_dict(copy.deepcopy(rep.scheme.state_dict()))
 
 
 def detach_parameters(model: torch.nn.Module) -> None:

@@ -264,6 +264,16 @@ def test_fused_cells_of_one_treatment_train_once_and_score_as_every_cell_trained
         assert t.value == pytest.approx(values["every"][weight].value, abs=1e-6)
         assert t.intermediate_values == pytest.approx(
             values["every"][weight].intermediate_values, abs=1e-6)
+    # inspect names the weight whose run trained each follower's updates
+    from weightsearch.studies.inspection import cell_rows
+    from weightsearch.studies.reading import read_all
+    from weightsearch.studies.storage import open_storage
+
+    [study] = [s for s in read_all(open_storage(raw["storage"])) if s.name == "once/rte"]
+    shown = {row["central_weight"]: row["trained_by"] for row in cell_rows([study])}
+    assert shown == {w: (by_folder[t.user_attrs[S.T_SAME_TREATMENT]["trained_by"]]
+                         .params[S.PARAM] if S.T_SAME_TREATMENT in t.user_attrs else None)
+                     for w, t in values["once"].items()}
 
 
 def test_a_retried_fused_trial_reports_how_its_members_ended_without_training_them(
