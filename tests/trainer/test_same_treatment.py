@@ -110,7 +110,8 @@ def test_members_of_one_treatment_train_once_and_match_their_full_runs(
 
     assert not any(isinstance(r, BaseException) for r in results)
     follows = [r.extra.get("same_treatment") for r in results]
-    assert follows == [None, None, {"trained_by": str(configs[1].output_dir), "from_epoch": 2}]
+    assert follows == [None, None, {"trained_by": str(configs[1].output_dir), "from_epoch": 2,
+                                    "weights": {"rte": 9.0, "mrpc": 1.0, "stsb": 1.0}}]
     steps_per_epoch = len(steps_of(Path(configs[0].output_dir))) // 3
     # the probe's passes (two per task), the first epoch with all three, then two stacked
     assert stacks.sizes[-2 * steps_per_epoch:] == [2] * (2 * steps_per_epoch)
