@@ -352,6 +352,18 @@ class CellSearcher(Searcher):
             say(f"note: fuse_cells: cells that could not be fused trained {how} ({why})",
                 self.progress.enabled)
 
+    def _tell_same_treatment(self, live: LiveCell, record: Any) -> None:
+        """A fused cell another cell of its unit trained for (one treatment): say which."""
+        if not isinstance(record, dict):
+            return
+        weights = record.get("weights")
+        by = weights.get(live.plan.central) if isinstance(weights, dict) else None
+        label = trial_label(live.plan.strategy.space.label(live.point), live.seed)
+        say(f"note: {live.plan.central} {label} trained the same updates as weight {by} from "
+            f"epoch {record.get('from_epoch')} (global clipping above the weight's live "
+            "range): trained once for both; same_treatment: all trains each",
+            self.progress.enabled)
+
     def _release(self, live: LiveCell) -> None:
         for key in live.claims:
             self.claims.release(live.plan.name, key)
@@ -368,6 +380,7 @@ class CellSearcher(Searcher):
                                  steps)
             if state != TrialState.COMPLETE:  # a NaN value: failed, as tell fails it
                 return "FAIL", None, "its value is not a number"
+            self._tell_same_treatment(live, attrs.get(S.T_SAME_TREATMENT))
             return "COMPLETE", value, None
         alone: dict[str, Any] = {S.T_FUSED: []} if live.fused and live.alone_after_all else {}
         if not error and (trial_id in self.stopped or live.stint_end) and live.values:

@@ -231,7 +231,7 @@ def test_fused_cells_score_as_cells_trained_alone_in_a_grid_and_in_halving(
 
 
 def test_fused_cells_of_one_treatment_train_once_and_score_as_every_cell_trained(
-        ray_session, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path) -> None:
+        ray_session, tiny_encoder: str, sample_data_dir: Path, tmp_path: Path, capfd) -> None:
     """Under a clip every update of the grid's larger weights exceeds, a fused unit trains
     them once (`same_treatment: once`, the default): their trials say which cell trained for
     them and get the scores of a study that trains every cell (`same_treatment: all`)."""
@@ -247,7 +247,7 @@ def test_fused_cells_of_one_treatment_train_once_and_score_as_every_cell_trained
                      {"strategy": "grid", "space": space})
         raw["train"] = {**raw["train"], "precision": "fp32", "grad_clip": 0.02}
         summary = launch(load_study_spec({**raw, "fuse_cells": 4, "same_treatment": how}),
-                         progress=False)
+                         progress=name == "once")
         assert summary.finished and summary.failed == 0, summary.lines()
         trials = optuna.load_study(study_name=f"{name}/rte",
                                    storage=raw["storage"]).get_trials()
@@ -255,6 +255,9 @@ def test_fused_cells_of_one_treatment_train_once_and_score_as_every_cell_trained
     followers = [t for t in values["once"].values() if S.T_SAME_TREATMENT in t.user_attrs]
     assert followers and not any(S.T_SAME_TREATMENT in t.user_attrs
                                  for t in values["every"].values())
+    notes = [ln for ln in capfd.readouterr().err.splitlines()
+             if "trained the same updates as weight" in ln]
+    assert len(notes) == len(followers), notes
     by_folder = {t.user_attrs["output_dir"]: t for t in values["once"].values()}
     for t in followers:
         record = t.user_attrs[S.T_SAME_TREATMENT]
