@@ -8,7 +8,13 @@ parameter of the K models lives in one [K, ...] tensor, and a training step is o
 of a wide model of ordinary batched kernels (`weightsearch.trainer.stacked`) on the batch
 replicated K times: the K weighted losses are summed (their parameters are disjoint, so each
 member's gradient is its own), and each member then clips its own gradient and steps its own
-optimizer and schedule. Autocast covers the wide model as it does a stand-alone run's.
+optimizer and schedule. The clips and optimizer steps of the updating members run as one step
+over the stacked tensors (`weightsearch.trainer.stacked_optim`: torch's arithmetic with each
+member's learning rate, weight decay, step counts and clipping settings; each member's
+optimizer state is views of its slices of stacked state tensors, so its checkpoints are its
+own), instead of K steps over P small tensors each; a member whose optimizer it does not
+reproduce (one that also steps a weighting scheme's learned parameters) steps alone on its
+slices. Autocast covers the wide model as it does a stand-alone run's.
 
 Each member stays its own run. Its model's parameters are views of its slices, so evaluation,
 checkpoints, resume and the result are the stand-alone code's, in the member's own
@@ -54,10 +60,10 @@ from weightsearch.trainer.model import ATTENTION_DROPOUT_KEYS, MTDNN
 from weightsearch.trainer.optim import current_lr
 from weightsearch.trainer.results import RunResult
 from weightsearch.trainer.stacked import widen
+from weightsearch.trainer.stacked_optim import step_members
 from weightsearch.trainer.stage import Progress, Report, StageRun
 from weightsearch.trainer.stage_output import STEPS, EpochLog, end_epoch, open_output, stage_result
 from weightsearch.trainer.step import (
-    clip_and_step,
     step_batch,
     step_record,
     step_scheduler,
@@ -349,9 +355,10 @@ def _fused_step(stack: StackedModels, training: list[Member], epoch: int, step: 
                                    weights[k]) for k in updating)
         with lead.runtime.backward():
             total.backward()  # type: ignore[union-attr]
-        stack.share_gradients([slots[k] for k in updating])
-        for k in updating:
-            readings[k] = clip_and_step(training[k].run, weights[k])
+        stepped = step_members(stack, [(slots[k], training[k].run, weights[k])
+                                       for k in updating])
+        for k, reading in zip(updating, stepped, strict=True):
+            readings[k] = reading
         stack.clear_gradients()  # no member keeps the step's stacked gradients alive
     for member in training:
         step_scheduler(member.run)
