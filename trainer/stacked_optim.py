@@ -26,6 +26,7 @@ other members') takes its own `step.clip_and_step` on its slices of the gradient
 from __future__ import annotations
 
 import weakref
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -33,7 +34,7 @@ import numpy as np
 import torch
 
 from weightsearch.trainer.clipping import GRAD_CLIP_MODES, clip_factor
-from weightsearch.trainer.optim import AdamaxW
+from weightsearch.trainer.optim import AdamaxW, compact
 from weightsearch.trainer.stage import StageRun
 from weightsearch.trainer.step import clip_and_step
 
@@ -89,6 +90,16 @@ def step_members(stack: Stack, updating: Sequence[tuple[int, StageRun, float]]
     if served:
         readings.update(stepper.step(served))
     return [readings[slot] for slot, _, _ in updating]
+
+
+def own_state(optimizer: torch.optim.Optimizer) -> None:
+    """Give the optimizer state of its own, copies of the slices it views: for a member that
+    leaves its stack (a stack rebuilt without it), whose views would keep every member's
+    stacked state alive. A new state dict, so that a stacked optimizer that still serves the
+    member takes it over again."""
+    optimizer.state = defaultdict(dict, {  # type: ignore[misc]
+        p: {key: compact(value) for key, value in state.items()}
+        for p, state in optimizer.state.items()})
 
 
 _CACHE: weakref.WeakKeyDictionary[Any, StackedOptimizer] = weakref.WeakKeyDictionary()
@@ -247,7 +258,7 @@ class StackedOptimizer:
         return norm, scale
 
     def entries(self, served: Sequence[tuple[int, StageRun, float]],
-                full: dict[int, torch.Tensor], grads: dict[int, Sequence[torch.Tensor]]
+                full: dict[int, torch.Tensor], grads: dict[int, tuple[torch.Tensor, ...]]
                 ) -> list[Entry]:
         """The step's tensors: a parameter's whole stacked tensor where every member of the
         stack takes the same update of it, else each updating member's slice."""
@@ -377,5 +388,5 @@ def _adamax_step(entries: list[Entry], layout: Layout) -> None:
 
 KERNELS = {"adamw": _adamw_step, "radam": _radam_step, "adamax": _adamax_step}
 
-__all__ = ["STATE_KEYS", "StackedOptimizer", "optimizer_layout", "stacked_optimizer",
-           "step_members"]
+__all__ = ["STATE_KEYS", "StackedOptimizer", "optimizer_layout", "own_state",
+           "stacked_optimizer", "step_members"]

@@ -3,8 +3,9 @@ member's own clip and optimizer step, on random gradients: every optimizer kind 
 offers, with and without weight decay, both clipping modes, members at different learning
 rates, a member left out of a step (its slice of the gradient NaN: nothing of it moves), a head
 without a gradient, state taken over from a member that stepped alone first, a member whose
-optimizer steps a weighting scheme's own parameter (stepped alone), and checkpoints of the
-members' optimizers as compact as a stand-alone run's."""
+optimizer steps a weighting scheme's own parameter (stepped alone), checkpoints of the
+members' optimizers as compact as a stand-alone run's, and a loaded or copied state taken
+over."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from tests.helpers import run_config
 from weightsearch.trainer.clipping import clip_gradient
 from weightsearch.trainer.fused import StackedModels
 from weightsearch.trainer.optim import build_optimizer, portable_state
-from weightsearch.trainer.stacked_optim import stacked_optimizer, step_members
+from weightsearch.trainer.stacked_optim import own_state, stacked_optimizer, step_members
 
 K = 3
 WEIGHTS = (1.0, 5.0, 9.0)
@@ -189,4 +190,11 @@ def test_a_members_checkpointed_optimizer_state_is_its_own_slices_only(
     fused[0].optimizer.load_state_dict(torch.load(ours, weights_only=True))
     step_alone(alone, len(PLAN), True, range(K))
     step_stacked(stack, fused, len(PLAN), True, range(K))
+    assert_same(alone, fused)
+    # A member leaving the stack takes copies of its state; still served, it is taken over.
+    own_state(fused[1].optimizer)
+    assert all(t.untyped_storage().nbytes() == t.numel() * t.element_size()
+               for state in fused[1].optimizer.state.values() for t in state.values())
+    step_alone(alone, len(PLAN) + 1, True, range(K))
+    step_stacked(stack, fused, len(PLAN) + 1, True, range(K))
     assert_same(alone, fused)
