@@ -5,20 +5,25 @@ rates, a member left out of a step (its slice of the gradient NaN: nothing of it
 without a gradient, state taken over from a member that stepped alone first, a member whose
 optimizer steps a weighting scheme's own parameter (stepped alone), checkpoints of the
 members' optimizers as compact as a stand-alone run's, and a loaded or copied state taken
-over."""
+over. End to end, fused runs under AdamW and RAdam (the fused tests' runs use Adamax) train as
+their stand-alone runs."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
 import io
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from torch import nn
 
 from tests.helpers import run_config
+from weightsearch.trainer import train, train_fused
 from weightsearch.trainer.clipping import clip_gradient
 from weightsearch.trainer.fused import StackedModels
 from weightsearch.trainer.optim import build_optimizer, portable_state
@@ -198,3 +203,35 @@ def test_a_members_checkpointed_optimizer_state_is_its_own_slices_only(
     step_alone(alone, len(PLAN) + 1, True, range(K))
     step_stacked(stack, fused, len(PLAN) + 1, True, range(K))
     assert_same(alone, fused)
+
+
+def step_log(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "steps.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["adamw", "radam"])
+def test_fused_members_under_adamw_and_radam_train_as_their_stand_alone_runs(
+        kind, sample_data_dir, tiny_encoder, tmp_path):
+    """End to end, the kinds the fused tests' default (Adamax) leaves out, with weight decay and
+    unweighted clipping: every update's readings and the final weights, fused against alone."""
+    def configs(tag: str) -> list:
+        return [run_config(sample_data_dir, tiny_encoder, tmp_path / f"{tag}-{w}",
+                           weighting={"scheme": "siwlm", "central_weight": w, "focus_span": 2},
+                           optimizer=kind, weight_decay=0.01, grad_clip_mode="unweighted",
+                           epochs=1, checkpoints="final")
+                for w in (1, 9)]
+
+    for cfg in configs("alone"):
+        train(cfg, quiet=True)
+    assert not any(isinstance(r, BaseException) for r in train_fused(configs("fused"),
+                                                                      quiet=True))
+    for ours, theirs in zip(configs("fused"), configs("alone"), strict=True):
+        fused, alone = Path(ours.output_dir), Path(theirs.output_dir)
+        for mine, yours in zip(step_log(fused), step_log(alone), strict=True):
+            for key in ("loss", "grad_norm", "clip_scale"):
+                assert mine[key] == pytest.approx(yours[key], rel=1e-5, abs=1e-7), key
+        final = "checkpoints/epoch-001/model.safetensors"
+        ours_w, theirs_w = load_file(str(fused / final)), load_file(str(alone / final))
+        for name, tensor in theirs_w.items():
+            torch.testing.assert_close(ours_w[name], tensor, rtol=1e-4, atol=1e-5)
