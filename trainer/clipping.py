@@ -47,14 +47,24 @@ def clip_gradient(parameters: Iterable[torch.nn.Parameter], grad_clip: float, mo
     # The 2-norm of all gradients, as clip_grad_norm_ computes it (on torch before 2.6 too,
     # which lacks get_total_norm).
     norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    if grad_clip <= 0:
-        return norm, torch.ones_like(norm)
-    if mode == "unweighted":  # the unweighted gradient g = g_w / weight, clipped to grad_clip
-        scale = (grad_clip / (norm / weight + _EPS)).clamp(max=1.0)
-    else:
-        scale = (grad_clip / (norm + _EPS)).clamp(max=1.0)
-    torch._foreach_mul_(grads, scale)  # what clip_grads_with_norm_ does, with this scale
+    scale = clip_factor(norm, grad_clip, mode, weight)
+    if grad_clip > 0:
+        torch._foreach_mul_(grads, scale)  # what clip_grads_with_norm_ does, with this scale
     return norm, scale
+
+
+def clip_factor(norm: torch.Tensor, grad_clip: float, mode: str,
+                weight: float | torch.Tensor) -> torch.Tensor:
+    """The factor `mode` clips a weighted gradient of norm `norm` by (1: not clipped);
+    elementwise, so that a fused unit's stacked step clips all its members at once
+    (`weightsearch.trainer.stacked_optim`, `norm` and `weight` one entry per member)."""
+    import torch
+
+    if grad_clip <= 0:
+        return torch.ones_like(norm)
+    if mode == "unweighted":  # the unweighted gradient g = g_w / weight, clipped to grad_clip
+        return (grad_clip / (norm / weight + _EPS)).clamp(max=1.0)
+    return (grad_clip / (norm + _EPS)).clamp(max=1.0)
 
 
 def grad_clip_problems(grad_clip: Any, mode: Any, adversarial: bool = False) -> list[str]:
@@ -174,5 +184,5 @@ def reading_fields(record: Mapping[str, Any], norm: float, scale: float,
             "clip_scale": scale, "clipped": scale < 1.0 or not math.isfinite(scale)}
 
 
-__all__ = ["DEFAULT_GRAD_CLIP_MODE", "GRAD_CLIP_MODES", "clip_gradient", "clip_summary",
-           "grad_clip_problems", "reading_fields", "step_readings"]
+__all__ = ["DEFAULT_GRAD_CLIP_MODE", "GRAD_CLIP_MODES", "clip_factor", "clip_gradient",
+           "clip_summary", "grad_clip_problems", "reading_fields", "step_readings"]

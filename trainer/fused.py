@@ -8,7 +8,13 @@ parameter of the K models lives in one [K, ...] tensor, and a training step is o
 of a wide model of ordinary batched kernels (`weightsearch.trainer.stacked`) on the batch
 replicated K times: the K weighted losses are summed (their parameters are disjoint, so each
 member's gradient is its own), and each member then clips its own gradient and steps its own
-optimizer and schedule. Autocast covers the wide model as it does a stand-alone run's.
+optimizer and schedule. The clips and optimizer steps of the updating members run as one step
+over the stacked tensors (`weightsearch.trainer.stacked_optim`: torch's arithmetic with each
+member's learning rate, weight decay, step counts and clipping settings; each member's
+optimizer state is views of its slices of stacked state tensors, so its checkpoints are its
+own), instead of K steps over P small tensors each; a member whose optimizer it does not
+reproduce (one that also steps a weighting scheme's learned parameters) steps alone on its
+slices. Autocast covers the wide model as it does a stand-alone run's.
 
 Each member stays its own run. Its model's parameters are views of its slices, so evaluation,
 checkpoints, resume and the result are the stand-alone code's, in the member's own
@@ -62,6 +68,7 @@ from weightsearch.trainer.same_treatment import (
     take_state,
 )
 from weightsearch.trainer.stacked import widen
+from weightsearch.trainer.stacked_optim import own_state, step_members
 from weightsearch.trainer.stage import Progress, Report, StageRun
 from weightsearch.trainer.stage_output import (
     STEPS,
@@ -73,7 +80,6 @@ from weightsearch.trainer.stage_output import (
     step_rows,
 )
 from weightsearch.trainer.step import (
-    clip_and_step,
     step_batch,
     step_record,
     step_scheduler,
@@ -247,7 +253,7 @@ def _train_unit(stack: StackedModels, members: list[Member], fresh_rng: dict[str
             active = [m for m in members if m.training and m.done_epochs < epoch]
             if not active:
                 break
-            stack = _restacked(stack, [m for m in active if m.follows is None])
+            stack = _restacked(stack, members, [m for m in active if m.follows is None])
             for member, (train_loss, clipping) in _train_epoch(stack, active, epoch, bar, quiet):
                 _finish_epoch(member, epoch, train_loss, clipping, quiet)
             if train_once and epoch == first:
@@ -268,15 +274,18 @@ def _release_orphans(members: list[Member], epoch: int) -> None:
             member.outcome = Released(f"its representative stopped before epoch {epoch}")
 
 
-def _restacked(stack: StackedModels, stepping: list[Member]) -> StackedModels:
+def _restacked(stack: StackedModels, members: list[Member], stepping: list[Member]
+               ) -> StackedModels:
     """The stacked model of the members that step this epoch, rebuilt when they changed;
-    members that leave it get parameters of their own."""
+    members that leave it get parameters and optimizer state of their own."""
     if [m.run.model for m in stepping] == stack.models:
         return stack
     kept = {id(m.run.model) for m in stepping}
-    for model in stack.models:
-        if id(model) not in kept:
-            detach_parameters(model)
+    in_stack = {id(model) for model in stack.models}
+    for member in members:
+        if id(member.run.model) in in_stack and id(member.run.model) not in kept:
+            detach_parameters(member.run.model)
+            own_state(member.run.optimizer)
     for slot, member in enumerate(stepping):
         member.slot = slot
     return StackedModels([m.run.model for m in stepping])
@@ -435,9 +444,10 @@ def _fused_step(stack: StackedModels, training: list[Member], epoch: int, step: 
                                    weights[k]) for k in updating)
         with lead.runtime.backward():
             total.backward()  # type: ignore[union-attr]
-        stack.share_gradients([slots[k] for k in updating])
-        for k in updating:
-            readings[k] = clip_and_step(training[k].run, weights[k])
+        stepped = step_members(stack, [(slots[k], training[k].run, weights[k])
+                                       for k in updating])
+        for k, reading in zip(updating, stepped, strict=True):
+            readings[k] = reading
         stack.clear_gradients()  # no member keeps the step's stacked gradients alive
     for member in training:
         step_scheduler(member.run)

@@ -272,7 +272,19 @@ def portable_state(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     state["param_groups"] = [
         {**g, "lr": float(g["lr"]), **({"capturable": False} if "capturable" in g else {})}
         for g in state["param_groups"]]
+    # A fused member's state tensors are slices of the unit's stacked state
+    # (`weightsearch.trainer.stacked_optim`); torch.save writes a view's whole storage.
+    state["state"] = {index: {key: compact(value) for key, value in entry.items()}
+                      for index, entry in state["state"].items()}
     return state
+
+
+def compact(value: Any) -> Any:
+    """A tensor that views part of a larger storage as a copy of that part alone."""
+    if isinstance(value, torch.Tensor) and \
+            value.untyped_storage().nbytes() > value.numel() * value.element_size():
+        return value.clone()
+    return value
 
 
 # How an optimizer computes its step, which is the run's to choose (fused AdamW eagerly on CUDA,

@@ -135,10 +135,18 @@ def take_state(rep: StageRun, follower: StageRun) -> None:
             mine.copy_(theirs)
         for buffer, source in zip(follower.model.buffers(), rep.model.buffers(), strict=True):
             buffer.copy_(source)
-    # A deep copy: Optimizer.load_state_dict keeps the tensors it is given where their dtype
-    # and device fit, and the follower's state must not move when its representative steps.
-    follower.optimizer.load_state_dict(copy.deepcopy(rep.optimizer.state_dict()))
+    follower.optimizer.load_state_dict(_copied(rep.optimizer.state_dict()))
     follower.scheme.load_state_dict(copy.deepcopy(rep.scheme.state_dict()))
+
+
+def _copied(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer's state_dict with tensors of its own: Optimizer.load_state_dict keeps the
+    tensors it is given where dtype and device fit, and a follower's state must not move when
+    its representative steps; a clone of a stacked state's slice copies the slice alone."""
+    return {"state": {index: {key: value.clone() if isinstance(value, torch.Tensor)
+                              else copy.deepcopy(value) for key, value in entry.items()}
+                      for index, entry in state_dict["state"].items()},
+            "param_groups": copy.deepcopy(state_dict["param_groups"])}
 
 
 def detach_parameters(model: torch.nn.Module) -> None:
