@@ -77,7 +77,6 @@ def cell_rows(studies: list[CentralStudy], gpu: GpuUse | None = None,
                          "seed": c.seed, "state": c.state, "value": c.value,
                          # the points it trained with as one stacked model (`fuse_cells`)
                          **({"fused_with": _fused_text(c.fused)} if fused else {}),
-                         # the weight whose run trained its updates (one treatment), if any
                          **({"trained_by": c.trained_by} if followed else {}),
                          **({key: used.get(key) for key in GPU_COLUMNS} if on_gpu else {}),
                          **(_regime_columns(s, c) if full else {}),
