@@ -109,16 +109,16 @@ class Recommendation:
         return d
 
 
-_LAWS: list[tuple[list[EvidencePoint], tuple, object]] = []  # the last few fits
+_LAWS: list[tuple[tuple, object]] = []  # the last few fits, by what they were fitted to
 _LAWS_KEPT = 8
 _LAWS_LOCK = threading.Lock()  # the service answers from several worker threads
 _FIT_LOCK = threading.Lock()
 
 
-def _cached_law(evidence: list[EvidencePoint], key: tuple):
+def _cached_law(key: tuple):
     with _LAWS_LOCK:
-        for ev, k, law in _LAWS:
-            if ev is evidence and k == key:
+        for k, law in _LAWS:
+            if k == key:
                 return law
     return None
 
@@ -127,22 +127,24 @@ def _law_for(evidence: list[EvidencePoint], variances: list[float],
              groups: list[str | None]):
     """The fitted law does not depend on the size asked about: the service, which keeps one
     evidence list until the database changes, fits it once per regime and task type. Fits run
-    one at a time, so requests that arrive during a fit wait for it instead of repeating it."""
+    one at a time, so requests that arrive during a fit wait for it instead of repeating it.
+    Fits are kept by everything a fit reads, not by the list: each request filters the
+    evidence into a list of its own."""
     key = (tuple(variances), tuple(groups),
-           tuple((p.train_size, p.location, p.at_least, p.at_most)
-                 for p in evidence))  # in case a list was edited
-    law = _cached_law(evidence, key)
+           tuple((p.train_size, p.location, p.at_least, p.at_most, p.family)
+                 for p in evidence))
+    law = _cached_law(key)
     if law is not None:
         return law
     with _FIT_LOCK:
-        law = _cached_law(evidence, key)
+        law = _cached_law(key)
         if law is None:
             law = fit_law([math.log10(p.train_size) for p in evidence],
                           [p.location for p in evidence], variances,
                           tasks=[p.family for p in evidence], groups=groups,
                           bounds=[(p.at_least, p.at_most) for p in evidence])
             with _LAWS_LOCK:
-                _LAWS.insert(0, (evidence, key, law))
+                _LAWS.insert(0, (key, law))
                 del _LAWS[_LAWS_KEPT:]
     return law
 

@@ -7,6 +7,7 @@ not names)."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 from tests.helpers import PACKAGE_FOLDERS, ROOT
@@ -24,9 +25,15 @@ def _modules():
             yield path
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for all the rules (they only read it)."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def _functions():
     for path in _modules():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(_tree(path)):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 yield path.relative_to(ROOT), node
 
@@ -56,7 +63,7 @@ def _private_names_taken(path: Path, importer: str):
     """(module, name) for each private name the module `importer` (at `path`) takes from
     another module of the packages: `from weightsearch.x import _y`, or `_y` read off a module
     it imported whole."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = _tree(path)
     whole_modules: dict[str, str] = {}  # local name -> module, for `import a.b as c`
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):

@@ -18,16 +18,6 @@ def test_config_and_study_parsing_do_not_import_torch():
     assert out == "[]"
 
 
-def test_recommend_for_a_task_preset_does_not_import_torch(tmp_path):
-    code = ("import sys; from weightsearch.cli import main; "
-            f"rc = main(['recommend', '--task', 'rte', '--data-dir', 'data/glue_sample', "
-            f"'--storage', 'sqlite:///{tmp_path}/none.db']); "
-            "print(rc, 'torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=ROOT, check=True).stdout.strip().splitlines()[-1]
-    assert out == "0 False"
-
-
 def test_absurd_train_sizes_are_refused_on_the_command_line_and_over_http(capsys):
     from fastapi.testclient import TestClient
 

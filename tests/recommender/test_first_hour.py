@@ -84,18 +84,18 @@ def test_imported_results_alone_do_not_set_the_regime(tmp_path: Path, capsys):
 
 
 def test_launch_of_a_missing_study_file_is_refused_before_ray_is_imported(tmp_path: Path):
-    """Exit 2 at once; ray (seconds to import) is not imported to find that out."""
+    """Exit 2 at once; ray (seconds of CPU to import) is not imported to find that out."""
     import subprocess
     import sys
 
-    code = ("import sys, time; from weightsearch.cli import main; t = time.monotonic(); "
+    code = ("import sys, time; from weightsearch.cli import main; t = time.process_time(); "
             "rc = main(['launch', '/no/such.yaml']); "
-            "print(rc, 'ray' in sys.modules, round(time.monotonic() - t, 2))")
+            "print(rc, 'ray' in sys.modules, round(time.process_time() - t, 2))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=tmp_path, timeout=120)
     rc, ray_loaded, seconds = done.stdout.split()
     assert (rc, ray_loaded) == ("2", "False"), done.stderr
-    assert float(seconds) < 3.0
+    assert float(seconds) < 3.0  # CPU-seconds: a busy machine slows the clock, not the work
     assert "study file /no/such.yaml does not exist" in done.stderr
 
 

@@ -148,13 +148,18 @@ def test_evaluate_reports_the_chance_level_of_each_grid(tmp_path, capsys):
     (["--train-size", "2500", "--encoder", "bert base!"], "encoder must be a model name"),
     (["--train-size", "2500", "--stage", "pretrained"], "invalid choice"),
 ])
-def test_bad_recommend_input(tmp_path, argv, needle):
+def test_bad_recommend_input(tmp_path, monkeypatch, capsys, argv, needle):
+    """Exit 2 with the message, nothing written; in this process (the command line's own exit
+    status is `sys.exit(main())`, argparse's refusals exit from inside it)."""
     db = tmp_path / "never.db"
-    proc = subprocess.run([sys.executable, "-m", "weightsearch.cli", "recommend", *argv,
-                           "--storage", f"sqlite:///{db}"], capture_output=True, text=True,
-                          cwd=tmp_path, env=os.environ)
-    assert proc.returncode == 2, proc.stderr
-    assert needle in proc.stderr and "Traceback" not in proc.stderr
+    monkeypatch.chdir(tmp_path)
+    try:
+        code = main(["recommend", *argv, "--storage", f"sqlite:///{db}"])
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert needle in err and "Traceback" not in err
     assert not db.exists() and list(tmp_path.iterdir()) == []
 
 

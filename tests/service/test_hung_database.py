@@ -2,13 +2,16 @@
 cluster is stopped (SIGSTOP: connections stay open, nothing answers, not even a server-side
 timeout) under a real `weightsearch serve`: /health still answers and says the database is
 unreachable, 40 concurrent GET /studies get 503 with Retry-After instead of waiting out the
-stop, and after SIGCONT everything answers as before."""
+stop, and after SIGCONT everything answers as before (slow: it waits out the stop). The fast
+tier keeps the /health half against a database server that accepts connections and never
+answers, as a stopped one does."""
 
 from __future__ import annotations
 
 import concurrent.futures
 import os
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,8 +19,6 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT, serve
-
-pytestmark = pytest.mark.postgres
 
 TOKEN = "hung-db-token"
 TABLE2 = ROOT / "recommender" / "data" / "siwlm_table2.csv"
@@ -38,6 +39,29 @@ def _cluster_pids(data: Path) -> list[int]:
     return pids
 
 
+def test_health_says_unreachable_while_the_database_server_never_answers() -> None:
+    """/health answers within its probe's 2 s, degraded, with the password hidden, while the
+    database's address accepts connections into its backlog and never answers."""
+    from fastapi.testclient import TestClient
+
+    from weightsearch.service.app import create_app
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        port = silent.getsockname()[1]
+        client = TestClient(create_app(
+            f"postgresql+psycopg://hung-user:hung-secret@127.0.0.1:{port}/studies"))
+        health = client.get("/health")
+    assert health.status_code == 200
+    body = health.json()
+    assert body["status"] == "degraded" and body["database"] == "unreachable", body
+    # The probe's own 2 s, or the driver's connect timeout of as long, whichever ends first.
+    assert "no answer within 2 s" in body["database_detail"] or \
+        "timeout expired" in body["database_detail"], body
+    assert "hung-secret" not in health.text
+
+
 @pytest.fixture
 def stoppable(postgres_url: str, pg_server) -> Iterator[tuple[str, Path]]:
     if pg_server.cluster is None:
@@ -48,6 +72,8 @@ def stoppable(postgres_url: str, pg_server) -> Iterator[tuple[str, Path]]:
         os.kill(pid, signal.SIGCONT)
 
 
+@pytest.mark.postgres
+@pytest.mark.slow
 def test_health_and_reads_answer_while_every_postgres_process_is_stopped(
         stoppable: tuple[str, Path], tmp_path: Path) -> None:
     import httpx

@@ -375,12 +375,13 @@ def test_a_sqlite_file_replaced_under_the_service_is_read_afresh(tmp_path):
     import shutil
 
     live, backup = tmp_path / "studies.db", tmp_path / "backup.db"
-    # Written by other processes, as a service's files are (this process keeps no connection
+    # Written by another process, as a service's files are (this process keeps no connection
     # to them, which would keep the old file's write-ahead log at the path).
-    for study, path in (("before", live), ("restored", backup)):
-        subprocess.run([sys.executable, "-m", "weightsearch.cli", "import", str(TABLE2),
-                        "--study", study, "--storage", f"sqlite:///{path}"],
-                       check=True, capture_output=True, cwd=ROOT)
+    imports = [["import", str(TABLE2), "--study", study, "--storage", f"sqlite:///{path}"]
+               for study, path in (("before", live), ("restored", backup))]
+    subprocess.run([sys.executable, "-c", "import sys; from weightsearch.cli import main; "
+                    f"sys.exit(any(main(argv) for argv in {imports!r}))"],
+                   check=True, capture_output=True, cwd=ROOT)
     client = TestClient(create_app(f"sqlite:///{live}", log_dir=tmp_path, command=ECHO))
     assert [s["study"] for s in client.get("/studies").json()["studies"]] == ["before"]
     staged = tmp_path / "staged.db"

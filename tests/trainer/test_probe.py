@@ -1,6 +1,7 @@
 """The clipping probe a launch runs before a study's first cell: its norms are the run's own
 first updates, its limit is restated here from them, and a run on either side of the limit
-clips (or does not clip) as it says."""
+clips (or does not clip) as it says. The tests that train a run beside the probe, or probe
+three times, are slow; the fast tier keeps one probe (its cap, and that it finds a limit)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ def _central_rows(out):
             not r["skipped"]]
 
 
+@pytest.mark.slow
 def test_the_probe_reads_the_runs_first_central_updates(sample_data_dir, tiny_encoder,
                                                         tmp_path):
     cfg = run_config(sample_data_dir, tiny_encoder, tmp_path / "run", epochs=1, log_every=1,
@@ -35,6 +37,7 @@ def test_the_probe_reads_the_runs_first_central_updates(sample_data_dir, tiny_en
     assert probe.saturates_at == pytest.approx(0.5 / (min(first) * 0.1), rel=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("side", [0.8, 1.25])
 def test_either_side_of_the_limit(sample_data_dir, tiny_encoder, tmp_path, side):
     """In focus only (off_focus 1: every central batch at the weight), a probe of the first
@@ -53,6 +56,7 @@ def test_either_side_of_the_limit(sample_data_dir, tiny_encoder, tmp_path, side)
     assert first["clipped"] is (side > 1)
 
 
+@pytest.mark.slow
 def test_where_a_clip_cannot_cut_the_weight_the_probe_finds_no_limit(sample_data_dir,
                                                                      tiny_encoder, tmp_path):
     for extra in ({"grad_clip": 0}, {"grad_clip_mode": "unweighted"}):
