@@ -314,8 +314,10 @@ def _read_migrations_once() -> None:
     from alembic.script import ScriptDirectory
     from optuna.storages._rdb import storage as rdb
 
-    manager = rdb._VersionManager
-    read = manager._create_alembic_script
+    manager = getattr(rdb, "_VersionManager", None)
+    read = getattr(manager, "_create_alembic_script", None)
+    if read is None or getattr(read, "read_once", False):  # another Optuna, or done already
+        return
     lock = threading.Lock()
     scripts: list[ScriptDirectory] = []
 
@@ -327,7 +329,8 @@ def _read_migrations_once() -> None:
                 scripts.append(script)
         return scripts[0]
 
-    manager._create_alembic_script = read_once  # type: ignore[method-assign]
+    read_once.read_once = True  # type: ignore[attr-defined]
+    manager._create_alembic_script = read_once  # type: ignore[union-attr]
 
 
 @functools.cache
