@@ -239,7 +239,7 @@ def evidence_shares(evidence: list[EvidencePoint], groups: list[str | None],
     members: dict[str | None, list[int]] = {}
     for i, g in enumerate(groups):
         members.setdefault(g, []).append(i)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for g, idx in members.items():
         points = [evidence[i] for i in idx]
         head = points[0]

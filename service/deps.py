@@ -63,11 +63,13 @@ def describe_bearer(app: FastAPI, token_env: str) -> None:
     build = app.openapi
 
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schemes = build().get("components", {}).get("securitySchemes", {})
-            if bearer.scheme_name in schemes:
-                schemes[bearer.scheme_name]["description"] = \
-                    BEARER_DESCRIPTION.format(token_env=token_env)
-        return app.openapi_schema
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()  # which FastAPI also keeps in app.openapi_schema
+        schemes = schema.get("components", {}).get("securitySchemes", {})
+        if bearer.scheme_name in schemes:
+            schemes[bearer.scheme_name]["description"] = \
+                BEARER_DESCRIPTION.format(token_env=token_env)
+        return schema
 
-    app.openapi = openapi  # type: ignore[method-assign]  (FastAPI documents this override)
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI documents this override

@@ -13,6 +13,7 @@ when the storage fails), invalid parameters (422), HTTP errors of the routes and
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -26,7 +27,7 @@ MAX_PROBLEMS = 20  # listed in one answer; a hostile body can have thousands
 
 
 def error_response(code: int, detail: str, problems: list[str] | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+                   headers: Mapping[str, str] | None = None) -> JSONResponse:
     return JSONResponse(status_code=code, headers=headers,
                         content={"detail": detail, "problems": problems or []})
 
@@ -90,7 +91,9 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    app.add_exception_handler(WeightsearchError, _user_error)
-    app.add_exception_handler(RequestValidationError, _invalid_request)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _internal_error)
+    # FastAPI's decorator, which calls add_exception_handler: Starlette's annotation of that
+    # wants handlers of any Exception, though it calls each with its class only.
+    app.exception_handler(WeightsearchError)(_user_error)
+    app.exception_handler(RequestValidationError)(_invalid_request)
+    app.exception_handler(StarletteHTTPException)(_http_error)
+    app.exception_handler(Exception)(_internal_error)

@@ -88,7 +88,9 @@ class RequestGuard:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         kind = media_type(headers.get("content-type", ""))
         limit = self.max_yaml_body if kind in YAML_TYPES else self.max_body
-        refusal = self._refusal(scope, headers, limit)
+        # (status, detail) or, from the token check, (status, detail, extra headers)
+        refusal: tuple[int, str] | tuple[int, str, tuple] | None = \
+            self._refusal(scope, headers, limit)
         if refusal is None and scope["method"] in WRITES:
             refusal = _token_refusal(scope, headers)
         if refusal is not None:

@@ -187,8 +187,8 @@ def point_rows(studies: list[CentralStudy]) -> list[dict]:
                 points[key] = c.point
         if not values:
             continue
-        scores, names = _arm_scores(s)
-        scores, paired = by_seed(scores)
+        arm_scores, names = _arm_scores(s)
+        scores, paired = by_seed(arm_scores)
         verdict = judge(scores, paired, maximize=s.maximize, kind="point", names=names)
         # The verdict's best (its tie-break too), so that every line names the same point.
         best = next(k for k in values if _point_text(points[k]) == verdict.best)
@@ -205,8 +205,8 @@ def point_rows(studies: list[CentralStudy]) -> list[dict]:
             key = json.dumps(alone, sort_keys=True)
             row["best_group"] = _value_text(group, points[best][group])
             if key in values:
-                row["alone"] = statistics.fmean(values[key])
-                row["gain"] = mean - row["alone"]
+                alone_mean = statistics.fmean(values[key])
+                row["alone"], row["gain"] = alone_mean, mean - alone_mean
         rows.append(row)
     return rows
 

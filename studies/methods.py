@@ -82,6 +82,7 @@ def _per_seed(cells: Sequence[Cell]) -> dict[int, float]:
     """One score per seed (the mean, if a seed finished twice)."""
     out: dict[int, list[float]] = {}
     for c in cells:
+        assert c.seed is not None and c.value is not None  # a method's cells have both
         out.setdefault(c.seed, []).append(c.value)
     return {seed: statistics.fmean(v) for seed, v in out.items()}
 
@@ -118,7 +119,8 @@ def _compute(cells: Sequence[Cell], default_epochs: int | None) -> tuple[int | N
                                                                           float | None]:
     epochs = [c.epochs if c.epochs is not None else default_epochs for c in cells]
     walls = [c.wall_s for c in cells if c.wall_s is not None and math.isfinite(c.wall_s)]
-    total = None if any(e is None for e in epochs) else sum(epochs)
+    known = [e for e in epochs if e is not None]
+    total = sum(known) if len(known) == len(epochs) else None
     return total, (sum(walls) if len(walls) == len(cells) else None)
 
 
@@ -138,6 +140,7 @@ def method_rows(s: CentralStudy) -> list[dict]:
             continue
         scores = _by_weight(m.cells)
         best = _best_weight(scores, sign)
+        assert best is not None  # a searched method has cells with a weight
         rows.append(({**base, "choice": f"{IN_SAMPLE}={best:g} (in-sample)",
                       "weights": len(scores)}, scores[best]))
         fair, chosen = _held_out(scores, sign)
@@ -153,11 +156,11 @@ def method_rows(s: CentralStudy) -> list[dict]:
     ref, ref_scores = max(candidates, key=lambda rv: sign * statistics.fmean(rv[1].values())) \
         if candidates else (None, {})
     out = []
-    for row, scores in rows:
-        values = [scores[k] for k in sorted(scores)]
+    for row, seed_scores in rows:
+        values = [seed_scores[k] for k in sorted(seed_scores)]
         low, high = mean_interval(values) or (None, None)
-        common = sorted(set(scores) & set(ref_scores))
-        diffs = [scores[k] - ref_scores[k] for k in common]
+        common = sorted(set(seed_scores) & set(ref_scores))
+        diffs = [seed_scores[k] - ref_scores[k] for k in common]
         d_low, d_high = (mean_interval(diffs) if row is not ref else None) or (None, None)
         out.append({"central_task": row["central_task"], "method": row["method"],
                     "choice": row["choice"], "primary_metric": s.primary_metric,

@@ -66,7 +66,8 @@ class GpuGate(ConcurrencyLimiter):
         del state["searcher"]
         return copy.deepcopy(state)
 
-    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+    # Ray annotates dict | None, leaving out the Searcher.FINISHED string its docstring allows.
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:  # type: ignore[override]
         share = self.gpu
         if self.shares is not None:
             share = self.shares.current()

@@ -32,7 +32,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, TypeGuard
 
 from weightsearch.studies import schema as S
 
@@ -68,7 +68,7 @@ def gpu_fraction(peaks_mib: Iterable[float], totals_mib: Iterable[float]) -> flo
     return math.floor(_RAY_STEPS / k) / _RAY_STEPS
 
 
-def _measured(value: Any) -> bool:
+def _measured(value: Any) -> TypeGuard[float]:
     return (isinstance(value, int | float) and not isinstance(value, bool)
             and math.isfinite(value) and value > 0)
 
@@ -158,8 +158,8 @@ def measurements(summary: dict[str, Any]) -> dict[str, float]:
     stages = [summary, *(summary.get("finetuned") or {}).values()]
     out: dict[str, float] = {}
     for key in S.GPU_MEASURES:
-        values = [s.get(key) for s in stages if isinstance(s, dict)]
-        values = [float(v) for v in values if _measured(v)]
+        read = [s.get(key) for s in stages if isinstance(s, dict)]
+        values = [float(v) for v in read if _measured(v)]
         if values:
             out[key] = min(values) if key == S.T_GPU_TOTAL else max(values)
     return out

@@ -116,11 +116,12 @@ class Dimension:
             return list(self.values)
         if self.step is None and not self.integer:
             return None
+        low, high = self._bounds()
         step = self.step or 1
-        n = step_count(self.low, self.high, step)
+        n = step_count(low, high, step)
         if n > MAX_DIMENSION_VALUES:  # parse_space refuses these; never enumerate one
             raise ValueError(f"{self.path}: {n} values exceed {MAX_DIMENSION_VALUES}")
-        out = [self.low + i * step for i in range(n)]
+        out = [low + i * step for i in range(n)]
         return [round(v) for v in out] if self.integer else [_tidy(v) for v in out]
 
     def size(self, central: str) -> float:
@@ -133,17 +134,22 @@ class Dimension:
             return len(self.values)
         if self.step is None and not self.integer:
             return math.inf
-        return step_count(self.low, self.high, self.step or 1)
+        return step_count(*self._bounds(), self.step or 1)
 
     def contains(self, value: Any, central: str) -> bool:
         if self.kind == "range":
-            if not is_finite_number(value) or not (
-                    self.low - 1e-12 <= value <= self.high + 1e-12):
+            low, high = self._bounds()
+            if not is_finite_number(value) or not (low - 1e-12 <= value <= high + 1e-12):
                 return False
             found = self.options(central)
             return found is None or any(abs(value - v) < 1e-9 for v in found)
         found = self.options(central)
         return found is not None and value in found
+
+    def _bounds(self) -> tuple[float, float]:
+        """A range's low and high, which parse_range sets together."""
+        assert self.low is not None and self.high is not None, f"{self.path}: not a range"
+        return self.low, self.high
 
     def first(self, central: str) -> Any:
         found = self.options(central)
@@ -171,11 +177,12 @@ class Dimension:
         if self.kind in ("group", "groups"):
             return {n: IntDistribution(0, 1) for n in names}
         if self.kind == "range":
+            low, high = self._bounds()
             if self.integer:
-                dist: Any = IntDistribution(int(self.low), int(self.high), log=self.log,
+                dist: Any = IntDistribution(int(low), int(high), log=self.log,
                                             step=int(self.step or 1))
             else:
-                dist = FloatDistribution(self.low, self.high, log=self.log, step=self.step)
+                dist = FloatDistribution(low, high, log=self.log, step=self.step)
             return {names[0]: dist}
         numeric = all(is_finite_number(v) for v in self.values)
         if self.path == CENTRAL_WEIGHT and not guided:
@@ -460,24 +467,6 @@ def set_path(raw: dict[str, Any], path: str, value: Any) -> None:
             node[part] = child
         node = child
     node[parts[-1]] = value
-
-
-def task_names_in(items: Sequence[Any], tasks: Sequence[str], where: str, fix: str,
-                  problems: list[str]) -> list[str]:
-    """The task names of a list, each once and each among `tasks` (when known); a problem for
-    every other item, named by its index."""
-    out: list[str] = []
-    for i, name in enumerate(items):
-        key = name.strip().lower() if isinstance(name, str) else None
-        if key is None or (tasks and key not in tasks):
-            known = f"is not among train.tasks ({', '.join(tasks)}); {fix}" if key is not None \
-                else "is not a task name"
-            problems.append(f"{where}[{i}]: {name!r} {known}")
-        elif key in out:
-            problems.append(f"{where}[{i}]: {name!r} is listed twice")
-        else:
-            out.append(key)
-    return out
 
 
 def drop_other_tasks(raw: dict[str, Any], keep: set[str],

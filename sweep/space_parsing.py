@@ -24,7 +24,6 @@ from weightsearch.sweep.space import (
     default_space,
     is_finite_number,
     step_count,
-    task_names_in,
 )
 
 
@@ -165,31 +164,34 @@ def parse_range(path: str, spec: Mapping[str, Any], problems: list[str],
     if len(problems) > before:
         return None
     r = cls(**values)
-    problem = _range_problem(r, given, path == CENTRAL_WEIGHT)
+    low, high = r.low, r.high
+    assert low is not None and high is not None  # check_fields refused a missing one
+    problem = _range_problem(r, low, high, given, path == CENTRAL_WEIGHT)
     if problem is not None:
         problems.append(f"{where}{problem}")
         return None
     if r.step is not None or r.int:
-        n = step_count(r.low, r.high, r.step or 1)
+        n = step_count(low, high, r.step or 1)
         if n > MAX_DIMENSION_VALUES:
             problems.append(f"{where}: {n:,} values from low to high in steps of "
                             f"{r.step or 1:g}; at most {MAX_DIMENSION_VALUES:,} are taken: use "
                             "a larger step, or no step and strategy: guided")
             return None
     whole = int if r.int else float
-    return Dimension(path, low=whole(r.low), high=whole(r.high),
+    return Dimension(path, low=whole(low), high=whole(high),
                      step=None if r.step is None else whole(r.step), log=r.log, integer=r.int)
 
 
-def _range_problem(r: RangeSettings, given: Mapping[str, Any],
+def _range_problem(r: RangeSettings, low: float, high: float, given: Mapping[str, Any],
                    central_weight: bool) -> str | None:
-    """What is wrong with a range whose every setting is fine on its own, as a suffix of its
-    path (`: ...` or `.<setting>: ...`); `given` holds low and high as written."""
-    if r.low >= r.high:
+    """What is wrong with a range whose every setting is fine on its own (`low`, `high`: its
+    bounds, both given), as a suffix of its path (`: ...` or `.<setting>: ...`); `given` holds
+    low and high as written."""
+    if low >= high:
         return f": low ({given['low']!r}) must be below high ({given['high']!r})"
-    if r.log and (r.low <= 0 or r.step is not None):
+    if r.log and (low <= 0 or r.step is not None):
         return ".log: a log range needs low > 0 and no step"
-    if r.int and not all(float(v).is_integer() for v in (r.low, r.high, r.step or 1)):
+    if r.int and not all(float(v).is_integer() for v in (low, high, r.step or 1)):
         return ".int: low, high and step must be whole numbers"
     if central_weight and r.int:
         return ".int: the central weight is a real number; use a step of 1"
@@ -252,3 +254,21 @@ def _parse_groups(spec: Mapping[str, Any], tasks: Sequence[str], problems: list[
     order = {t: i for i, t in enumerate(tasks)}
     return Dimension(GROUP, candidates=tuple(sorted(out, key=lambda t: order.get(t, 0))),
                      groups_of=True, max_size=None if max_size == len(out) else max_size)
+
+
+def task_names_in(items: Sequence[Any], tasks: Sequence[str], where: str, fix: str,
+                  problems: list[str]) -> list[str]:
+    """The task names of a list, each once and each among `tasks` (when known); a problem for
+    every other item, named by its index."""
+    out: list[str] = []
+    for i, name in enumerate(items):
+        key = name.strip().lower() if isinstance(name, str) else None
+        if key is None or (tasks and key not in tasks):
+            known = f"is not among train.tasks ({', '.join(tasks)}); {fix}" if key is not None \
+                else "is not a task name"
+            problems.append(f"{where}[{i}]: {name!r} {known}")
+        elif key in out:
+            problems.append(f"{where}[{i}]: {name!r} is listed twice")
+        else:
+            out.append(key)
+    return out

@@ -9,6 +9,7 @@ import math
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,7 +213,8 @@ def _what_it_learns(spec: dict[str, Any]) -> dict[str, Any]:
 
 def _stored_and_new(spec: StudySpec, attrs: dict[str, Any]) -> tuple[dict, dict]:
     """The stored spec in today's format, and `spec`'s (the same object when digests agree)."""
-    old = attrs.get(S.A_SPEC) if isinstance(attrs.get(S.A_SPEC), dict) else {}
+    stored = attrs.get(S.A_SPEC)
+    old: dict[str, Any] = stored if isinstance(stored, dict) else {}
     if old.get("version") != SPEC_VERSION:  # an older release's format: compare by content
         old = _in_current_format(as_launched(old), spec.storage)
     elif attrs.get(S.A_DIGEST) == spec.digest():
@@ -334,7 +336,7 @@ def to_record(trial: Any, space: Space) -> Record:
     else:
         point = None
     state = trial.state.name.lower()
-    values = trial.values if trial.values is not None else ()
+    values: Sequence[float] = trial.values if trial.values is not None else ()
     value = values[0] if len(values) == 1 and state in ("complete", "pruned") else None
     seed = ua.get(S.T_SEED)
     return Record(

@@ -18,8 +18,8 @@ from weightsearch.sweep.space import (
     SWEEP_OWNED,
     WEIGHTING_SCHEME,
     Space,
-    task_names_in,
 )
+from weightsearch.sweep.space_parsing import task_names_in
 from weightsearch.sweep.study_file import (
     AUTO_FUSE,
     AUTO_GPU,

@@ -55,7 +55,8 @@ def _one_transaction(backend: RDBStorage, trial_id: int, state: TrialState, valu
 
     with _create_scoped_session(backend.scoped_session) as session:
         trial = models.TrialModel.find_or_raise_by_id(trial_id, session, for_update=True)
-        backend.check_trial_is_updatable(trial_id, trial.state)
+        # Optuna's models declare Column attributes, read on an instance as their values.
+        backend.check_trial_is_updatable(trial_id, trial.state)  # type: ignore[arg-type]
         for step, v in sorted(steps.items()):
             backend._set_trial_intermediate_value_without_commit(session, trial_id, step, v)
         for key, v in attrs.items():
@@ -137,7 +138,8 @@ def _add_in_one_transaction(backend: RDBStorage, study_id: int, number: int,
                  .with_for_update().one_or_none())
         if trial is None or trial.state != TrialState.RUNNING:
             return False
-        for key, v in attrs.items():
+        for key, v in attrs.items():  # trial.trial_id: a Column to Optuna's models, an int here
             backend._set_trial_attr_without_commit(session, models.TrialUserAttributeModel,
-                                                   trial.trial_id, key, v)
+                                                   trial.trial_id,  # type: ignore[arg-type]
+                                                   key, v)
     return True

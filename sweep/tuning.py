@@ -115,7 +115,7 @@ def concurrency(spec: StudySpec, pending: int) -> int:
 
     available = ray.cluster_resources()
     cpus, gpus = available.get("CPU", 0.0), available.get("GPU", 0.0)
-    gpu = spec.resources.gpu
+    gpu = 0.0 if spec.resources.auto_gpu else float(spec.resources.gpu)  # auto: sized once measured
     if spec.resources.auto_gpu and gpus < 1:
         raise ClusterError(
             f"resources.gpu: auto gives a study's first trial a whole GPU, to measure the "
@@ -172,7 +172,8 @@ def run_round(spec: StudySpec, plans: list, parallel: int, meter: Progress, clai
     tuner = tune.Tuner(
         # Each trial's resources are computed when Tune creates it: its GPU share is the one
         # the gate wrote into its config (`resources.gpu: auto` shrinks it once measured).
-        tune.with_resources(run_trial, TrialResources(spec.resources.cpu)),
+        # Ray annotates the callable as giving a PlacementGroupFactory; Trial takes its dict too.
+        tune.with_resources(run_trial, TrialResources(spec.resources.cpu)),  # type: ignore[arg-type]
         tune_config=tune.TuneConfig(
             search_alg=gate,  # the concurrency limit: `parallel`, or what the GPUs hold
             scheduler=_scheduler(spec, stopped, searcher),

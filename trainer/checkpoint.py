@@ -38,7 +38,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -80,7 +80,9 @@ class Checkpoint:
 def rng_state() -> dict[str, Any]:
     """Every generator's state, in types a weights-only load reads back (numpy's key array as
     a tensor)."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
+    # The legacy tuple (the default); the stubs also allow the dict of legacy=False.
+    name, keys, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float],
+                                              np.random.get_state())
     state = {
         "torch": torch.get_rng_state(),
         "python": random.getstate(),
@@ -179,7 +181,8 @@ def _numpy_arrays() -> list[Any]:
     """What a numpy array pickles to, for the safe loader: numpy 2 names the module of
     `_reconstruct` numpy._core, numpy 1 numpy.core, and a file may come from either."""
     core = getattr(np, "_core", None)
-    multiarray = getattr(core, "multiarray", None) or np.core.multiarray
+    # np.core is reached on numpy 1 only; numpy 2's stubs leave it out
+    multiarray = getattr(core, "multiarray", None) or np.core.multiarray  # type: ignore[attr-defined]
     reconstruct = multiarray._reconstruct
     return [np.ndarray, np.dtype, type(np.dtype(np.uint32)), reconstruct,
             (reconstruct, "numpy.core.multiarray._reconstruct"),

@@ -171,6 +171,11 @@ class Member:
     def training(self) -> bool:
         return self.outcome is None
 
+    def opened(self) -> tuple[Progress, Tracker]:
+        """Its progress and tracker, which _train_unit opens before the first epoch."""
+        assert self.progress is not None and self.tracker is not None
+        return self.progress, self.tracker
+
 
 class Released(Exception):
     """A follower that stopped being its representative's treatment (or outlived it): it
@@ -209,8 +214,9 @@ def train_fused_stage(configs: Sequence[RunConfig],
                for slot, (run, report) in enumerate(zip(runs, reports, strict=True))]
     stack = StackedModels([r.model for r in runs])
     probe(stack, runs[0])
-    for run in runs if prepare is not None else ():
-        prepare(run)
+    if prepare is not None:
+        for run in runs:
+            prepare(run)
     outcomes = _train_unit(stack, members, fresh_rng, quiet, same_treatment == "once")
     trained = [(run.cfg, outcome) for run, outcome in zip(runs, outcomes, strict=True)]
     released = [k for k, outcome in enumerate(outcomes) if isinstance(outcome, Released)]
@@ -243,10 +249,11 @@ def _train_unit(stack: StackedModels, members: list[Member], fresh_rng: dict[str
                desc=f"train x{len(members)}")
     try:
         for member in members:
-            run = member.run
+            run, progress = member.run, member.progress
+            assert progress is not None  # opened above
             member.tracker = open_tracker(
                 run.cfg.tracking, run.out, run.stage, run_params(run.cfg),
-                resumed_at=member.progress.global_step if run.ckpt is not None else None)
+                resumed_at=progress.global_step if run.ckpt is not None else None)
         first = min(m.done_epochs for m in members) + 1
         for epoch in range(first, epochs + 1):
             _release_orphans(members, epoch)
@@ -315,8 +322,8 @@ def _finish_epoch(member: Member, epoch: int, train_loss: float,
     """Evaluate, log, checkpoint and report the member's epoch; a report that stops the run
     (or any failure of this member's alone) ends this member only."""
     try:
-        end_epoch(member.run, epoch, train_loss, clipping, member.progress, member.tracker,
-                  member.report, quiet)
+        end_epoch(member.run, epoch, train_loss, clipping, *member.opened(), member.report,
+                  quiet)
     except Exception as exc:  # the member's own outcome, returned to the caller
         member.outcome = detached(exc)
 
@@ -335,7 +342,7 @@ def _train_epoch(stack: StackedModels, active: list[Member], epoch: int, bar: An
     started = time.perf_counter()
     finished = []
     with contextlib.ExitStack() as files:
-        logs = {id(m): EpochLog(m.run, m.progress, m.tracker,
+        logs = {id(m): EpochLog(m.run, *m.opened(),
                                 files.enter_context((m.run.out / STEPS).open("a")))
                 for m in active}
         for step, (task, indices) in enumerate(plan):
@@ -359,7 +366,7 @@ def _train_epoch(stack: StackedModels, active: list[Member], epoch: int, bar: An
                 _end_following(member, logs[id(member)], logs[id(member.follows)], epoch)
         for member in active:
             if member.training:
-                member.progress.train_time += elapsed
+                member.opened()[0].train_time += elapsed
                 member.rows = logs[id(member)].logged
                 finished.append((member, logs[id(member)].finish(epoch, quiet)))
     return finished

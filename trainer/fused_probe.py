@@ -19,7 +19,9 @@ from weightsearch.trainer.step import step_batch, task_loss
 class StackedModels(Protocol):
     """What the probe uses of `weightsearch.trainer.fused.StackedModels`."""
 
-    models: Sequence[MTDNN]
+    @property
+    def models(self) -> Sequence[MTDNN]: ...  # read only, so that a list of them fits
+
     lead: MTDNN
     lead_device: torch.device
     last: Any  # the last forward pass's draws (`weightsearch.trainer.draws.Stack`)

@@ -142,7 +142,7 @@ class GraphedSteps:
     """The graph steps of one stage (see the module docstring)."""
 
     run: Any  # the stage's StageRun
-    update: Update
+    update: Update | None  # None once released
     capture: bool = True
     warmup: int = WARMUP_STEPS
     note: Callable[[str], None] = print
@@ -260,6 +260,7 @@ class GraphedSteps:
         """The whole update on fixed tensors: what a graph holds. The backward makes the
         gradients of the parameters the task trains (none held before it: no zeroing, no
         accumulating add), the optimizer steps those, and none is kept after."""
+        assert self.update is not None, "a step after release()"
         parameters = self._parameters()
         for p in parameters:
             p.grad = None

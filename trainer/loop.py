@@ -116,7 +116,7 @@ def set_up(cfg: RunConfig, resume: bool = False, stage: str = "multitask",
     # the schedule needs the total number of updates, and train from the same lists below.
     sampler = build_sampler(cfg.sampling, cfg.task_names)
     plans = {
-        e: batch_plan(data, cfg.batch_size, cfg.seed, e, cfg.length_bucketing, sampler,
+        e: batch_plan(data, cfg.batch_size, cfg.seed, e, bool(cfg.length_bucketing), sampler,
                       fixed=cfg.batches == "fixed")
         for e in range(1, cfg.epochs + 1)
     }

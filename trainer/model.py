@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import math
 from functools import partial
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -26,14 +27,15 @@ class MixtureOfExperts(nn.Module):
         width = settings.expert_hidden or hidden
         self.per_example = settings.gate == "example"
         self.residual = settings.residual
-        self.experts = nn.ModuleList(
-            nn.Sequential(nn.Linear(hidden, width), nn.GELU(), nn.Linear(width, hidden))
-            for _ in range(settings.experts))
+        experts = [nn.Sequential(nn.Linear(hidden, width), nn.GELU(), nn.Linear(width, hidden))
+                   for _ in range(settings.experts)]
+        self.experts = nn.ModuleList(experts)
         self.gates = nn.ModuleDict({t: nn.Linear(hidden, settings.experts) for t in tasks})
         if self.residual:  # small expert outputs at first: the pretrained states dominate
-            for expert in self.experts:
-                nn.init.normal_(expert[2].weight, std=0.02 / math.sqrt(settings.experts))
-                nn.init.zeros_(expert[2].bias)
+            for expert in experts:
+                out = cast(nn.Linear, expert[2])
+                nn.init.normal_(out.weight, std=0.02 / math.sqrt(settings.experts))
+                nn.init.zeros_(out.bias)
 
     def gate(self, task: str, states: torch.Tensor,
              mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -55,11 +57,13 @@ class MixtureOfExperts(nn.Module):
 
 
 class MTDNN(nn.Module):
-    def __init__(self, encoder: nn.Module, tasks: tuple[TaskSpec, ...], pooling: str = "pooler",
+    def __init__(self, encoder: Any, tasks: tuple[TaskSpec, ...], pooling: str = "pooler",
                  mixture: MixtureSettings | None = None) -> None:
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, not {pooling!r}")
+        # encoder: a transformers model, whose config, embeddings and pooler are its
+        # architecture's own (nn.Module's __getattr__ would type each Tensor | Module).
         self.encoder = encoder
         hidden = encoder.config.hidden_size
         self.heads = nn.ModuleDict({t.name: build_head(t, hidden) for t in tasks})
@@ -157,7 +161,7 @@ def load_encoder(name_or_path: str, seed: int,
         return AutoModel.from_pretrained(name_or_path, **extra)
 
 
-def recompute_activations(encoder: nn.Module, name: str) -> None:
+def recompute_activations(encoder: Any, name: str) -> None:  # a transformers model
     """Activation checkpointing of the encoder's layers in training mode, through transformers'
     own support; the dropout masks are drawn again from the saved random state, so the
     gradients are those of the plain backward pass."""

@@ -16,7 +16,7 @@ running maximum of the gradient, which costs MRPC several points at MT-DNN's 0.0
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -137,8 +137,9 @@ class AdamaxW(torch.optim.Adamax):
             state = self._state(p, capturable)
             state["step"] += 1
             m, u = state["exp_avg"], state["exp_inf"]
-            m.lerp_(p.grad, 1 - beta1)
-            torch.maximum(u.mul_(beta2), p.grad.abs().add_(eps), out=u)
+            grad = cast(torch.Tensor, p.grad)  # params: those with a gradient (step)
+            m.lerp_(grad, 1 - beta1)
+            torch.maximum(u.mul_(beta2), grad.abs().add_(eps), out=u)
             if capturable:
                 p.sub_(group["lr"] * m / (u + eps))
             else:
@@ -156,8 +157,9 @@ class AdamaxW(torch.optim.Adamax):
             rate = float(group["lr"]) * self.clock(int(state["step"]))
             state["step"] += 1
             m, u = state["exp_avg"], state["exp_inf"]
-            m.lerp_(p.grad, 1 - beta1)
-            torch.maximum(u.mul_(beta2), p.grad.abs().add_(eps), out=u)
+            grad = cast(torch.Tensor, p.grad)  # as above
+            m.lerp_(grad, 1 - beta1)
+            torch.maximum(u.mul_(beta2), grad.abs().add_(eps), out=u)
             if decay:
                 p.mul_(1.0 - rate * decay)
             p.addcdiv_(m, u + eps, value=-rate)
@@ -207,7 +209,8 @@ def schedule_factor(schedule: str, optimizer: str, step: int, total: int,
 
 def decay_groups(model: nn.Module) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """(decayed, exempt) trainable parameters: biases and LayerNorm weights are exempt."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -164,7 +165,7 @@ def stacked_layer(module: nn.Module) -> nn.Module | None:
     return None
 
 
-def widen(lead: nn.Module, stacked: dict[str, Tensor]) -> nn.Module:
+def widen(lead: nn.Module, stacked: Mapping[str, Tensor]) -> nn.Module:
     """A copy of `lead` whose layers compute every member at once: its parameters are the
     stacked tensors of `stacked` (by `lead`'s parameter names), its buffers copies of the
     lead's. Raises CannotFuse naming each layer that cannot be stacked."""

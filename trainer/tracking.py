@@ -227,8 +227,9 @@ class _MLflow(Tracker):
         record = output_dir / MLFLOW_RUN
         try:
             self.client = MlflowClient(tracking_uri=self.uri)
-            self.run_id = _resumable_run(record, self.uri)
-            if self.run_id is not None:
+            resumed = _resumable_run(record, self.uri)
+            if resumed is not None:
+                self.run_id = resumed
                 self.client.update_run(self.run_id, status="RUNNING")
             else:
                 with _creation_lock(self.uri):
@@ -361,6 +362,6 @@ def run_params(cfg: Any) -> dict[str, Any]:
     out = {"tasks": ",".join(cfg.task_names), "central_task": cfg.central_task,
            "encoder": cfg.encoder, "epochs": cfg.epochs, "batch_size": cfg.batch_size,
            "lr": cfg.learning_rate, "optimizer": cfg.optimizer, "seed": cfg.seed}
-    if dataclasses.is_dataclass(weighting):
+    if dataclasses.is_dataclass(weighting) and not isinstance(weighting, type):
         out.update({f"weighting.{k}": v for k, v in dataclasses.asdict(weighting).items()})
     return out

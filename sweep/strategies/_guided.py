@@ -129,12 +129,12 @@ class GuidedStrategy(Strategy):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 trial = self._study.ask(dists)
-            point = self.space.point_from_params(trial.params, self.central)
-            cell = None if point is None else self.cell(point, unit.seed)
+            asked = self.space.point_from_params(trial.params, self.central)
+            cell = None if asked is None else self.cell(asked, unit.seed)
             if cell is not None and cell not in taken:
                 self._open.add(trial.number)
                 self._proposed[cell] = trial.number
-                return point
+                return asked
             self._study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
         # The sampler keeps proposing taken points (a small finite space): take any untaken
         # one, in an order that depends only on the study's history.

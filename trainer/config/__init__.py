@@ -445,6 +445,7 @@ def parse_config(raw: Mapping[str, Any], label: str | None = None) -> RunConfig:
                         "use batches: reshuffle, or leave epoch_ends_with out")
     if problems:
         raise ConfigError(problems, label)
+    assert central is not None  # parse_central_task gives None only with a problem reported
 
     ordered = tuple(sorted(tasks, key=lambda t: t.name != central))  # stable: central first
     return RunConfig(tasks=ordered, central_task=central, weighting=weighting,

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from weightsearch.core.errors import ConfigError
-from weightsearch.trainer.data.readers import Table, TaskRows, pair_rows
+from weightsearch.trainer.data.readers import Table, pair_rows
 from weightsearch.trainer.heads.featurize import Features, collate_sequences, encode_pairs
 from weightsearch.trainer.metrics import compute_metrics
 from weightsearch.trainer.tasks import TaskSpec
@@ -93,8 +93,9 @@ class Head(nn.Module):
         return pair_rows(spec, table)
 
     @classmethod
-    def featurize(cls, spec: TaskSpec, rows: TaskRows, tokenizer: Any, max_len: int, *,
+    def featurize(cls, spec: TaskSpec, rows: Any, tokenizer: Any, max_len: int, *,
                   train: bool, drop_overlong: bool = False) -> Features:
+        # rows: what this head's parse gave (TaskRows here; heads of other shapes, their own)
         return encode_pairs(rows, tokenizer, max_len, drop=train and drop_overlong)
 
     @classmethod

@@ -104,12 +104,13 @@ class SpanQAHead(Head):
                                         + layout.after)
                 out["token_type_ids"].append([layout.types[0]] * first
                                              + [layout.types[1]] * (len(piece) + layout.after_n))
-                inside = (target is not None and s <= target[0]
-                          and target[1] < s + len(piece))
-                found |= inside
-                out["start"].append(first + target[0] - s if inside else 0)
-                out["end"].append(first + target[1] - s if inside else 0)
-                out["label"].append(int(inside))
+                # The answer's tokens, where this window holds all of them.
+                inside = (target if target is not None and s <= target[0]
+                          and target[1] < s + len(piece) else None)
+                found |= inside is not None
+                out["start"].append(first + inside[0] - s if inside is not None else 0)
+                out["end"].append(first + inside[1] - s if inside is not None else 0)
+                out["label"].append(int(inside is not None))
                 if not train:
                     out["example"].append(example)
                     out["context_start"].append(first)

@@ -160,7 +160,7 @@ def scheme_problems(
 
 def build_scheme(
     settings: Settings, tasks: Sequence[str], central_task: str | None
-) -> WeightingScheme:
+) -> Scheme:
     """The scheme for a run; `tasks` ordered central task first. Raises ConfigError."""
     found = scheme_problems(settings, tasks, central_task)
     if found:
