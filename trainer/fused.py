@@ -207,15 +207,17 @@ def train_fused_stage(configs: Sequence[RunConfig],
     fresh_rng = rng_state()  # every member's at its first update (each set-up seeds the same)
     members = [Member(run, report, slot)
                for slot, (run, report) in enumerate(zip(runs, reports, strict=True))]
-    stack = StackedModels([r.model for r in runs])
-    probe(stack, runs[0])
+    stacks = [StackedModels([r.model for r in runs])]
+    probe(stacks[0], runs[0])
     for run in runs if prepare is not None else ():
         prepare(run)
-    outcomes = _train_unit(stack, members, fresh_rng, quiet, same_treatment == "once")
+    # Handed over, not kept here: a stack rebuilt without a member frees the old one (its
+    # stacked parameters and optimizer state, K models' worth) only where no frame holds it.
+    outcomes = _train_unit(stacks.pop(), members, fresh_rng, quiet, same_treatment == "once")
     trained = [(run.cfg, outcome) for run, outcome in zip(runs, outcomes, strict=True)]
     released = [k for k, outcome in enumerate(outcomes) if isinstance(outcome, Released)]
     if released:  # each from its own last checkpoint: the state it shared until then
-        del stack, members, runs, outcomes
+        del members, runs, outcomes
         again = train_fused_stage([configs[k] for k in released], [reports[k] for k in released],
                                   True, quiet, stage, soft_targets, prepare, same_treatment)
         for k, (cfg, outcome) in zip(released, again, strict=True):

@@ -6,6 +6,7 @@ every epoch's weights), a follower released when its representative stops, and `
 
 from __future__ import annotations
 
+import gc
 import math
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from tests.trainer.test_fused import assert_same_run, siwlm, steps_of
 from weightsearch.trainer import fused as fused_module
 from weightsearch.trainer import train_fused
 from weightsearch.trainer.clipping import clip_gradient
+from weightsearch.trainer.fused import StackedModels
 from weightsearch.trainer.same_treatment import follower_readings, same_epoch, same_update
 
 # In the tiny run every update of weights 9 and 15 has a norm above this clip (the smallest is
@@ -183,3 +185,30 @@ def test_a_follower_whose_later_epoch_is_another_treatment_trains_that_epoch_its
     for ours, theirs in zip(once, full, strict=True):
         assert_same_run(Path(ours.output_dir), Path(theirs.output_dir), (1, 2, 3), rel=1e-6,
                         absolute=0)
+
+
+def clipped_pair(sample_data_dir, tiny_encoder, root: Path, tag: str, epochs: int = 2,
+          **weighting) -> list:
+    """Weights 9 and 15 on rte and mrpc: every update of both is clipped at CLIP, so weight 15
+    follows weight 9 from epoch 2."""
+    return [run_config(sample_data_dir, tiny_encoder, root / f"{tag}-{w}",
+                       weighting={**siwlm(w), **weighting}, tasks=["rte", "mrpc"],
+                       max_train_examples=32, epochs=epochs, grad_clip=CLIP) for w in (9, 15)]
+
+
+@pytest.mark.slow
+def test_a_unit_whose_members_follow_frees_the_stack_they_left(sample_data_dir, tiny_encoder,
+                                                               tmp_path):
+    """The first stack (K members' parameters and stacked optimizer state) goes once the unit
+    stacks its representatives alone; kept, it doubled the unit's memory from then on."""
+    live: dict[int, list[int]] = {}
+
+    def report(epoch_report):
+        gc.collect()
+        live[epoch_report.epoch] = [len(o) for o in gc.get_objects()
+                                    if isinstance(o, StackedModels)]
+
+    results = train_fused(clipped_pair(sample_data_dir, tiny_encoder, tmp_path, "mem"),
+                          [report, None], quiet=True)
+    assert "same_treatment" in results[1].extra
+    assert live == {1: [2], 2: [1]}
