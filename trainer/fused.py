@@ -258,7 +258,7 @@ def _train_unit(stack: StackedModels, members: list[Member], fresh_rng: dict[str
             stack = _restacked(stack, members, [m for m in active if m.follows is None])
             for member, (train_loss, clipping) in _train_epoch(stack, active, epoch, bar, quiet):
                 _finish_epoch(member, epoch, train_loss, clipping, quiet)
-            if train_once and epoch == first:
+            if train_once and epoch == first < epochs:  # after the last: nothing to follow
                 _group_same_treatments(members, epoch, quiet)
     finally:
         bar.close()

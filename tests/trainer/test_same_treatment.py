@@ -212,3 +212,14 @@ def test_a_unit_whose_members_follow_frees_the_stack_they_left(sample_data_dir, 
                           [report, None], quiet=True)
     assert "same_treatment" in results[1].extra
     assert live == {1: [2], 2: [1]}
+
+
+@pytest.mark.slow
+def test_members_of_a_unit_that_ends_after_its_first_epoch_follow_no_one(
+        sample_data_dir, tiny_encoder, tmp_path):
+    """Grouped after the last epoch, the record said weight 15 followed weight 9 from an epoch
+    that never came (and a study showed it trained by another cell)."""
+    results = train_fused(clipped_pair(sample_data_dir, tiny_encoder, tmp_path, "one", epochs=1),
+                          quiet=True)
+    assert not any(isinstance(r, BaseException) for r in results)
+    assert not any("same_treatment" in r.extra for r in results)
