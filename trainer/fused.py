@@ -65,6 +65,7 @@ from weightsearch.trainer.same_treatment import (
     follower_readings,
     same_epoch,
     same_groups,
+    set_weights,
     take_state,
 )
 from weightsearch.trainer.stacked import widen
@@ -74,7 +75,6 @@ from weightsearch.trainer.stage_output import (
     STEPS,
     EpochLog,
     end_epoch,
-    nominal_weights,
     open_output,
     stage_result,
     step_rows,
@@ -479,7 +479,7 @@ def _member_result(member: Member, size: int) -> RunResult | BaseException:
     if member.follows is not None:  # its updates from that epoch on were trained once, for both
         extra["same_treatment"] = {"trained_by": str(member.follows.run.out),
                                    "from_epoch": member.follows_from,
-                                   "weights": nominal_weights(member.follows.run.scheme)}
+                                   "weights": set_weights(member.follows.run.scheme)}
     return dataclasses.replace(result, extra=extra)
 
 

@@ -101,6 +101,13 @@ def same_state(a: StageRun, b: StageRun) -> bool:
     return True
 
 
+def set_weights(scheme: Scheme) -> dict[str, float] | None:
+    """The weights a study set for a scheme (SIWLM's initial weights, in either variant), which
+    name a follower's representative; None for schemes without."""
+    initial = getattr(scheme, "initial", None)
+    return {task: float(w) for task, w in initial.items()} if isinstance(initial, dict) else None
+
+
 def follower_readings(readings: torch.Tensor, rep_weight: float, weight: float,
                       skipped: bool, grad_clip: float, mode: str) -> torch.Tensor:
     """A follower's readings of an update its representative took: the same unweighted loss,
@@ -158,4 +165,5 @@ def detach_parameters(model: torch.nn.Module) -> None:
 
 
 __all__ = ["can_follow", "detach_parameters", "follower_readings",
-           "same_epoch", "same_groups", "same_state", "same_update", "take_state"]
+           "same_epoch", "same_groups", "same_state", "same_update", "set_weights",
+           "take_state"]

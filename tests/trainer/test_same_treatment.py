@@ -223,3 +223,14 @@ def test_members_of_a_unit_that_ends_after_its_first_epoch_follow_no_one(
                           quiet=True)
     assert not any(isinstance(r, BaseException) for r in results)
     assert not any("same_treatment" in r.extra for r in results)
+
+
+@pytest.mark.slow
+def test_a_follower_under_the_paper_variant_names_its_representatives_weights(
+        sample_data_dir, tiny_encoder, tmp_path):
+    """SIWLM's paper variant has no nominal weights for the clipping summary (its focus batches
+    train at 1), but the study set its central weight all the same: the record named none, and
+    the sweep said "as weight None"."""
+    results = train_fused(clipped_pair(sample_data_dir, tiny_encoder, tmp_path, "paper",
+                                       variant="paper"), quiet=True)
+    assert results[1].extra["same_treatment"]["weights"] == {"rte": 9.0, "mrpc": 1.0}
