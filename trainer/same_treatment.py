@@ -3,8 +3,8 @@
 Under global clipping a loss weight stops acting once weight x gradient norm exceeds the clip:
 the applied gradient is then g/||g|| x clip whatever the weight. Two members that start alike
 and, update by update, either apply the same weight or are both clipped, hold the same
-parameters throughout (up to the clip's epsilon, ~1e-6 of a step): one treatment. Training them
-all computes the same updates K times.
+parameters throughout (up to the clip's epsilon: each step differs by at most 1e-6 / grad_clip
+of itself): one treatment. Training them all computes the same updates K times.
 
 The first epoch a unit trains measures it: every member trains, and at the epoch's end the
 members whose logged updates were pairwise the same treatment, and whose parameters and
