@@ -198,6 +198,26 @@ def train_fused_stage(configs: Sequence[RunConfig],
     reports = list(reports) if reports is not None else [None] * len(configs)
     if len(reports) != len(configs):
         raise ValueError(f"{len(configs)} runs but {len(reports)} reports")
+    trained = _train_fused_unit(configs, reports, resume, quiet, stage, soft_targets, prepare,
+                                same_treatment == "once")
+    released = [k for k, (_, outcome) in enumerate(trained) if isinstance(outcome, Released)]
+    if released:  # each from its own last checkpoint: the state it shared until then
+        again = train_fused_stage([configs[k] for k in released], [reports[k] for k in released],
+                                  True, quiet, stage, soft_targets, prepare, same_treatment)
+        for k, (cfg, outcome) in zip(released, again, strict=True):
+            if isinstance(outcome, RunResult):  # it trained fused with this unit until then
+                outcome = dataclasses.replace(outcome, extra={
+                    **outcome.extra, "fused_members": len(configs)})
+            trained[k] = (cfg, outcome)
+    return trained
+
+
+def _train_fused_unit(configs: Sequence[RunConfig], reports: list[Report | None],
+                      resume: bool, quiet: bool, stage: str, soft_targets: SoftTargets,
+                      prepare: Callable[[StageRun], None] | None, train_once: bool,
+                      ) -> list[tuple[RunConfig, RunResult | BaseException]]:
+    """`train_fused_stage`'s unit, whose runs, models and stacks go when it returns: the
+    released members train on after it, and nothing of it stays alive meanwhile."""
     # One stacked step for every member: no per-member CUDA graphs.
     runs = [set_up(cfg, resume, stage, soft_targets, graphs=NO_GRAPHS)
             for cfg in configs]
@@ -213,19 +233,8 @@ def train_fused_stage(configs: Sequence[RunConfig],
         prepare(run)
     # Handed over, not kept here: a stack rebuilt without a member frees the old one (its
     # stacked parameters and optimizer state, K models' worth) only where no frame holds it.
-    outcomes = _train_unit(stacks.pop(), members, fresh_rng, quiet, same_treatment == "once")
-    trained = [(run.cfg, outcome) for run, outcome in zip(runs, outcomes, strict=True)]
-    released = [k for k, outcome in enumerate(outcomes) if isinstance(outcome, Released)]
-    if released:  # each from its own last checkpoint: the state it shared until then
-        del members, runs, outcomes
-        again = train_fused_stage([configs[k] for k in released], [reports[k] for k in released],
-                                  True, quiet, stage, soft_targets, prepare, same_treatment)
-        for k, (cfg, outcome) in zip(released, again, strict=True):
-            if isinstance(outcome, RunResult):  # it trained fused with this unit until then
-                outcome = dataclasses.replace(outcome, extra={
-                    **outcome.extra, "fused_members": len(configs)})
-            trained[k] = (cfg, outcome)
-    return trained
+    outcomes = _train_unit(stacks.pop(), members, fresh_rng, quiet, train_once)
+    return [(run.cfg, outcome) for run, outcome in zip(runs, outcomes, strict=True)]
 
 
 def _train_unit(stack: StackedModels, members: list[Member], fresh_rng: dict[str, Any],

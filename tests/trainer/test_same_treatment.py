@@ -20,6 +20,7 @@ from weightsearch.trainer import train_fused
 from weightsearch.trainer.clipping import clip_gradient
 from weightsearch.trainer.fused import StackedModels
 from weightsearch.trainer.same_treatment import follower_readings, same_epoch, same_update
+from weightsearch.trainer.stage import StageRun
 
 # In the tiny run every update of weights 9 and 15 has a norm above this clip (the smallest is
 # rte's off-focus update at 0.9, ~0.37), while weight 1's off-focus rte updates (~0.04) do not
@@ -246,3 +247,25 @@ def test_members_under_bf16_autocast_follow_no_one(sample_data_dir, tiny_encoder
                                        precision="bf16"), quiet=True)
     assert not any(isinstance(r, BaseException) for r in results)
     assert not any("same_treatment" in r.extra for r in results)
+
+
+@pytest.mark.slow
+def test_a_released_follower_retrains_with_no_run_of_the_unit_left_alive(
+        sample_data_dir, tiny_encoder, tmp_path):
+    """While a released follower trains on, nothing of the unit it left stays alive but its
+    results: the last member's run (its model, optimizer state and data) did, in the frame
+    that trains the released ones."""
+    alive: dict[int, int] = {}
+
+    def stop(epoch_report):
+        if epoch_report.epoch == 2:
+            raise RuntimeError("stopped by its report")
+
+    def count(epoch_report):
+        gc.collect()
+        alive[epoch_report.epoch] = sum(isinstance(o, StageRun) for o in gc.get_objects())
+
+    results = train_fused(clipped_pair(sample_data_dir, tiny_encoder, tmp_path, "left",
+                                       epochs=3), [stop, count], quiet=True)
+    assert isinstance(results[0], RuntimeError) and "same_treatment" not in results[1].extra
+    assert alive == {1: 2, 2: 2, 3: 1}  # epoch 3: the released follower's own run alone
