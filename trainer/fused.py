@@ -65,16 +65,16 @@ from weightsearch.trainer.same_treatment import (
     follower_readings,
     same_epoch,
     same_groups,
+    set_weights,
     take_state,
 )
-from weightsearch.trainer.stacked import widen
+from weightsearch.trainer.stacked import replicated, widen
 from weightsearch.trainer.stacked_optim import own_state, step_members
 from weightsearch.trainer.stage import Progress, Report, StageRun
 from weightsearch.trainer.stage_output import (
     STEPS,
     EpochLog,
     end_epoch,
-    nominal_weights,
     open_output,
     stage_result,
     step_rows,
@@ -145,13 +145,6 @@ class StackedModels:
                 p.grad = None if grad is None else grad[k]
 
 
-def replicated(value: Any, k: int) -> Any:
-    """A batch entry repeated for `k` members along its first dimension, member-major."""
-    if not isinstance(value, torch.Tensor) or not value.dim():
-        return value
-    return value.repeat(k, *[1] * (value.dim() - 1))
-
-
 @dataclasses.dataclass
 class Member:
     """One run of a fused unit and how far it has got."""
@@ -203,6 +196,26 @@ def train_fused_stage(configs: Sequence[RunConfig],
     reports = list(reports) if reports is not None else [None] * len(configs)
     if len(reports) != len(configs):
         raise ValueError(f"{len(configs)} runs but {len(reports)} reports")
+    trained = _train_fused_unit(configs, reports, resume, quiet, stage, soft_targets, prepare,
+                                same_treatment == "once")
+    released = [k for k, (_, outcome) in enumerate(trained) if isinstance(outcome, Released)]
+    if released:  # each from its own last checkpoint: the state it shared until then
+        again = train_fused_stage([configs[k] for k in released], [reports[k] for k in released],
+                                  True, quiet, stage, soft_targets, prepare, same_treatment)
+        for k, (cfg, outcome) in zip(released, again, strict=True):
+            if isinstance(outcome, RunResult):  # it trained fused with this unit until then
+                outcome = dataclasses.replace(outcome, extra={
+                    **outcome.extra, "fused_members": len(configs)})
+            trained[k] = (cfg, outcome)
+    return trained
+
+
+def _train_fused_unit(configs: Sequence[RunConfig], reports: list[Report | None],
+                      resume: bool, quiet: bool, stage: str, soft_targets: SoftTargets,
+                      prepare: Callable[[StageRun], None] | None, train_once: bool,
+                      ) -> list[tuple[RunConfig, RunResult | BaseException]]:
+    """`train_fused_stage`'s unit, whose runs, models and stacks go when it returns: the
+    released members train on after it, and nothing of it stays alive meanwhile."""
     # One stacked step for every member: no per-member CUDA graphs.
     runs = [set_up(cfg, resume, stage, soft_targets, graphs=NO_GRAPHS)
             for cfg in configs]
@@ -212,24 +225,15 @@ def train_fused_stage(configs: Sequence[RunConfig],
     fresh_rng = rng_state()  # every member's at its first update (each set-up seeds the same)
     members = [Member(run, report, slot)
                for slot, (run, report) in enumerate(zip(runs, reports, strict=True))]
-    stack = StackedModels([r.model for r in runs])
-    probe(stack, runs[0])
+    stacks = [StackedModels([r.model for r in runs])]
+    probe(stacks[0], runs[0])
     if prepare is not None:
         for run in runs:
             prepare(run)
-    outcomes = _train_unit(stack, members, fresh_rng, quiet, same_treatment == "once")
-    trained = [(run.cfg, outcome) for run, outcome in zip(runs, outcomes, strict=True)]
-    released = [k for k, outcome in enumerate(outcomes) if isinstance(outcome, Released)]
-    if released:  # each from its own last checkpoint: the state it shared until then
-        del stack, members, runs, outcomes
-        again = train_fused_stage([configs[k] for k in released], [reports[k] for k in released],
-                                  True, quiet, stage, soft_targets, prepare, same_treatment)
-        for k, (cfg, outcome) in zip(released, again, strict=True):
-            if isinstance(outcome, RunResult):  # it trained fused with this unit until then
-                outcome = dataclasses.replace(outcome, extra={
-                    **outcome.extra, "fused_members": len(configs)})
-            trained[k] = (cfg, outcome)
-    return trained
+    # Handed over, not kept here: a stack rebuilt without a member frees the old one (its
+    # stacked parameters and optimizer state, K models' worth) only where no frame holds it.
+    outcomes = _train_unit(stacks.pop(), members, fresh_rng, quiet, train_once)
+    return [(run.cfg, outcome) for run, outcome in zip(runs, outcomes, strict=True)]
 
 
 def _train_unit(stack: StackedModels, members: list[Member], fresh_rng: dict[str, Any],
@@ -263,7 +267,7 @@ def _train_unit(stack: StackedModels, members: list[Member], fresh_rng: dict[str
             stack = _restacked(stack, members, [m for m in active if m.follows is None])
             for member, (train_loss, clipping) in _train_epoch(stack, active, epoch, bar, quiet):
                 _finish_epoch(member, epoch, train_loss, clipping, quiet)
-            if train_once and epoch == first:
+            if train_once and epoch == first < epochs:  # after the last: nothing to follow
                 _group_same_treatments(members, epoch, quiet)
     finally:
         bar.close()
@@ -484,7 +488,7 @@ def _member_result(member: Member, size: int) -> RunResult | BaseException:
     if member.follows is not None:  # its updates from that epoch on were trained once, for both
         extra["same_treatment"] = {"trained_by": str(member.follows.run.out),
                                    "from_epoch": member.follows_from,
-                                   "weights": nominal_weights(member.follows.run.scheme)}
+                                   "weights": set_weights(member.follows.run.scheme)}
     return dataclasses.replace(result, extra=extra)
 
 

@@ -3,8 +3,8 @@
 Under global clipping a loss weight stops acting once weight x gradient norm exceeds the clip:
 the applied gradient is then g/||g|| x clip whatever the weight. Two members that start alike
 and, update by update, either apply the same weight or are both clipped, hold the same
-parameters throughout (up to the clip's epsilon, ~1e-6 of a step): one treatment. Training them
-all computes the same updates K times.
+parameters throughout (up to the clip's epsilon: each step differs by at most 1e-6 / grad_clip
+of itself): one treatment. Training them all computes the same updates K times.
 
 The first epoch a unit trains measures it: every member trains, and at the epoch's end the
 members whose logged updates were pairwise the same treatment, and whose parameters and
@@ -101,6 +101,13 @@ def same_state(a: StageRun, b: StageRun) -> bool:
     return True
 
 
+def set_weights(scheme: Scheme) -> dict[str, float] | None:
+    """The weights a study set for a scheme (SIWLM's initial weights, in either variant), which
+    name a follower's representative; None for schemes without."""
+    initial = getattr(scheme, "initial", None)
+    return {task: float(w) for task, w in initial.items()} if isinstance(initial, dict) else None
+
+
 def follower_readings(readings: torch.Tensor, rep_weight: float, weight: float,
                       skipped: bool, grad_clip: float, mode: str) -> torch.Tensor:
     """A follower's readings of an update its representative took: the same unweighted loss,
@@ -158,4 +165,5 @@ def detach_parameters(model: torch.nn.Module) -> None:
 
 
 __all__ = ["can_follow", "detach_parameters", "follower_readings",
-           "same_epoch", "same_groups", "same_state", "same_update", "take_state"]
+           "same_epoch", "same_groups", "same_state", "same_update", "set_weights",
+           "take_state"]

@@ -226,5 +226,13 @@ def stacked_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tens
     return (probs @ value).transpose(1, 2).contiguous(), None
 
 
+def replicated(value: Any, k: int) -> Any:
+    """A batch entry repeated for `k` members along its first dimension, member-major: the
+    wide model's input."""
+    if not isinstance(value, torch.Tensor) or not value.dim():
+        return value
+    return value.repeat(k, *[1] * (value.dim() - 1))
+
+
 __all__ = ["ATTENTION", "SharedDropout", "StackedEmbedding", "StackedGRUCell",
-           "StackedLayerNorm", "StackedLinear", "stacked_attention", "widen"]
+           "StackedLayerNorm", "StackedLinear", "replicated", "stacked_attention", "widen"]

@@ -6,6 +6,7 @@ every epoch's weights), a follower released when its representative stops, and `
 
 from __future__ import annotations
 
+import gc
 import math
 from pathlib import Path
 
@@ -17,7 +18,9 @@ from tests.trainer.test_fused import assert_same_run, siwlm, steps_of
 from weightsearch.trainer import fused as fused_module
 from weightsearch.trainer import train_fused
 from weightsearch.trainer.clipping import clip_gradient
+from weightsearch.trainer.fused import StackedModels
 from weightsearch.trainer.same_treatment import follower_readings, same_epoch, same_update
+from weightsearch.trainer.stage import StageRun
 
 # In the tiny run every update of weights 9 and 15 has a norm above this clip (the smallest is
 # rte's off-focus update at 0.9, ~0.37), while weight 1's off-focus rte updates (~0.04) do not
@@ -183,3 +186,86 @@ def test_a_follower_whose_later_epoch_is_another_treatment_trains_that_epoch_its
     for ours, theirs in zip(once, full, strict=True):
         assert_same_run(Path(ours.output_dir), Path(theirs.output_dir), (1, 2, 3), rel=1e-6,
                         absolute=0)
+
+
+def clipped_pair(sample_data_dir, tiny_encoder, root: Path, tag: str, epochs: int = 2,
+                 precision: str = "fp32", **weighting) -> list:
+    """Weights 9 and 15 on rte and mrpc: every update of both is clipped at CLIP, so weight 15
+    follows weight 9 from epoch 2."""
+    return [run_config(sample_data_dir, tiny_encoder, root / f"{tag}-{w}",
+                       weighting={**siwlm(w), **weighting}, tasks=["rte", "mrpc"],
+                       max_train_examples=32, epochs=epochs, grad_clip=CLIP, precision=precision)
+            for w in (9, 15)]
+
+
+@pytest.mark.slow
+def test_a_unit_whose_members_follow_frees_the_stack_they_left(sample_data_dir, tiny_encoder,
+                                                               tmp_path):
+    """The first stack (K members' parameters and stacked optimizer state) goes once the unit
+    stacks its representatives alone; kept, it doubled the unit's memory from then on."""
+    live: dict[int, list[int]] = {}
+
+    def report(epoch_report):
+        gc.collect()
+        live[epoch_report.epoch] = [len(o) for o in gc.get_objects()
+                                    if isinstance(o, StackedModels)]
+
+    results = train_fused(clipped_pair(sample_data_dir, tiny_encoder, tmp_path, "mem"),
+                          [report, None], quiet=True)
+    assert "same_treatment" in results[1].extra
+    assert live == {1: [2], 2: [1]}
+
+
+@pytest.mark.slow
+def test_members_of_a_unit_that_ends_after_its_first_epoch_follow_no_one(
+        sample_data_dir, tiny_encoder, tmp_path):
+    """Grouped after the last epoch, the record said weight 15 followed weight 9 from an epoch
+    that never came (and a study showed it trained by another cell)."""
+    results = train_fused(clipped_pair(sample_data_dir, tiny_encoder, tmp_path, "one", epochs=1),
+                          quiet=True)
+    assert not any(isinstance(r, BaseException) for r in results)
+    assert not any("same_treatment" in r.extra for r in results)
+
+
+@pytest.mark.slow
+def test_a_follower_under_the_paper_variant_names_its_representatives_weights(
+        sample_data_dir, tiny_encoder, tmp_path):
+    """SIWLM's paper variant has no nominal weights for the clipping summary (its focus batches
+    train at 1), but the study set its central weight all the same: the record named none, and
+    the sweep said "as weight None"."""
+    results = train_fused(clipped_pair(sample_data_dir, tiny_encoder, tmp_path, "paper",
+                                       variant="paper"), quiet=True)
+    assert results[1].extra["same_treatment"]["weights"] == {"rte": 9.0, "mrpc": 1.0}
+
+
+@pytest.mark.slow
+def test_members_under_bf16_autocast_follow_no_one(sample_data_dir, tiny_encoder, tmp_path):
+    """bf16 rounds a weighted gradient differently for each weight, so members clipped alike
+    still end the first epoch apart (3e-5 on this run, beyond the states' agreement): none
+    follows, and each trains its own bf16 run. What `precision: auto` gives on a GPU."""
+    results = train_fused(clipped_pair(sample_data_dir, tiny_encoder, tmp_path, "bf16",
+                                       precision="bf16"), quiet=True)
+    assert not any(isinstance(r, BaseException) for r in results)
+    assert not any("same_treatment" in r.extra for r in results)
+
+
+@pytest.mark.slow
+def test_a_released_follower_retrains_with_no_run_of_the_unit_left_alive(
+        sample_data_dir, tiny_encoder, tmp_path):
+    """While a released follower trains on, nothing of the unit it left stays alive but its
+    results: the last member's run (its model, optimizer state and data) did, in the frame
+    that trains the released ones."""
+    alive: dict[int, int] = {}
+
+    def stop(epoch_report):
+        if epoch_report.epoch == 2:
+            raise RuntimeError("stopped by its report")
+
+    def count(epoch_report):
+        gc.collect()
+        alive[epoch_report.epoch] = sum(isinstance(o, StageRun) for o in gc.get_objects())
+
+    results = train_fused(clipped_pair(sample_data_dir, tiny_encoder, tmp_path, "left",
+                                       epochs=3), [stop, count], quiet=True)
+    assert isinstance(results[0], RuntimeError) and "same_treatment" not in results[1].extra
+    assert alive == {1: 2, 2: 2, 3: 1}  # epoch 3: the released follower's own run alone
