@@ -281,3 +281,18 @@ def _serving(proc: subprocess.Popen, port: int, log: Path) -> bool:
             return False
         time.sleep(0.2)
     raise AssertionError("the server did not come up in 60 s")
+
+
+def assert_replays_draw_new_masks(run) -> None:
+    """Each replay of a captured training step moves the CUDA random state on, as it does only
+    for a graph that registered the generator: dropout draws new masks at every replay."""
+    import torch
+
+    captured = next(g.graph for g in run.graphs.graphs.values() if g.graph is not None)
+    generator = torch.cuda.default_generators[torch.cuda.current_device()]
+    offsets = [generator.get_offset()]
+    for _ in range(2):
+        captured.replay()
+        torch.cuda.synchronize()
+        offsets.append(generator.get_offset())
+    assert offsets[0] < offsets[1] < offsets[2]

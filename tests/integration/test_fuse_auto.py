@@ -16,13 +16,6 @@ from weightsearch.sweep.space import CENTRAL_WEIGHT
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def ray_session():
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
 
 
 def _study(name: str, tiny_encoder: str, data_dir: Path, tmp_path: Path, **extra) -> dict:

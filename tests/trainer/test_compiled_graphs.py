@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import run_config
+from tests.helpers import assert_replays_draw_new_masks, run_config
 from tests.trainer.test_static_shapes import no_dropout_encoder
 from weightsearch.core.errors import ConfigError
 from weightsearch.trainer import train, train_fused
@@ -154,14 +154,7 @@ def test_compiled_captured_dropout_draws_new_masks_every_replay(sample_data_dir,
     assert run.graphs is not None and run.graphs.graphs and run.graphs.failed is None
     losses = [s["loss"] for s in steps_of(tmp_path / "run")]
     assert len(set(losses)) == len(losses)
-    captured = next(g.graph for g in run.graphs.graphs.values() if g.graph is not None)
-    generator = torch.cuda.default_generators[torch.cuda.current_device()]
-    offsets = [generator.get_offset()]
-    for _ in range(2):
-        captured.replay()
-        torch.cuda.synchronize()
-        offsets.append(generator.get_offset())
-    assert offsets[0] < offsets[1] < offsets[2]
+    assert_replays_draw_new_masks(run)
 
 
 @pytest.mark.gpu
