@@ -296,7 +296,10 @@ def _restacked(stack: StackedModels, members: list[Member], stepping: list[Membe
     for member in members:
         if id(member.run.model) in in_stack and id(member.run.model) not in kept:
             detach_parameters(member.run.model)
-            own_state(member.run.optimizer)
+            if member.follows is not None:  # refilled from its representative's at the epoch's end
+                member.run.optimizer.state.clear()
+            else:
+                own_state(member.run.optimizer)
     for slot, member in enumerate(stepping):
         member.slot = slot
     return StackedModels([m.run.model for m in stepping])
