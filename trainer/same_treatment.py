@@ -28,10 +28,10 @@ from typing import Any
 
 import torch
 
+from weightsearch.trainer.clipping import clip_factor
 from weightsearch.trainer.stage import StageRun
 from weightsearch.trainer.weighting import Scheme
 
-_EPS = 1e-6  # the clip's epsilon (`weightsearch.trainer.clipping`)
 _STATE_RTOL, _STATE_ATOL = 1e-3, 1e-5  # parameters and optimizer states that agree
 
 
@@ -117,13 +117,7 @@ def follower_readings(readings: torch.Tensor, rep_weight: float, weight: float,
         nan = torch.full_like(readings[0], float("nan"))
         return torch.stack([readings[0], nan, nan])
     norm = readings[1] * (weight / rep_weight) if rep_weight else readings[1]
-    if grad_clip <= 0:
-        scale = torch.ones_like(norm)
-    elif mode == "unweighted":
-        scale = readings[2]
-    else:
-        scale = (grad_clip / (norm + _EPS)).clamp(max=1.0)
-    return torch.stack([readings[0], norm, scale])
+    return torch.stack([readings[0], norm, clip_factor(norm, grad_clip, mode, weight)])
 
 
 def same_epoch(rep_rows: Sequence[Mapping[str, Any]], rows: Sequence[Mapping[str, Any]],
